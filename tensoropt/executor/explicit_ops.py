@@ -1,0 +1,161 @@
+"""Explicit implementations of the ops DTensor gets wrong (see the guide EXECUTOR.md).
+
+* conv2d split on channels: DTensor labels a local shard Replicate. We run the local conv
+  through ``local_map`` with the output and gradient placements worked out per mesh axis.
+* scaled_dot_product_attention: DTensor has no CPU strategy with gradients and ``is_causal``
+  builds plain tensors. Batch and head splits are local, so ``local_map`` runs the local op.
+* batch_norm in training: DTensor silently replicates a batch-sharded input. We compute the
+  batch statistics with DTensor reductions (partial sums, then an all-reduce) instead.
+
+Each function takes DTensor operands already laid out as the plan says and returns the raw
+output (with Partial where the configuration's ``partial_axes`` say).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor.experimental import local_map
+
+
+class UnsupportedConfiguration(RuntimeError):
+    """A configuration the executor cannot run correctly."""
+
+
+def _role(x_p, w_p) -> str:
+    if isinstance(x_p, Shard) and x_p.dim == 0 and isinstance(w_p, Replicate):
+        return "batch"
+    if isinstance(x_p, Replicate) and isinstance(w_p, Shard) and w_p.dim == 0:
+        return "out"
+    if isinstance(x_p, Shard) and x_p.dim == 1 and isinstance(w_p, Shard) and w_p.dim == 1:
+        return "in"
+    if isinstance(x_p, Replicate) and isinstance(w_p, Replicate):
+        return "none"
+    return "?"
+
+
+_CONV_OUT = {"batch": Shard(0), "out": Shard(1), "in": Partial(), "none": Replicate()}
+_CONV_GRAD_X = {"batch": Shard(0), "out": Partial(), "in": Shard(1), "none": Replicate()}
+_CONV_GRAD_W = {"batch": Partial(), "out": Shard(0), "in": Shard(1), "none": Replicate()}
+
+
+def conv2d(node_name: str, x: DTensor, weight: DTensor, stride=1, padding=0, dilation=1, groups=1):
+    """conv2d with batch, output-channel or input-channel splits, per mesh axis.
+
+    Output placement per axis: batch -> S(0), out -> S(1), in -> Partial (the raw output);
+    the bias is added by the caller after the partial sum is reduced (see :func:`add_bias`).
+
+    Example:
+        >>> conv2d("conv2d", x, w, stride=1, padding=1)  # doctest: +SKIP
+    """
+    roles = [_role(xp, wp) for xp, wp in zip(x.placements, weight.placements)]
+    if "?" in roles or (groups != 1 and any(r in ("out", "in") for r in roles)):
+        raise UnsupportedConfiguration(
+            f"node {node_name!r} (aten.conv2d): input placements {x.placements} with weight "
+            f"placements {weight.placements} are not a batch/out-channel/in-channel split "
+            "(spatial splits and channel splits of grouped convs are not supported by the executor)"
+        )
+    fn = local_map(
+        lambda xl, wl: F.conv2d(xl, wl, None, stride, padding, dilation, groups),
+        out_placements=[tuple(_CONV_OUT[r] for r in roles)],
+        in_placements=(x.placements, weight.placements),
+        in_grad_placements=(tuple(_CONV_GRAD_X[r] for r in roles), tuple(_CONV_GRAD_W[r] for r in roles)),
+        device_mesh=x.device_mesh,
+    )
+    return fn(x, weight)
+
+
+def add_bias(out, bias):
+    """Add a per-channel bias (dim 1) to an NCHW (or N C ...) output, DTensor or plain.
+
+    Example:
+        >>> add_bias(torch.zeros(1, 2, 1, 1), torch.tensor([1.0, 2.0])).flatten().tolist()
+        [1.0, 2.0]
+    """
+    if bias is None:
+        return out
+    shape = [1, -1] + [1] * (out.dim() - 2)
+    return out + bias.view(shape)
+
+
+def sdpa(node_name: str, q: DTensor, k: DTensor, v: DTensor, attn_mask=None, dropout_p=0.0,
+         is_causal=False, scale=None, enable_gqa=False):
+    """Attention split over batch (dim 0) and heads (dim 1), run locally through ``local_map``.
+
+    Example:
+        >>> sdpa("scaled_dot_product_attention", q, k, v, is_causal=True)  # doctest: +SKIP
+    """
+    placements = q.placements
+    if k.placements != placements or v.placements != placements:
+        raise UnsupportedConfiguration(
+            f"node {node_name!r} (aten.scaled_dot_product_attention): q, k, v placements differ "
+            f"({q.placements}, {k.placements}, {v.placements}); the executor needs them equal"
+        )
+    for p in placements:
+        if isinstance(p, Shard) and p.dim not in (0, 1) or p.is_partial():
+            raise UnsupportedConfiguration(
+                f"node {node_name!r} (aten.scaled_dot_product_attention): placement {p} is not a "
+                "batch or heads split; sequence splits of attention are not supported"
+            )
+    if attn_mask is not None:
+        raise UnsupportedConfiguration(
+            f"node {node_name!r} (aten.scaled_dot_product_attention): an explicit attn_mask is "
+            "not supported on a mesh; use is_causal=True"
+        )
+
+    def local(ql, kl, vl):
+        return F.scaled_dot_product_attention(
+            ql, kl, vl, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
+        )
+
+    fn = local_map(
+        local,
+        out_placements=[placements],
+        in_placements=(placements, placements, placements),
+        in_grad_placements=(placements, placements, placements),
+        device_mesh=q.device_mesh,
+    )
+    return fn(q, k, v)
+
+
+def batch_norm(node_name: str, x: DTensor, weight, bias, running_mean, running_var, training: bool,
+               momentum: float, eps: float, *_unused):
+    """Training-mode batch norm whose statistics span every shard (a synchronised BatchNorm).
+
+    Example:
+        >>> batch_norm("batch_norm", x, w, b, rm, rv, True, 0.1, 1e-5)  # doctest: +SKIP
+    """
+    if not training:
+        return torch.ops.aten.batch_norm.default(
+            x, weight, bias, running_mean, running_var, False, momentum, eps, False
+        )
+    dims = [0] + list(range(2, x.dim()))
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    mean = _reduced(x.mean(dim=dims))
+    centred = x - mean.view(shape)
+    var = _reduced((centred * centred).mean(dim=dims))
+    out = centred * torch.rsqrt(var + eps).view(shape)
+    if weight is not None:
+        out = out * weight.view(shape)
+    if bias is not None:
+        out = out + bias.view(shape)
+    if running_mean is not None:
+        count = x.numel() // x.shape[1]
+        with torch.no_grad():
+            unbiased = var.detach() * (count / max(count - 1, 1))
+            _update(running_mean, mean.detach(), momentum)
+            _update(running_var, unbiased, momentum)
+    return out
+
+
+def _reduced(t: DTensor) -> DTensor:
+    if any(p.is_partial() for p in t.placements):
+        return t.redistribute(placements=[Replicate() if p.is_partial() else p for p in t.placements])
+    return t
+
+
+def _update(buffer, value, momentum: float) -> None:
+    if isinstance(buffer, DTensor) and isinstance(value, DTensor) and buffer.placements != value.placements:
+        value = value.redistribute(placements=buffer.placements)
+    buffer.mul_(1.0 - momentum).add_(value * momentum)

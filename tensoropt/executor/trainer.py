@@ -1,0 +1,246 @@
+"""Train a model for some steps under a plan, on the current process group.
+
+:func:`train` builds the model with the spec's seed, exports it, distributes parameters and
+inputs per the plan, and runs forward (the :class:`PlanInterpreter`), backward, gradient
+synchronisation and the optimizer step, measuring step time and memory.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DeviceMesh, DTensor, distribute_tensor
+
+from tensoropt.configspace.configuration import Layout
+from tensoropt.executor.data import load_factory, synthetic_batch
+from tensoropt.executor.interpreter import PlanInterpreter
+from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
+from tensoropt.executor.placements import normalise, to_placements
+from tensoropt.executor.plan import ExecPlan
+from tensoropt.executor.program import export_program, signature, tensor_args
+from tensoropt.executor.spec import TrainSpec
+
+
+@dataclass
+class RunResult:
+    """What one rank measured while training one plan."""
+
+    plan_id: str
+    devices: int
+    steps: list[dict] = field(default_factory=list)
+    memory_bytes: int = 0
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def median_time_s(self) -> float:
+        """Median step time (the first step, which warms up, is left out when there are several)."""
+        times = [s["time_s"] for s in self.steps]
+        return statistics.median(times[1:] if len(times) > 2 else times) if times else 0.0
+
+
+def device_type() -> str:
+    """``"cuda"`` when a GPU is visible, else ``"cpu"``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_mesh(plan: ExecPlan) -> DeviceMesh | None:
+    """The DeviceMesh of a plan (axes ``a0``, ``a1``, ...), or None for a 1-device plan.
+
+    Example:
+        >>> build_mesh(plan)  # doctest: +SKIP
+    """
+    if not plan.mesh.shape:
+        return None
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if plan.devices != world:
+        raise ValueError(
+            f"plan {plan.plan_id} needs {plan.devices} processes but {world} are running; "
+            f"launch with --nproc {plan.devices}"
+        )
+    names = tuple(f"a{i}" for i in range(len(plan.mesh.shape)))
+    return init_device_mesh(device_type(), tuple(plan.mesh.shape), mesh_dim_names=names)
+
+
+def canonical_layouts(ep, plan: ExecPlan, ndim: int) -> dict[str, Layout]:
+    """State-dict key -> layout it is stored in: that of the first node using it (R if none names it).
+
+    A parameter used by several nodes (tied embeddings) is stored once and redistributed per use.
+    """
+    sig = signature(ep)
+    keys = {**sig.params, **sig.buffers}
+    out: dict[str, Layout] = {}
+    for node in ep.graph.nodes:
+        config = plan.placements.get(node.name)
+        if config is None:
+            continue
+        layouts = dict(config.params)
+        for a in tensor_args(node):
+            key = keys.get(a.name)
+            if key is not None and key not in out and key in layouts:
+                out[key] = tuple(layouts[key])
+    for key in keys.values():
+        out.setdefault(key, ("R",) * ndim)
+    return out
+
+
+def _distribute(t: torch.Tensor, mesh: DeviceMesh, layout: Layout) -> DTensor:
+    return distribute_tensor(t.detach(), mesh, to_placements(normalise(layout, t.dim())), src_data_rank=None)
+
+
+def _input_layout(plan: ExecPlan, name: str, ndim: int) -> Layout:
+    config = plan.placements.get(name)
+    return tuple(config.output) if config is not None else ("R",) * ndim
+
+
+class Trainer:
+    """One plan's training state on this rank: exported program, parameters, optimizer.
+
+    Example:
+        >>> result = Trainer(spec, plan).train(steps=3)  # doctest: +SKIP
+    """
+
+    def __init__(self, spec: TrainSpec, plan: ExecPlan):
+        self.spec, self.plan = spec, plan
+        self.mesh = build_mesh(plan)
+        self.device = torch.device(device_type(), torch.cuda.current_device()) if device_type() == "cuda" \
+            else torch.device("cpu")
+        model = spec.build_model().to(self.device)
+        self.example = self.batch(0)
+        self.ep = export_program(model, self.example)
+        self.sig = signature(self.ep)
+        state = dict(self.ep.state_dict)
+        state.update(model.named_parameters(remove_duplicate=False))
+        state.update(model.named_buffers(remove_duplicate=False))
+        ndim = len(plan.mesh.shape)
+        layouts = canonical_layouts(self.ep, plan, ndim)
+        # Tied parameters (one tensor under several keys) stay one parameter.
+        first_key_of: dict[int, str] = {}
+        self.param_of = {key: first_key_of.setdefault(id(state[key]), key) for key in self.sig.params.values()}
+        used = self.used_keys()
+        self.layouts = {}
+        for key, canon in sorted(self.param_of.items(), key=lambda kv: kv[0] not in used):
+            self.layouts.setdefault(canon, layouts[key])
+        self.params: dict[str, torch.Tensor] = {}
+        for canon in dict.fromkeys(self.param_of.values()):
+            value = state[canon].detach().clone()
+            if self.mesh is not None:
+                value = _distribute(value, self.mesh, self.layouts[canon])
+            self.params[canon] = torch.nn.Parameter(value)
+        self.buffers = {}
+        for key in dict.fromkeys(self.sig.buffers.values()):
+            value = state[key].detach().clone()
+            self.buffers[key] = _distribute(value, self.mesh, layouts[key]) if self.mesh else value
+        self.constants = {}
+        for key in dict.fromkeys(self.sig.constants.values()):
+            value = self.ep.constants[key]
+            if self.mesh is not None and isinstance(value, torch.Tensor):
+                value = _distribute(value, self.mesh, ("R",) * ndim)
+            self.constants[key] = value
+        self.grad_bytes = 0
+        self.optimizer = spec.make_optimizer(list(self.params.values()))
+        self.interpreter = PlanInterpreter(self.ep.graph_module, self.sig, plan.placements, self.mesh)
+        self.input_names = [n.name for n in self.ep.graph.nodes if n.op == "placeholder"
+                            and n.name in self.sig.user_inputs]
+
+    def used_keys(self) -> set[str]:
+        """State-dict keys of the parameter placeholders the graph reads."""
+        return {self.sig.params[n.name] for n in self.ep.graph.nodes
+                if n.op == "placeholder" and n.name in self.sig.params and n.users}
+
+    def batch(self, step: int) -> tuple:
+        """The global batch of ``step`` (synthetic unless the spec names a dataset factory)."""
+        spec = self.spec
+        if spec.dataset:
+            batch = load_factory(spec.dataset)(step, spec.global_batch_size, spec.seed)
+        else:
+            batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step)
+        return tuple(t.to(self.device) for t in batch)
+
+    def _placeholder_values(self, batch: tuple) -> list:
+        inputs = dict(zip(self.input_names, batch))
+        ndim = len(self.plan.mesh.shape)
+        values = []
+        for node in self.ep.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            name = node.name
+            if name in self.sig.params:
+                values.append(self.params[self.param_of[self.sig.params[name]]])
+            elif name in self.sig.buffers:
+                values.append(self.buffers[self.sig.buffers[name]])
+            elif name in self.sig.constants:
+                values.append(self.constants[self.sig.constants[name]])
+            else:
+                x = inputs[name]
+                if self.mesh is not None:
+                    x = _distribute(x, self.mesh, _input_layout(self.plan, name, ndim))
+                values.append(x)
+        return values
+
+    def step(self, step: int) -> tuple[float, float, int]:
+        """One training step; returns (loss, time_s, saved activation bytes)."""
+        batch = self.batch(step)
+        _sync()
+        start = time.perf_counter()
+        with SavedTensors() as saved:
+            out = self.interpreter.run(*self._placeholder_values(batch))
+        loss = out[0] if isinstance(out, (tuple, list)) else out
+        activation_bytes = saved.bytes(exclude=storage_keys(self.params.values()))
+        loss.backward()
+        self._sync_grads()
+        self.grad_bytes = storage_bytes([p.grad for p in self.params.values() if p.grad is not None])
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        _sync()
+        time_s = time.perf_counter() - start
+        value = loss.full_tensor() if isinstance(loss, DTensor) else loss
+        return float(value.detach()), time_s, activation_bytes
+
+    def _sync_grads(self) -> None:
+        """Bring each gradient to its parameter's placement (all-reduce partial sums)."""
+        for p in self.params.values():
+            if isinstance(p, DTensor) and p.grad is not None and p.grad.placements != p.placements:
+                p.grad = p.grad.redistribute(p.device_mesh, p.placements)
+
+    def state_bytes(self) -> int:
+        """Local bytes of parameters + gradients + optimizer state on this rank."""
+        opt_bytes = storage_bytes(optimizer_state_tensors(self.optimizer))
+        return storage_bytes(self.params.values()) + self.grad_bytes + opt_bytes
+
+    def train(self, steps: int, start_step: int = 0) -> RunResult:
+        """Train ``steps`` steps from global step ``start_step``; measure time and memory.
+
+        The memory figure is the maximum over ranks of parameters + gradients + optimizer
+        state + the saved activations of the largest step.
+        """
+        result = RunResult(self.plan.plan_id, self.plan.devices)
+        peak_act = 0
+        for step in range(start_step, start_step + steps):
+            loss, time_s, act = self.step(step)
+            peak_act = max(peak_act, act)
+            result.steps.append({"step": step, "loss": loss, "time_s": time_s})
+        result.memory_bytes = _max_over_ranks(self.state_bytes() + peak_act)
+        return result
+
+    def full_params(self) -> dict[str, torch.Tensor]:
+        """Every parameter as a full plain tensor (a collective: call on all ranks)."""
+        return {k: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
+                for k, p in self.params.items()}
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _max_over_ranks(value: int) -> int:
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device_type())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())

@@ -1,0 +1,117 @@
+"""The process torchrun starts: ``python -m tensoropt.executor.worker RUN.json``.
+
+RUN.json: ``{"spec": TrainSpec.to_json(), "runs": [{"plan": plan.json dict, "metrics": path,
+"params_out": path or null}, ...], "steps": S, "start_step": 0, "fail_on_rank": null}``.
+Several runs (plans) share one process group, so tests pay for one launch.
+
+An exception on any rank prints the traceback with the rank and exits non-zero; torchrun then
+stops the other ranks (and collectives time out after ``TENSOROPT_COLLECTIVE_TIMEOUT_S``, 120 s
+by default, should one still wait).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from tensoropt.executor.plan import ExecPlan
+from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.trainer import RunResult, Trainer, device_type
+
+
+def init_process_group() -> None:
+    """Join the process group torchrun describes (nccl on CUDA, gloo on CPU), with a timeout."""
+    timeout_s = float(os.environ.get("TENSOROPT_COLLECTIVE_TIMEOUT_S", "120"))
+    if device_type() == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        backend = "nccl"
+    else:
+        backend = "gloo"
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def metrics_json(result: RunResult, plan: ExecPlan) -> dict:
+    """The metrics document of issue 6.
+
+    Example:
+        >>> r = RunResult("d1-p0", 1, [{"step": 0, "loss": 2.3, "time_s": 0.1}], 1000)
+        >>> metrics_json(r, ExecPlan.from_json({"mesh": {"shape": [], "levels": []}, "placements": {},
+        ...     "time_s": 0.09, "memory_bytes": 990}))["measured"]
+        {'time_s': 0.1, 'memory_bytes': 1000}
+    """
+    return {
+        "plan_id": result.plan_id,
+        "devices": result.devices,
+        "steps": result.steps,
+        "predicted": {"time_s": plan.predicted.get("time_s"), "memory_bytes": plan.predicted.get("memory_bytes")},
+        "measured": {"time_s": result.median_time_s, "memory_bytes": result.memory_bytes},
+    }
+
+
+def run_all(config: dict) -> None:
+    """Train every run of a RUN.json document on this rank; rank 0 writes the outputs."""
+    spec = TrainSpec.from_json(config["spec"])
+    steps = int(config.get("steps", spec.steps))
+    start = int(config.get("start_step", 0))
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    for run in config["runs"]:
+        plan = ExecPlan.from_json(run["plan"])
+        if config.get("fail_on_rank") == rank:
+            raise RuntimeError(f"injected failure on rank {rank} (test of error propagation)")
+        trainer = Trainer(spec, plan)
+        result = trainer.train(steps, start_step=start)
+        params = trainer.full_params() if run.get("params_out") else None
+        if rank == 0:
+            if run.get("metrics"):
+                _write_json(Path(run["metrics"]), metrics_json(result, plan))
+            if params is not None:
+                torch.save({k: v.cpu() for k, v in params.items()}, run["params_out"])
+            last = result.steps[-1] if result.steps else {}
+            print(f"[tensoropt] plan {plan.plan_id} on {plan.devices} device(s): {len(result.steps)} steps, "
+                  f"last loss {last.get('loss')}, median step {result.median_time_s * 1e3:.1f} ms, "
+                  f"memory {result.memory_bytes / 2**20:.2f} MiB per device", flush=True)
+        if dist.is_initialized():
+            dist.barrier()
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker entry point; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m tensoropt.executor.worker RUN.json", file=sys.stderr)
+        return 2
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        config = json.loads(Path(argv[0]).read_text())
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            init_process_group()
+        run_all(config)
+        return 0
+    except BaseException as err:  # noqa: BLE001 - every failure must end this rank visibly
+        print(f"[tensoropt] rank {rank} failed: {type(err).__name__}: {err}\n{traceback.format_exc()}",
+              file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

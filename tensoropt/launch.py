@@ -1,0 +1,99 @@
+"""Launch executor workers with torchrun (``python -m torch.distributed.run``).
+
+One machine: ``--standalone`` (torchrun picks a free port itself). Several machines:
+``--nnodes``, ``--node-rank`` and ``--rdzv-endpoint`` are passed through with the c10d
+rendezvous. torchrun stops every worker as soon as one exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How to start the workers.
+
+    Attributes:
+        nproc_per_node: worker processes on this machine.
+        nnodes: machines (``"2"``, or ``"1:4"`` for elastic); 1 runs standalone.
+        node_rank: this machine's rank (multi-node, static).
+        rdzv_endpoint: ``HOST:PORT`` of the rendezvous (multi-node).
+        timeout_s: wall-clock limit for the whole launch (None: no limit).
+    """
+
+    nproc_per_node: int
+    nnodes: str = "1"
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    timeout_s: float | None = None
+
+    def __post_init__(self):
+        if self.nproc_per_node < 1:
+            raise ValueError(f"--nproc must be >= 1, got {self.nproc_per_node}")
+        if self.nnodes != "1" and not self.rdzv_endpoint:
+            raise ValueError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT")
+
+
+def torchrun_command(opts: LaunchOptions, module: str, args: list[str]) -> list[str]:
+    """The torchrun command line that runs ``python -m module args`` on every worker.
+
+    Example:
+        >>> torchrun_command(LaunchOptions(2), "tensoropt.executor.worker", ["run.json"])[1:6]
+        ['-m', 'torch.distributed.run', '--nproc-per-node', '2', '--standalone']
+    """
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(opts.nproc_per_node)]
+    if opts.nnodes == "1" and not opts.rdzv_endpoint:
+        cmd.append("--standalone")
+    else:
+        cmd += ["--nnodes", opts.nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", opts.rdzv_endpoint]
+        if opts.node_rank is not None:
+            cmd += ["--node-rank", str(opts.node_rank)]
+    cmd += ["--monitor-interval", "0.2", "-m", module, *args]
+    return cmd
+
+
+def launch_workers(run_config: dict, opts: LaunchOptions, env: dict | None = None) -> int:
+    """Write ``run_config`` (the worker's RUN.json) to a temp file and run the workers.
+
+    Returns torchrun's exit code (non-zero when any worker failed or the timeout hit).
+
+    Example:
+        >>> launch_workers({"spec": spec.to_json(), "runs": [...]}, LaunchOptions(2))  # doctest: +SKIP
+    """
+    with tempfile.TemporaryDirectory(prefix="tensoropt-run-") as tmp:
+        path = Path(tmp) / "run.json"
+        path.write_text(json.dumps(run_config))
+        cmd = torchrun_command(opts, "tensoropt.executor.worker", [str(path)])
+        full_env = {**os.environ, **(env or {})}
+        full_env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+        proc = subprocess.Popen(cmd, env=full_env, start_new_session=True)
+        try:
+            return proc.wait(timeout=opts.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            print(f"[tensoropt] workers did not finish within {opts.timeout_s:.0f} s; stopped them",
+                  file=sys.stderr)
+            return 124
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            raise
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

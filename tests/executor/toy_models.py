@@ -1,0 +1,63 @@
+"""Small models for the executor tests (each takes (inputs, labels) and returns the loss)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class MLP(nn.Module):
+    """linear -> relu -> linear -> cross entropy."""
+
+    def __init__(self, d_in: int = 8, hidden: int = 16, classes: int = 4):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, hidden)
+        self.fc2 = nn.Linear(hidden, classes)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.fc2(F.relu(self.fc1(x))), y)
+
+
+class CNN(nn.Module):
+    """conv -> batch norm -> relu -> max pool -> flatten -> linear -> cross entropy."""
+
+    def __init__(self, channels: int = 4, classes: int = 4):
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 3, padding=1)
+        self.bn = nn.BatchNorm2d(channels)
+        self.fc = nn.Linear(channels * 4 * 4, classes)
+
+    def forward(self, x, y):
+        h = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return F.cross_entropy(self.fc(h.flatten(1)), y)
+
+
+class GPT(nn.Module):
+    """One pre-norm transformer block with causal attention, tied embeddings."""
+
+    def __init__(self, vocab: int = 16, dim: int = 8, heads: int = 2, seq: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq, dim)
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, 4 * dim)
+        self.out = nn.Linear(4 * dim, dim)
+        self.lnf = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, idx, labels):
+        b, t = idx.shape
+        h = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        q, k, v = self.qkv(self.ln1(h)).split(h.shape[-1], dim=2)
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = h + self.proj(a.transpose(1, 2).reshape(b, t, -1))
+        h = h + self.out(F.gelu(self.fc(self.ln2(h))))
+        logits = self.head(self.lnf(h))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
