@@ -1,0 +1,40 @@
+"""``tensoropt plot DIR/frontier.json -o pareto.html``: the interactive Pareto page as one file.
+
+The page is self-contained (plotly.js inlined; it makes no network request): memory per
+device against step time (or throughput), one series per device count, the memory budget,
+a per-layer panel for the clicked plan, and a "Use this plan" button that downloads its
+plan.json (the same text ``tensoropt select`` writes).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tensoropt.commands.select import budget_bytes, frontier_path
+from tensoropt.plans import load_frontier_file, write_text_atomic
+from tensoropt.plot.page import pareto_html
+
+
+def add_parser(subparsers) -> None:
+    """Add the ``plot`` subcommand."""
+    p = subparsers.add_parser("plot", help="write the interactive Pareto plot (self-contained HTML)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("frontier", help="frontier.json written by `tensoropt plan` (or its folder)")
+    p.add_argument("-o", "--output", default=None,
+                   help="HTML file to write (default: pareto.html beside the frontier file)")
+    p.add_argument("--memory-budget", default=None,
+                   help="per-device budget to draw, e.g. 16GiB (default: the job's memory_budget)")
+    p.add_argument("--job", default=None, help="job YAML named in the page's `tensoropt run` command")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the frontier file, write the page, print where."""
+    path = frontier_path(args.frontier)
+    frontier_json = load_frontier_file(path).to_json()
+    out = Path(args.output) if args.output else path.parent / "pareto.html"
+    text = pareto_html(frontier_json, budget_bytes(args.memory_budget, frontier_json["job"]), args.job)
+    write_text_atomic(out, text)
+    plans = sum(len(f["plans"]) for f in frontier_json["frontiers"])
+    print(f"wrote {out} ({plans} plans, {len(text.encode()) / 2**20:.1f} MiB, works offline)")
+    return 0

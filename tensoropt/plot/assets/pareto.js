@@ -1,0 +1,250 @@
+// tensoropt Pareto page: y-axis toggle, detail panel, and "Use this plan".
+// Works from a file (download of the embedded plan.json text) and served by `tensoropt ui`
+// (POST to the server, which writes DIR/plan.json); the mode comes from location.protocol.
+(function () {
+  "use strict";
+  const $ = (id) => document.getElementById(id);
+  const fig = JSON.parse($("tensoropt-figure").textContent);
+  const meta = JSON.parse($("tensoropt-meta").textContent);
+  const served = location.protocol === "http:" || location.protocol === "https:";
+  const gd = $("plot");
+  const panel = $("panel");
+  const state = { yMode: "time", current: null, selected: meta.selected, data: null, served: served };
+  window.tensoropt = state; // inspected by tests and handy in the console
+
+  // customdata per plan id (layout documented in tensoropt/plot/figure.py)
+  const pointData = {};
+  for (const t of fig.data) {
+    if (t.meta && t.meta.kind === "frontier") for (const cd of t.customdata) pointData[cd[0]] = cd;
+  }
+
+  function el(tag, attrs, children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v !== null && v !== undefined && v !== false) e.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of [].concat(children === undefined ? [] : children)) {
+      e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  }
+
+  function num(x) {
+    // 3 significant digits, short: 1234, 12.3, 0.0123, 2.4e-5
+    if (x === null || x === undefined || !isFinite(x)) return "n/a";
+    if (x === 0) return "0";
+    const a = Math.abs(x);
+    if (a >= 1000) return Math.round(x).toString();
+    if (a < 0.001) return x.toExponential(1);
+    return Number(x.toPrecision(3)).toString();
+  }
+
+  async function loadData() {
+    const b64 = $("tensoropt-data").textContent.trim();
+    const raw = atob(b64);
+    const bytes = new Uint8Array(raw.length);
+    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return JSON.parse(await new Response(stream).text());
+  }
+
+  function traceIndex(kind) {
+    return gd.data.findIndex((t) => t.meta && t.meta.kind === kind);
+  }
+
+  function yValue(cd) {
+    return state.yMode === "time" ? cd[2] : cd[4];
+  }
+
+  function setRing(kind, id) {
+    const i = traceIndex(kind);
+    const cds = id && pointData[id] ? [pointData[id]] : [];
+    Plotly.restyle(gd, {
+      x: [cds.map((cd) => cd[3])],
+      y: [cds.map(yValue)],
+      customdata: [cds],
+      showlegend: kind === "selected" && cds.length > 0,
+    }, [i]);
+  }
+
+  function setYMode(mode) {
+    state.yMode = mode;
+    const indices = gd.data.map((_, i) => i);
+    const ys = gd.data.map((t) => (t.customdata || []).map(yValue));
+    const title = mode === "time" ? "Step time (s)" : "Throughput (samples/s)";
+    Plotly.update(gd, { y: ys }, { "yaxis.title.text": title, "yaxis.autorange": true }, indices);
+    return setScales();
+  }
+
+  function logTicks(values) {
+    // 1-2-5 ticks spanning the values (plotly's default log ticks label every digit)
+    const pos = values.filter((v) => v > 0);
+    if (!pos.length) return [];
+    const lo = Math.min(...pos), hi = Math.max(...pos), ticks = [];
+    for (let e = Math.floor(Math.log10(lo)) - 1; e <= Math.ceil(Math.log10(hi)); e++) {
+      for (const m of [1, 2, 5]) {
+        const v = Number((m * 10 ** e).toPrecision(3));
+        if (v >= lo / 2.5 && v <= hi * 2.5) ticks.push(v);
+      }
+    }
+    return ticks;
+  }
+
+  function axisScale(axis, log, values) {
+    const ticks = log ? logTicks(values) : null;
+    return {
+      [`${axis}.type`]: log ? "log" : "linear", [`${axis}.autorange`]: true,
+      [`${axis}.tickmode`]: log ? "array" : "auto", [`${axis}.tickvals`]: ticks,
+      [`${axis}.ticktext`]: ticks && ticks.map(String),
+    };
+  }
+
+  function setScales() {
+    const logx = $("logx").checked;
+    const cds = Object.values(pointData);
+    const xs = cds.map((cd) => cd[3]).concat(meta.budget_gib ? [meta.budget_gib] : []);
+    const update = Object.assign(axisScale("xaxis", logx, xs), axisScale("yaxis", $("logy").checked, cds.map(yValue)));
+    // annotations on a log axis take log10 positions; shapes take data values
+    (gd.layout.annotations || []).forEach((a, i) => {
+      if (a.xref === "x" && meta.budget_gib) update[`annotations[${i}].x`] = logx ? Math.log10(meta.budget_gib) : meta.budget_gib;
+    });
+    return Plotly.relayout(gd, update);
+  }
+
+  function download(name, text) {
+    const url = URL.createObjectURL(new Blob([text], { type: "application/json" }));
+    const a = el("a", { href: url, download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  }
+
+  function runCommand(devices, planPath) {
+    return `tensoropt run ${meta.job_file} --plan ${planPath} --nproc ${devices}`;
+  }
+
+  async function usePlan(id) {
+    const plan = state.data.plans[id];
+    const status = $("use-status");
+    const command = $("run-command");
+    status.classList.remove("error");
+    try {
+      if (served) {
+        status.textContent = "Writing plan.json …";
+        const resp = await fetch("api/select", {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ plan_id: id }),
+        });
+        const body = await resp.json();
+        if (!resp.ok) throw new Error(body.error || resp.statusText);
+        status.textContent = `Wrote ${body.plan_path} and marked ${id} as selected. Run it with:`;
+        command.textContent = body.command;
+        markSelected(id);
+      } else {
+        download("plan.json", state.data.texts[id]);
+        status.textContent = `Downloaded plan.json (${id}). Run it with:`;
+        command.textContent = runCommand(plan.devices, "plan.json");
+      }
+      command.classList.add("shown");
+    } catch (err) {
+      status.textContent = `Could not use plan ${id}: ${err.message}`;
+      status.classList.add("error");
+    }
+  }
+
+  function markSelected(id) {
+    state.selected = id;
+    setRing("selected", id);
+    setRing("clicked", null);
+    const h2 = panel.querySelector("h2");
+    if (h2 && !h2.querySelector(".badge.selected")) h2.append(el("span", { class: "badge selected" }, "selected"));
+  }
+
+  function layerTable(layers) {
+    const head = el("tr", {}, [
+      el("th", {}, "Op"), el("th", {}, "Module"), el("th", { title: "configuration label" }, "Config"),
+      el("th", { class: "num", title: "compute time per step" }, "Time (ms)"),
+      el("th", { class: "num", title: "communication time per step" }, "Comm (ms)"),
+      el("th", { class: "num", title: "memory per device" }, "Mem (MiB)"),
+    ]);
+    const rows = layers.map((l) => el("tr", { "data-node": l.node }, [
+      el("td", { class: "op", title: `${l.op} (node ${l.node})` },
+        String(l.op).replace(/^aten\./, "").replace(/\.default$/, "")),
+      el("td", { class: "module", title: l.module }, l.module),
+      el("td", { class: "config", title: l.config }, l.config),
+      el("td", { class: "num compute" }, num(l.compute_s * 1e3)),
+      el("td", { class: "num comm" }, num(l.comm_s * 1e3)),
+      el("td", { class: "num memory" }, num(l.memory_bytes / 2 ** 20)),
+    ]));
+    const cols = el("colgroup", {}, ["c-op", "c-module", "c-config", "c-num", "c-num", "c-num"].map(
+      (c) => el("col", { class: c })));
+    return el("table", { class: "layers", id: "layers" }, [cols, el("thead", {}, head), el("tbody", {}, rows)]);
+  }
+
+  function showPlan(id) {
+    const plan = state.data && state.data.plans[id];
+    if (!plan) return;
+    state.current = id;
+    setRing("clicked", id === state.selected ? null : id);
+    const badges = [el("span", { class: plan.fits ? "badge fits" : "badge over" },
+      plan.fits ? "fits budget" : "over budget")];
+    if (id === state.selected) badges.push(el("span", { class: "badge selected" }, "selected"));
+    const budget = meta.budget_gib ? ` (budget ${num(meta.budget_gib)} GiB)` : "";
+    const facts = [
+      ["Devices", `${plan.devices}${plan.mesh ? ` (mesh ${plan.mesh})` : ""}`],
+      ["Step time", `${num(plan.time_s)} s`],
+      ["Throughput", plan.throughput ? `${num(plan.throughput)} samples/s` : "n/a"],
+      ["Memory", `${num(plan.memory_bytes / 2 ** 30)} GiB per device${budget}`],
+      ["Split", plan.summary || "(no summary)"],
+      ["Layers", String(plan.layers.length)],
+    ];
+    const button = el("button", { class: "primary", id: "use-plan", type: "button" }, "Use this plan");
+    button.addEventListener("click", () => usePlan(id));
+    const filter = el("input", { class: "filter", id: "layer-filter", type: "search",
+      placeholder: "Filter layers (op, module, configuration)" });
+    const table = layerTable(plan.layers);
+    filter.addEventListener("input", () => {
+      const q = filter.value.trim().toLowerCase();
+      for (const tr of table.tBodies[0].rows) tr.hidden = q !== "" && !tr.textContent.toLowerCase().includes(q);
+    });
+    panel.replaceChildren(
+      el("h2", {}, [el("span", {}, "Plan "), el("span", { class: "plan-id", id: "plan-id" }, id), ...badges]),
+      el("dl", { class: "facts", id: "facts" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
+      el("div", { class: "actions" }, [button, el("span", { class: "status", id: "use-status" })]),
+      el("pre", { class: "command", id: "run-command" }),
+      filter,
+      table,
+    );
+  }
+
+  const config = {
+    responsive: true, displaylogo: false,
+    modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
+    toImageButtonOptions: { filename: "pareto", format: "png", scale: 2 },
+  };
+  Plotly.newPlot(gd, fig.data, fig.layout, config)
+    .then(() => {
+      gd.on("plotly_click", (ev) => {
+        const pt = ev.points.find((p) => p.data.meta && p.data.meta.kind === "frontier");
+        if (pt) showPlan(pt.customdata[0]);
+      });
+      for (const r of document.querySelectorAll("input[name=ymode]")) {
+        r.addEventListener("change", () => r.checked && setYMode(r.value));
+      }
+      $("logx").addEventListener("change", setScales);
+      $("logy").addEventListener("change", setScales);
+      return setScales();
+    })
+    .then(loadData)
+    .then((d) => {
+      state.data = d;
+      if (state.selected && d.plans[state.selected]) showPlan(state.selected);
+      document.body.dataset.ready = "1";
+    })
+    .catch((err) => {
+      panel.replaceChildren(el("div", { class: "status error" }, `Could not build the page: ${err}`));
+      document.body.dataset.ready = "error";
+    });
+})();

@@ -1,0 +1,181 @@
+"""The self-contained Pareto HTML page: plotly.js inlined, figure, plans, page script.
+
+The page makes no network request: plotly.js, the figure, the page script and the per-plan data
+(detail-panel rows and the exact plan.json text of every plan) are all inside the file. The
+per-plan data is gzip-compressed and base64-encoded (plan files repeat the placements of every
+node, so they compress ~10x); the page decompresses it with the browser's DecompressionStream.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import gzip
+import html
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from tensoropt.plans import write_text_atomic
+from tensoropt.plot.data import GIB, PlotPoint, global_batch_size, job_budget_bytes, page_points
+from tensoropt.plot.figure import pareto_figure
+
+ASSETS = Path(__file__).with_name("assets")
+LOG_RATIO = 30.0
+"""A log axis is the default when the axis spans more than this factor."""
+
+
+@functools.lru_cache(maxsize=1)
+def _plotly_js() -> str:
+    """plotly.min.js as shipped with the plotly package (read once)."""
+    return get_plotlyjs()
+
+
+def pareto_html(
+    frontier_json: dict,
+    budget_bytes: int | None = None,
+    job_file: str | None = None,
+    plan_text: Callable[[dict, str], str] | None = None,
+) -> str:
+    """The page's HTML text for a frontier.json dict.
+
+    Args:
+        frontier_json: parsed frontier.json (issue 5 schema with per-plan summary and layers).
+        budget_bytes: per-device memory budget; None takes ``job.memory_budget`` if present.
+        job_file: path of the job YAML shown in the ``tensoropt run`` command; None takes
+            ``job_file`` from frontier.json, else the placeholder ``JOB.yaml``.
+        plan_text: ``(frontier_json, plan_id) -> plan.json text``; None uses
+            :func:`tensoropt.plans.plan_file_text` (what ``tensoropt select`` writes).
+
+    Returns:
+        A complete HTML document (about 5 MB: plotly.js is inlined).
+
+    Example:
+        >>> fj = {"job": {}, "frontiers": [{"devices": 1, "mesh": [], "plans": [
+        ...     {"id": "d1-p0", "time_s": 1.0, "memory_bytes": 2**30, "ops": {}}]}]}
+        >>> "<!DOCTYPE html>" in pareto_html(fj, plan_text=lambda fj, pid: "{}")
+        True
+    """
+    return _render(frontier_json, budget_bytes, job_file, plan_text or _plan_file_text)
+
+
+def write_pareto_html(frontier_json: dict, path: str | os.PathLike, budget_bytes: int | None = None) -> Path:
+    """Write the self-contained Pareto page to ``path`` (atomically; parents are created).
+
+    Args:
+        frontier_json: parsed frontier.json.
+        path: output file, e.g. ``out/pareto.html``.
+        budget_bytes: per-device memory budget drawn on the plot; None takes the job's.
+
+    Returns:
+        The written path.
+
+    Example:
+        >>> import json, tempfile
+        >>> fj = json.load(open("out/vgg16/frontier.json"))  # doctest: +SKIP
+        >>> write_pareto_html(fj, tempfile.mkdtemp() + "/pareto.html")  # doctest: +SKIP
+    """
+    path = Path(path)
+    write_text_atomic(path, pareto_html(frontier_json, budget_bytes))
+    return path
+
+
+def _plan_file_text(frontier_json: dict, plan_id: str) -> str:
+    """The exact plan.json text ``tensoropt select`` writes (from the planner's plans module)."""
+    from tensoropt.plans import plan_file_text
+
+    return plan_file_text(frontier_json, plan_id)
+
+
+def _render(frontier_json, budget_bytes, job_file, plan_text) -> str:
+    """Fill the page template."""
+    if budget_bytes is None:
+        budget_bytes = job_budget_bytes(frontier_json)
+    selected = frontier_json.get("selected")
+    points = page_points(frontier_json, budget_bytes)
+    if not points:
+        raise ValueError("frontier.json has no plans to plot (every frontier's 'plans' is empty)")
+    figure = pareto_figure(points, budget_bytes, selected)
+    meshes = {int(fr["devices"]): _mesh_text(fr.get("mesh")) for fr in frontier_json["frontiers"]}
+    data = {
+        "plans": {p.plan_id: _plan_payload(p, meshes.get(p.devices, "")) for p in points},
+        "texts": {p.plan_id: plan_text(frontier_json, p.plan_id) for p in points},
+    }
+    meta = {
+        "selected": selected,
+        "budget_gib": None if budget_bytes is None else budget_bytes / GIB,
+        "batch": global_batch_size(frontier_json),
+        "job_file": job_file or frontier_json.get("job_file") or "JOB.yaml",
+    }
+    title = f"tensoropt · Pareto frontier · {_model_name(frontier_json)}"
+    fills = {
+        "__TITLE__": html.escape(title),
+        "__JOB_LINE__": html.escape(_job_line(frontier_json, points, budget_bytes)),
+        "__THROUGHPUT_DISABLED__": "" if meta["batch"] else "disabled",
+        "__LOGX__": "checked" if _spans(p.memory_bytes for p in points) else "",
+        "__LOGY__": "checked" if _spans(p.time_s for p in points) else "",
+        "__CSS__": (ASSETS / "pareto.css").read_text(encoding="utf-8"),
+        "__FIGURE_JSON__": _script_json(pio.to_json(figure, validate=False)),
+        "__META_JSON__": _script_json(json.dumps(meta)),
+        "__DATA_B64__": base64.b64encode(gzip.compress(json.dumps(data).encode("utf-8"), 6)).decode("ascii"),
+        "__PAGE_JS__": (ASSETS / "pareto.js").read_text(encoding="utf-8"),
+    }
+    page = (ASSETS / "page.html").read_text(encoding="utf-8")
+    for key, value in fills.items():
+        page = page.replace(key, value)
+    # plotly.js last: its minified text must not be scanned for placeholders
+    return page.replace("__PLOTLY_JS__", _plotly_js(), 1)
+
+
+def _plan_payload(p: PlotPoint, mesh: str) -> dict:
+    """What the detail panel shows for one plan."""
+    return {
+        "devices": p.devices, "mesh": mesh, "time_s": p.time_s, "memory_bytes": p.memory_bytes,
+        "throughput": p.throughput, "summary": p.summary, "fits": p.fits, "layers": p.layers,
+    }
+
+
+def _script_json(text: str) -> str:
+    """JSON safe inside a <script> element (no "</" that could close it)."""
+    return text.replace("</", "<\\/").replace("<!--", "<\\u0021--")
+
+
+def _mesh_text(mesh) -> str:
+    """``[2, 4]`` or ``{"shape": [2, 4], ...}`` as ``"2 × 4"``."""
+    shape = mesh.get("shape", []) if isinstance(mesh, dict) else (mesh or [])
+    return " × ".join(str(s) for s in shape)
+
+
+def _model_name(frontier_json: dict) -> str:
+    model = frontier_json.get("job", {}).get("model", {})
+    return str(model.get("name") or model.get("factory") or "model")
+
+
+def _job_line(frontier_json: dict, points: list[PlotPoint], budget_bytes: int | None) -> str:
+    """One line under the title: batch, optimizer, dtype, cluster, device counts, budget."""
+    job = frontier_json.get("job", {})
+    training = job.get("training", {})
+    cluster = job.get("cluster")
+    if isinstance(cluster, dict):
+        cluster = cluster.get("name", "inline cluster")
+    parts = []
+    if training.get("global_batch_size"):
+        parts.append(f"global batch {training['global_batch_size']}")
+    parts += [str(training[k]) for k in ("optimizer", "dtype") if training.get(k)]
+    if cluster:
+        parts.append(f"cluster {cluster}")
+    counts = sorted({p.devices for p in points})
+    parts.append(f"{len(points)} plans on {', '.join(map(str, counts))} devices")
+    if budget_bytes is not None:
+        parts.append(f"memory budget {budget_bytes / GIB:.3g} GiB per device")
+    return " · ".join(parts)
+
+
+def _spans(values) -> bool:
+    """True if the positive values span more than :data:`LOG_RATIO`."""
+    values = [v for v in values if v > 0]
+    return bool(values) and max(values) / min(values) > LOG_RATIO

@@ -1,0 +1,168 @@
+"""``tensoropt ui``: serve the Pareto page on 127.0.0.1 and write DIR/plan.json on request.
+
+Routes:
+
+* ``GET /`` -- the Pareto page, rendered from the current DIR/frontier.json.
+* ``POST /api/select`` with ``{"plan_id": "d8-p3"}`` -- writes DIR/plan.json (exactly what
+  ``tensoropt select`` writes) and records ``selected`` in DIR/frontier.json, both atomically;
+  answers ``{"plan_id", "plan_path", "command"}`` or ``{"error"}`` with status 400/404.
+
+The server runs ``http.server`` in a background thread; :func:`serve` blocks until Ctrl-C or
+SIGTERM, then shuts it down.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from tensoropt.plans import PlanFileError, load_frontier_file
+from tensoropt.plot.page import pareto_html
+
+MAX_BODY_BYTES = 4096
+"""Largest request body accepted by /api/select."""
+
+
+class ParetoServer(ThreadingHTTPServer):
+    """An HTTP server bound to 127.0.0.1 serving one frontier file (plan.json goes beside it).
+
+    Example:
+        >>> srv = ParetoServer("out/vgg16/frontier.json", port=0)  # doctest: +SKIP
+        >>> srv.start(); print(srv.url); srv.stop()  # doctest: +SKIP
+        http://127.0.0.1:40123/
+    """
+
+    daemon_threads = True
+
+    def __init__(self, frontier_path: str | Path, port: int = 0, job_file: str | None = None,
+                 budget_bytes: int | None = None):
+        self.frontier_path = Path(frontier_path)
+        self.plan_path = self.frontier_path.parent / "plan.json"
+        self.job_file = job_file
+        self.budget_bytes = budget_bytes
+        self.write_lock = threading.Lock()
+        load_frontier_file(self.frontier_path)  # fail now, with the file named, if it is unusable
+        super().__init__(("127.0.0.1", port), _Handler)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The page's address, e.g. ``http://127.0.0.1:40123/``."""
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    def start(self) -> None:
+        """Serve in a background thread."""
+        self._thread = threading.Thread(target=self.serve_forever, name="tensoropt-ui", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving, join the thread and close the socket."""
+        self.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.server_close()
+
+    def page(self) -> str:
+        """The page for the frontier file as it is now (selection included)."""
+        frontier_json = load_frontier_file(self.frontier_path).to_json()
+        return pareto_html(frontier_json, self.budget_bytes, self.job_file)
+
+    def select(self, plan_id: str) -> dict:
+        """Write plan.json for ``plan_id`` and record it as selected (KeyError if no such plan)."""
+        from tensoropt.commands.select import write_selection
+        from tensoropt.selector import Selection
+
+        with self.write_lock:
+            frontier_file = load_frontier_file(self.frontier_path)
+            frontier, plan = frontier_file.find(plan_id)
+            write_selection(frontier_file, Selection(plan, frontier, rule="ui"), self.frontier_path,
+                            self.plan_path)
+        job = self.job_file or "JOB.yaml"
+        return {"plan_id": plan_id, "plan_path": str(self.plan_path),
+                "command": f"tensoropt run {job} --plan {self.plan_path} --nproc {frontier.devices}"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """GET / (the page) and POST /api/select."""
+
+    server: ParetoServer
+    server_version = "tensoropt-ui"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        if path in ("/", "/index.html", "/pareto.html"):
+            try:
+                body = self.server.page().encode("utf-8")
+            except (PlanFileError, ValueError) as e:
+                self._send(HTTPStatus.INTERNAL_SERVER_ERROR, f"cannot render the page: {e}".encode(),
+                           "text/plain; charset=utf-8")
+                return
+            self._send(HTTPStatus.OK, body, "text/html; charset=utf-8")
+        elif path == "/favicon.ico":
+            self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
+        else:
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page {path!r}; open /"})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path != "/api/select":
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path!r}"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self._json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "request body too large"})
+            return
+        try:
+            plan_id = json.loads(self.rfile.read(length) or b"{}")["plan_id"]
+            if not isinstance(plan_id, str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            self._json(HTTPStatus.BAD_REQUEST, {"error": 'expected a JSON body {"plan_id": "<id>"}'})
+            return
+        try:
+            self._json(HTTPStatus.OK, self.server.select(plan_id))
+        except KeyError:
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"no plan {plan_id!r} in {self.server.frontier_path}"})
+        except (PlanFileError, OSError) as e:
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(e)})
+        else:
+            print(f"wrote {self.server.plan_path} ({plan_id}); recorded as selected in "
+                  f"{self.server.frontier_path}", flush=True)
+
+    def _json(self, status: HTTPStatus, obj: dict) -> None:
+        self._send(status, json.dumps(obj).encode("utf-8"), "application/json")
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
+        """Quiet: only selections are printed."""
+
+
+def serve(server: ParetoServer) -> None:
+    """Serve until Ctrl-C or SIGTERM, then stop cleanly.
+
+    Example:
+        >>> serve(ParetoServer("out/vgg16/frontier.json"))  # doctest: +SKIP
+    """
+    stop = threading.Event()
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if in_main else None
+    server.start()
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
