@@ -1,0 +1,64 @@
+"""Export a model with ``torch.export`` (training IR, aten level) with a clear error on failure.
+
+Everyone (capture, executor) exports through :func:`export_program` so that fx node names,
+and therefore OpGraph node names and plan keys, agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class TraceError(RuntimeError):
+    """``torch.export`` could not trace the model; the message says why and what to do."""
+
+
+_ADVICE = (
+    "What to do: torch.export needs a forward whose control flow does not depend on tensor values. "
+    "Remove data-dependent Python branches/loops (`if x.sum() > 0`, `.item()`, `.tolist()`, "
+    "`nonzero()`), or express them with torch.cond / torch.where; avoid Python side effects "
+    "(printing tensors, mutating globals); and pass representative example inputs (the batch size, "
+    "sequence length and dtypes used for training)."
+)
+
+
+def export_program(model: torch.nn.Module, example_inputs: Sequence) -> torch.export.ExportedProgram:
+    """Export ``model`` in train mode at aten level (``torch.export``, non-strict, training IR).
+
+    Args:
+        model: the module; it is put in train mode (the plan is a training plan).
+        example_inputs: positional inputs of ``model.forward`` (a tuple or list). Tensors may live
+            on the ``meta`` device, which exports without allocating memory.
+
+    Returns:
+        The ``torch.export.ExportedProgram``.
+
+    Raises:
+        TraceError: the model cannot be traced; the message carries torch's reason and advice.
+
+    Example:
+        >>> import torch
+        >>> ep = export_program(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+        >>> [n.name for n in ep.graph.nodes if n.op == "call_function"]
+        ['linear']
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"capture expects a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    args = tuple(example_inputs)
+    was_training = model.training
+    model.train()
+    try:
+        return torch.export.export(model, args, strict=False)
+    except Exception as err:  # torch raises many types (UserError, GuardOnDataDependent, ...)
+        reason = str(err).strip().splitlines()
+        short = "\n  ".join(reason[:12]) if reason else type(err).__name__
+        raise TraceError(
+            f"torch.export could not trace {type(model).__name__}: {type(err).__name__}:\n"
+            f"  {short}\n{_ADVICE}"
+        ) from err
+    finally:
+        model.train(was_training)
