@@ -1,0 +1,435 @@
+"""The YAML job schema: nested dataclasses, validated on construction.
+
+A job file is a 1:1 serialisation of :class:`Job`::
+
+    model:
+      name: vgg16                 # a zoo model, or
+      # factory: mypkg.models:build   with kwargs: {...}
+      task: classification        # or language_model
+      input_shape: [3, 224, 224]  # per sample (classification)
+      num_classes: 1000
+    training:
+      global_batch_size: 64
+      optimizer: adamw            # sgd | momentum | adamw
+      dtype: float32
+      seed: 0
+      steps: 100
+    cluster: h100x8               # a profile name or path, or an inline mapping
+    devices: [1, 2, 4, 8]         # device counts to plan for
+    memory_budget: 40GiB          # per device
+    select: fastest               # fastest | fewest_devices | best_per_device
+
+Every field is checked in ``__post_init__``; :func:`load_job` turns a failure into a
+:class:`ConfigError` that names the file, the full key path (``training.global_batch_size``)
+and the expected form. Unknown keys are rejected the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+OPTIMIZERS = ("sgd", "momentum", "adamw")
+"""Optimizers the estimators and the executor know (they differ in optimizer-state memory)."""
+
+DTYPES = ("float32", "bfloat16", "float16")
+"""Training dtypes of parameters and activations."""
+
+TASKS = ("classification", "language_model")
+"""What the model's head computes, which decides the synthetic inputs and the loss."""
+
+SELECT_RULES = ("fastest", "fewest_devices", "best_per_device")
+"""Selection rules of :mod:`tensoropt.selector`."""
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
+SIZE_FORM = 'a size in bytes: an integer (17179869184), "4e10", or with a unit ("40GiB", "40 GiB", "40GB")'
+"""How an error message describes an acceptable size."""
+
+
+class FieldError(ValueError):
+    """A field of one dataclass is invalid (raised by ``__post_init__``; path relative to it).
+
+    Example:
+        >>> str(FieldError("steps", "must be >= 1, got 0", "a positive integer"))
+        'steps: must be >= 1, got 0 (expected a positive integer)'
+    """
+
+    def __init__(self, key: str, problem: str, expected: str):
+        self.key, self.problem, self.expected = key, problem, expected
+        super().__init__(f"{key}: {problem} (expected {expected})")
+
+
+class ConfigError(ValueError):
+    """A job file is invalid: names the file, the full key path and the expected form.
+
+    Example:
+        >>> str(ConfigError("job.yaml", "training.steps", "must be >= 1, got 0", "a positive integer"))
+        'job.yaml: training.steps: must be >= 1, got 0 (expected a positive integer)'
+    """
+
+    def __init__(self, file: str, key_path: str, problem: str, expected: str):
+        self.file, self.key_path, self.problem, self.expected = file, key_path, problem, expected
+        where = ": ".join(part for part in (file, key_path) if part)
+        text = f"{problem} (expected {expected})"
+        super().__init__(f"{where}: {text}" if where else text)
+
+
+def parse_size(value: Any) -> int:
+    """Parse a byte count: an int, a float with an integral value, or a string with a unit.
+
+    Units: B, KB/MB/GB/TB (powers of 1000), KiB/MiB/GiB/TiB (powers of 1024); case and a
+    space before the unit do not matter.
+
+    Raises:
+        ValueError: unparsable, negative, zero or fractional sizes.
+
+    Example:
+        >>> parse_size("40GiB"), parse_size("40 GB"), parse_size("4e10"), parse_size(17179869184)
+        (42949672960, 40000000000, 40000000000, 17179869184)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"got a boolean ({value})")
+    if isinstance(value, int):
+        number, scale = float(value), 1
+        exact = value
+    elif isinstance(value, float):
+        number, scale, exact = value, 1, None
+    elif isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ValueError(f"cannot parse {value!r} as a size")
+        number, scale, exact = float(m.group(1)), _SIZE_UNITS[m.group(2).lower()], None
+        if re.fullmatch(r"[+-]?\d+", m.group(1)):
+            exact = int(m.group(1)) * scale
+    else:
+        raise ValueError(f"got {type(value).__name__} {value!r}")
+    if exact is None:
+        if not math.isfinite(number):
+            raise ValueError(f"got {value!r}")
+        total = number * scale
+        if abs(total - round(total)) > 1e-6 * max(1.0, abs(total)):
+            raise ValueError(f"{value!r} is not a whole number of bytes")
+        exact = int(round(total))
+    if exact < 0:
+        raise ValueError(f"negative size {value!r}")
+    if exact == 0:
+        raise ValueError(f"size {value!r} is zero")
+    return exact
+
+
+def format_size(num_bytes: float) -> str:
+    """Readable binary size, e.g. for tables.
+
+    Example:
+        >>> format_size(42949672960), format_size(1536), format_size(12)
+        ('40.0 GiB', '1.5 KiB', '12 B')
+    """
+    value = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------------------------------------
+# field checks (one line each; they raise FieldError with the field's key)
+
+
+def _int(value: Any, key: str, minimum: int = 1, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FieldError(key, f"got {type(value).__name__} {value!r}", f"an integer >= {minimum}")
+    if value < minimum:
+        raise FieldError(key, f"must be >= {minimum}, got {value}", f"an integer >= {minimum}")
+    return value
+
+
+def _choice(value: Any, key: str, choices: tuple[str, ...], optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if value not in choices:
+        raise FieldError(key, f"got {value!r}", "one of " + " | ".join(choices))
+    return value
+
+
+def _str(value: Any, key: str, expected: str, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise FieldError(key, f"got {type(value).__name__} {value!r}", expected)
+    return value
+
+
+def _size(value: Any, key: str, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise FieldError(key, str(e), SIZE_FORM) from None
+
+
+def _positive_float(value: Any, key: str, optional: bool = False, zero_ok: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise FieldError(key, f"got {value!r}", "a finite number")
+    if value < 0 or (value == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise FieldError(key, f"must be {bound}, got {value}", f"a number {bound}")
+    return float(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# the schema
+
+
+@dataclass
+class ModelConfig:
+    """Which model to plan, and the shape of its inputs.
+
+    Example:
+        >>> ModelConfig(name="vgg16").name
+        'vgg16'
+    """
+
+    name: str | None = None
+    """A zoo model: mlp, alexnet, vgg16, resnet50, wide-resnet, gpt2-small, gpt-1.3b, bert-base."""
+    factory: str | None = None
+    """Instead of name: a user model factory "package.module:function" that returns an nn.Module."""
+    kwargs: dict = field(default_factory=dict)
+    """Keyword arguments passed to the zoo preset or the factory (override the preset's defaults)."""
+    task: str | None = None
+    """classification | language_model; empty: the zoo preset's task (required with a factory)."""
+    input_shape: list[int] | None = None
+    """Shape of one input sample without the batch dim (classification), e.g. [3, 224, 224]."""
+    num_classes: int | None = None
+    """Number of classes of a classification head; empty: the preset's."""
+    seq_len: int | None = None
+    """Sequence length of a language model; empty: the preset's."""
+    vocab_size: int | None = None
+    """Vocabulary size of a language model; empty: the preset's."""
+
+    def __post_init__(self):
+        _str(self.name, "name", "a zoo model name such as vgg16", optional=True)
+        _str(self.factory, "factory", 'a factory "package.module:function"', optional=True)
+        if (self.name is None) == (self.factory is None):
+            raise FieldError("name", "give exactly one of model.name and model.factory",
+                             'a zoo model name such as vgg16, or factory: "package.module:function"')
+        if self.factory is not None and not re.fullmatch(r"[\w.]+:[\w.]+", self.factory):
+            raise FieldError("factory", f"got {self.factory!r}", 'a factory "package.module:function"')
+        if not isinstance(self.kwargs, dict) or not all(isinstance(k, str) for k in self.kwargs):
+            raise FieldError("kwargs", f"got {self.kwargs!r}", "a mapping of keyword arguments")
+        _choice(self.task, "task", TASKS, optional=True)
+        if self.input_shape is not None:
+            if not isinstance(self.input_shape, (list, tuple)) or not self.input_shape:
+                raise FieldError("input_shape", f"got {self.input_shape!r}", "a list of positive integers")
+            self.input_shape = [_int(d, f"input_shape[{i}]") for i, d in enumerate(self.input_shape)]
+        _int(self.num_classes, "num_classes", optional=True)
+        _int(self.seq_len, "seq_len", optional=True)
+        _int(self.vocab_size, "vocab_size", optional=True)
+
+
+@dataclass
+class TrainingConfig:
+    """How the model is trained: batch, optimizer, precision, steps.
+
+    Example:
+        >>> TrainingConfig(global_batch_size=64, optimizer="sgd").optimizer
+        'sgd'
+    """
+
+    global_batch_size: int = 32
+    """Samples per step over all devices."""
+    optimizer: str = "adamw"
+    """sgd | momentum | adamw (optimizer state: 0, 1x, 2x the parameters)."""
+    dtype: str = "float32"
+    """float32 | bfloat16 | float16: dtype of parameters and activations."""
+    seed: int = 0
+    """Seed of the initial weights and of the synthetic data."""
+    steps: int = 100
+    """Total training steps of `tensoropt run`."""
+    learning_rate: float = 1e-3
+    """Learning rate of the optimizer."""
+
+    def __post_init__(self):
+        _int(self.global_batch_size, "global_batch_size")
+        _choice(self.optimizer, "optimizer", OPTIMIZERS)
+        _choice(self.dtype, "dtype", DTYPES)
+        _int(self.seed, "seed", minimum=0)
+        _int(self.steps, "steps")
+        self.learning_rate = _positive_float(self.learning_rate, "learning_rate")
+
+
+@dataclass
+class PlannerConfig:
+    """Knobs of the planner itself (all optional).
+
+    Example:
+        >>> PlannerConfig(epsilon=0.01).epsilon
+        0.01
+    """
+
+    epsilon: float = 0.0
+    """0 for the exact frontier; > 0 keeps one plan per (1+epsilon) box (faster on huge models)."""
+    compute: str = "roofline"
+    """Compute-time estimator: roofline | profiled (times local shard shapes on this machine)."""
+
+    def __post_init__(self):
+        self.epsilon = _positive_float(self.epsilon, "epsilon", zero_ok=True)
+        _choice(self.compute, "compute", ("roofline", "profiled"))
+
+
+@dataclass
+class Job:
+    """A planning job: model, training, cluster, device counts, budget and selection rule.
+
+    Example:
+        >>> job = Job(model=ModelConfig(name="mlp"), cluster="cpu-local", devices=[1, 2],
+        ...           memory_budget="1GiB")
+        >>> job.memory_budget, job.select
+        (1073741824, 'fastest')
+    """
+
+    model: ModelConfig
+    """The model to plan (see ModelConfig)."""
+    cluster: str | dict
+    """A cluster profile name (configs/clusters/NAME.yaml), a path to one, or an inline mapping."""
+    devices: list[int]
+    """Device counts to plan for, e.g. [1, 2, 4, 8] (each gets its own frontier)."""
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    """How the model is trained (see TrainingConfig)."""
+    memory_budget: int | None = None
+    """Memory per device the selected plan must fit, e.g. 40GiB; empty: the device's memory."""
+    select: str = "fastest"
+    """Selection rule: fastest | fewest_devices | best_per_device."""
+    max_time_s: float | None = None
+    """Optional step-time limit in seconds a selected plan must meet."""
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    """Planner knobs (see PlannerConfig)."""
+
+    def __post_init__(self):
+        if not isinstance(self.model, ModelConfig):
+            self.model = _build(ModelConfig, self.model, "model")
+        if not isinstance(self.training, TrainingConfig):
+            self.training = _build(TrainingConfig, {} if self.training is None else self.training, "training")
+        if not isinstance(self.planner, PlannerConfig):
+            self.planner = _build(PlannerConfig, {} if self.planner is None else self.planner, "planner")
+        if not isinstance(self.cluster, (str, dict)) or not self.cluster:
+            raise FieldError("cluster", f"got {self.cluster!r}",
+                             "a cluster profile name such as h100x8, a path to a profile, or a mapping")
+        if isinstance(self.devices, int) and not isinstance(self.devices, bool):
+            self.devices = [self.devices]
+        if not isinstance(self.devices, (list, tuple)) or not self.devices:
+            raise FieldError("devices", f"got {self.devices!r}",
+                             "a non-empty list of device counts, e.g. [1, 2, 4]")
+        self.devices = [_int(d, f"devices[{i}]") for i, d in enumerate(self.devices)]
+        if len(set(self.devices)) != len(self.devices):
+            raise FieldError("devices", f"repeated device count in {self.devices}", "distinct device counts")
+        self.devices = sorted(self.devices)
+        self.memory_budget = _size(self.memory_budget, "memory_budget", optional=True)
+        _choice(self.select, "select", SELECT_RULES)
+        self.max_time_s = _positive_float(self.max_time_s, "max_time_s", optional=True)
+
+    def to_dict(self) -> dict:
+        """Plain-data form (YAML/JSON ready); ``Job.from_dict(job.to_dict()) == job``.
+
+        Example:
+            >>> Job(model={"name": "mlp"}, cluster="cpu-local", devices=[2]).to_dict()["devices"]
+            [2]
+        """
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        """YAML text of :meth:`to_dict` (what :func:`load_job` reads back).
+
+        Example:
+            >>> "cluster: cpu-local" in Job(model={"name": "mlp"}, cluster="cpu-local", devices=[2]).to_yaml()
+            True
+        """
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @staticmethod
+    def from_dict(data: Any, source: str = "<job>") -> Job:
+        """Build and validate a job from plain data; errors name ``source`` and the key path.
+
+        Example:
+            >>> Job.from_dict({"model": {"name": "mlp"}, "cluster": "cpu-local", "devices": [1]}).devices
+            [1]
+        """
+        try:
+            return _build(Job, data, "")
+        except ConfigError as e:
+            raise ConfigError(source, e.key_path, e.problem, e.expected) from None
+
+
+def load_job(path: str | Path) -> Job:
+    """Read and validate a YAML job file.
+
+    Raises:
+        ConfigError: naming the file, the full key path and the expected form.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "j.yaml")
+        >>> text = "model: {name: mlp}\\ncluster: cpu-local\\ndevices: [1, 2]\\nmemory_budget: 1 GiB\\n"
+        >>> _ = open(p, "w").write(text)
+        >>> load_job(p).memory_budget
+        1073741824
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(str(path), "", f"cannot read the file: {e.strerror}",
+                          "a readable YAML job file") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(str(path), "", f"invalid YAML: {e}",
+                          "a YAML mapping (see docs/user-guide.md)") from None
+    return Job.from_dict(data, str(path))
+
+
+def _build(cls: type, data: Any, prefix: str):
+    """Construct dataclass ``cls`` from a mapping, turning every failure into a ConfigError."""
+    where = prefix or "the job"
+    names = [f.name for f in dataclasses.fields(cls)]
+    if not isinstance(data, dict):
+        raise ConfigError("", prefix, f"got {type(data).__name__} {data!r}",
+                          f"a mapping with keys {', '.join(names)}")
+    for key in data:
+        if key not in names:
+            raise ConfigError("", _join(prefix, str(key)), f"unknown key in {where}",
+                              f"one of {', '.join(names)}")
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    for key in required:
+        if key not in data:
+            raise ConfigError("", _join(prefix, key), f"missing required key in {where}",
+                              f"a value for {key}")
+    try:
+        return cls(**data)
+    except FieldError as e:
+        raise ConfigError("", _join(prefix, e.key), e.problem, e.expected) from None
+    except ConfigError as e:
+        raise ConfigError("", _join(prefix, e.key_path), e.problem, e.expected) from None
+
+
+def _join(prefix: str, key: str) -> str:
+    if not prefix:
+        return key
+    return f"{prefix}{key}" if key.startswith("[") else f"{prefix}.{key}"

@@ -1,0 +1,403 @@
+"""Plans and frontiers as dataclasses, and their versioned JSON files.
+
+``frontier.json`` (outside tools read it; ``version`` says which form)::
+
+    {"version": 1, "job": {...the resolved job...},
+     "frontiers": [{"devices": 8, "mesh": [2, 2, 2], "mesh_levels": ["gpu", "gpu", "gpu"],
+                    "plans": [{"id": "d8-p0", "time_s": 0.123, "memory_bytes": 123456,
+                               "throughput_samples_per_s": 520.3,
+                               "ops": {"<node>": "<configuration label>", ...},
+                               "summary": "conv: batch=8; fc: out=8",
+                               "layers": [{"node", "op", "module", "config", "compute_s", "comm_s",
+                                           "memory_bytes"}, ...],
+                               "redistributions": [{"src", "dst", "from", "to", "time_s",
+                                                    "memory_bytes"}, ...]}, ...],
+                    "configurations": {"<node>": {"<label>": Configuration.to_json()}}}, ...],
+     "selected": "d8-p3"}
+
+Plans of a frontier are sorted by time and mutually non-dominated. ``plan.json`` is one plan
+entry plus ``devices``, ``mesh`` (``Mesh.to_json()``), ``placements`` (node ->
+``Configuration.to_json()``) and ``job``: everything the executor needs to run it without
+re-planning. :func:`plan_file_text` is the one writer of that text (``tensoropt select`` and
+the plot's download button both use it). Files are written atomically (:func:`write_text_atomic`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tensoropt.configspace.configuration import Configuration, Mesh
+
+SCHEMA_VERSION = 1
+"""Version of frontier.json / plan.json written by this module."""
+
+
+class PlanFileError(ValueError):
+    """A frontier or plan file is malformed, of an unknown version, or lacks a plan.
+
+    Example:
+        >>> str(PlanFileError("out/frontier.json: no plan with id 'd3-p0'"))
+        "out/frontier.json: no plan with id 'd3-p0'"
+    """
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and ``os.replace``: never half-written.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "a.json")
+        >>> write_text_atomic(p, "{}\\n"); open(p).read()
+        '{}\\n'
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class Layer:
+    """One operator of a plan: its configuration and its share of the costs."""
+
+    node: str
+    """OpGraph node name (the torch.export node name)."""
+    op: str
+    """aten op, e.g. aten.linear.default."""
+    module: str
+    """Owning module path, e.g. features.0."""
+    config: str
+    """Configuration label, e.g. batch=4,out=2."""
+    compute_s: float
+    """Forward + backward compute time of the local shard."""
+    comm_s: float
+    """Communication inside the operator (partial-sum reduction, gradient sync)."""
+    memory_bytes: float
+    """Per-device memory the operator holds (parameters, gradients, optimizer state, activations)."""
+
+    def to_json(self) -> dict:
+        """JSON form (a flat dict)."""
+        return dict(self.__dict__)
+
+    @staticmethod
+    def from_json(data: dict) -> Layer:
+        """Inverse of :meth:`to_json`."""
+        return Layer(**{k: data[k] for k in Layer.__dataclass_fields__})
+
+
+@dataclass
+class Redistribution:
+    """A tensor moved between the layout its producer makes and the one its consumer needs."""
+
+    src: str
+    """Producer node."""
+    dst: str
+    """Consumer node."""
+    from_layout: list[str]
+    """Placements the producer's output has (one per mesh axis)."""
+    to_layout: list[str]
+    """Placements the consumer computes with."""
+    time_s: float
+    """Forward + backward time of the redistribution."""
+    memory_bytes: float = 0.0
+    """Per-device memory charged to the edge (e.g. an activation saved in the consumer's layout)."""
+
+    def to_json(self) -> dict:
+        """JSON form; the layouts are stored under "from" and "to"."""
+        return {"src": self.src, "dst": self.dst, "from": list(self.from_layout), "to": list(self.to_layout),
+                "time_s": self.time_s, "memory_bytes": self.memory_bytes}
+
+    @staticmethod
+    def from_json(data: dict) -> Redistribution:
+        """Inverse of :meth:`to_json`."""
+        return Redistribution(data["src"], data["dst"], list(data["from"]), list(data["to"]),
+                              data["time_s"], data.get("memory_bytes", 0.0))
+
+
+@dataclass
+class Plan:
+    """One point of a frontier: total costs, the label chosen per node, and its breakdown.
+
+    Example:
+        >>> p = Plan("d2-p0", 0.5, 1024, {"linear": "batch=2"})
+        >>> Plan.from_json(p.to_json()) == p
+        True
+    """
+
+    id: str
+    """Unique in the frontier file: d<devices>-p<index in the frontier, fastest first>."""
+    time_s: float
+    """Predicted step time (seconds)."""
+    memory_bytes: float
+    """Predicted memory per device (bytes)."""
+    ops: dict[str, str]
+    """Node -> configuration label."""
+    summary: str = ""
+    """One line on how the plan splits the model, e.g. "conv: batch=8; fc: out=8"."""
+    layers: list[Layer] = field(default_factory=list)
+    """Per-operator breakdown."""
+    redistributions: list[Redistribution] = field(default_factory=list)
+    """Redistributions between operators that cost something."""
+    throughput_samples_per_s: float | None = None
+    """global_batch_size / time_s."""
+
+    def to_json(self) -> dict:
+        """JSON form (the frontier.json plan entry)."""
+        out: dict[str, Any] = {"id": self.id, "time_s": self.time_s, "memory_bytes": self.memory_bytes}
+        if self.throughput_samples_per_s is not None:
+            out["throughput_samples_per_s"] = self.throughput_samples_per_s
+        out["summary"] = self.summary
+        out["ops"] = dict(self.ops)
+        out["layers"] = [layer.to_json() for layer in self.layers]
+        out["redistributions"] = [r.to_json() for r in self.redistributions]
+        return out
+
+    @staticmethod
+    def from_json(data: dict) -> Plan:
+        """Inverse of :meth:`to_json`."""
+        return Plan(
+            id=data["id"], time_s=data["time_s"], memory_bytes=data["memory_bytes"], ops=dict(data["ops"]),
+            summary=data.get("summary", ""),
+            layers=[Layer.from_json(x) for x in data.get("layers", [])],
+            redistributions=[Redistribution.from_json(x) for x in data.get("redistributions", [])],
+            throughput_samples_per_s=data.get("throughput_samples_per_s"),
+        )
+
+
+@dataclass
+class Frontier:
+    """The Pareto frontier of one device count.
+
+    Example:
+        >>> f = Frontier(2, Mesh((2,), ("gpu",)), [Plan("d2-p0", 0.5, 1024, {"fc": "out=2"})])
+        >>> Frontier.from_json(f.to_json()) == f
+        True
+    """
+
+    devices: int
+    """Number of devices."""
+    mesh: Mesh
+    """The device mesh the configurations refer to."""
+    plans: list[Plan]
+    """Non-dominated plans sorted by time (fastest first)."""
+    configurations: dict[str, dict[str, dict]] = field(default_factory=dict)
+    """Node -> label -> Configuration.to_json() for every label a plan uses."""
+    solve_time_s: float | None = None
+    """Wall time spent building the cost graph and solving this frontier."""
+
+    def to_json(self) -> dict:
+        """JSON form (an entry of frontier.json's "frontiers")."""
+        out: dict[str, Any] = {"devices": self.devices, "mesh": list(self.mesh.shape),
+                               "mesh_levels": list(self.mesh.levels)}
+        if self.solve_time_s is not None:
+            out["solve_time_s"] = self.solve_time_s
+        out["plans"] = [p.to_json() for p in self.plans]
+        out["configurations"] = self.configurations
+        return out
+
+    @staticmethod
+    def from_json(data: dict) -> Frontier:
+        """Inverse of :meth:`to_json`."""
+        return Frontier(
+            devices=int(data["devices"]), mesh=_mesh_of(data),
+            plans=[Plan.from_json(p) for p in data["plans"]],
+            configurations=data.get("configurations", {}), solve_time_s=data.get("solve_time_s"),
+        )
+
+    def configuration(self, node: str, label: str) -> Configuration:
+        """The Configuration a label of a node stands for."""
+        return Configuration.from_json(self.configurations[node][label])
+
+
+@dataclass
+class FrontierFile:
+    """The whole frontier.json: the job and one frontier per device count.
+
+    Example:
+        >>> ff = FrontierFile(job={"devices": [2]}, frontiers=[])
+        >>> FrontierFile.from_json(ff.to_json()) == ff
+        True
+    """
+
+    job: dict
+    """The resolved job (Job.to_dict() with the model preset's defaults filled in)."""
+    frontiers: list[Frontier]
+    """One per planned device count, ascending."""
+    selected: str | None = None
+    """Id of the plan last selected (by `tensoropt plan` or `tensoropt select`)."""
+    version: int = SCHEMA_VERSION
+    """Schema version."""
+
+    def to_json(self) -> dict:
+        """JSON form (the content of frontier.json)."""
+        return {"version": self.version, "job": self.job, "frontiers": [f.to_json() for f in self.frontiers],
+                "selected": self.selected}
+
+    @staticmethod
+    def from_json(data: dict, source: str = "frontier.json") -> FrontierFile:
+        """Inverse of :meth:`to_json`; checks the version and names ``source`` in errors."""
+        _check_version(data, source)
+        try:
+            return FrontierFile(job=data["job"], frontiers=[Frontier.from_json(f) for f in data["frontiers"]],
+                                selected=data.get("selected"), version=data["version"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise PlanFileError(f"{source}: malformed frontier file ({type(e).__name__}: {e})") from None
+
+    def frontier(self, devices: int) -> Frontier | None:
+        """The frontier of ``devices`` devices, or None when that count was not planned."""
+        return next((f for f in self.frontiers if f.devices == devices), None)
+
+    def find(self, plan_id: str) -> tuple[Frontier, Plan]:
+        """The frontier and plan with id ``plan_id`` (KeyError when none)."""
+        for f in self.frontiers:
+            for p in f.plans:
+                if p.id == plan_id:
+                    return f, p
+        raise KeyError(plan_id)
+
+    def write(self, path: str | Path) -> None:
+        """Write atomically as JSON."""
+        write_text_atomic(path, json.dumps(self.to_json(), indent=1) + "\n")
+
+
+def load_frontier_file(path: str | Path) -> FrontierFile:
+    """Read frontier.json (raising PlanFileError that names the file on any problem).
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "frontier.json")
+        >>> FrontierFile(job={}, frontiers=[]).write(p)
+        >>> load_frontier_file(p).version
+        1
+    """
+    return FrontierFile.from_json(_read_json(path), str(path))
+
+
+@dataclass
+class PlanFile:
+    """plan.json: one plan with everything needed to run it (devices, mesh, placements, job).
+
+    Example:
+        >>> text = plan_file_text({"version": 1, "job": {}, "frontiers": [{"devices": 1, "mesh": [],
+        ...     "mesh_levels": [], "plans": [{"id": "d1-p0", "time_s": 1.0, "memory_bytes": 8, "ops": {}}],
+        ...     "configurations": {}}]}, "d1-p0")
+        >>> PlanFile.from_json(json.loads(text)).plan.id
+        'd1-p0'
+    """
+
+    plan: Plan
+    """The plan entry."""
+    devices: int
+    """Number of devices it runs on."""
+    mesh: Mesh
+    """Its device mesh."""
+    placements: dict[str, Configuration]
+    """Node -> the configuration the executor applies."""
+    job: dict
+    """The resolved job it was planned for."""
+
+    @staticmethod
+    def from_json(data: dict, source: str = "plan.json") -> PlanFile:
+        """Parse plan.json's content (raising PlanFileError that names ``source``)."""
+        _check_version(data, source)
+        try:
+            return PlanFile(plan=Plan.from_json(data), devices=int(data["devices"]),
+                            mesh=Mesh.from_json(data["mesh"]),
+                            placements={n: Configuration.from_json(c) for n, c in data["placements"].items()},
+                            job=data["job"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise PlanFileError(f"{source}: malformed plan file ({type(e).__name__}: {e})") from None
+
+
+def load_plan_file(path: str | Path) -> PlanFile:
+    """Read plan.json (raising PlanFileError that names the file on any problem)."""
+    return PlanFile.from_json(_read_json(path), str(path))
+
+
+def plan_file_text(frontier_json: dict, plan_id: str) -> str:
+    """The exact text ``tensoropt select`` writes to plan.json for plan ``plan_id``.
+
+    Args:
+        frontier_json: the parsed content of frontier.json.
+        plan_id: id of one of its plans.
+
+    Returns:
+        JSON text (indented, newline-terminated): the plan entry, ``devices``, ``mesh``,
+        ``placements`` and ``job``.
+
+    Raises:
+        PlanFileError: no plan has that id, or a label lacks its configuration.
+
+    Example:
+        >>> fj = {"version": 1, "job": {}, "frontiers": [{"devices": 1, "mesh": [], "mesh_levels": [],
+        ...       "plans": [{"id": "d1-p0", "time_s": 1.0, "memory_bytes": 8, "ops": {}}]}]}
+        >>> json.loads(plan_file_text(fj, "d1-p0"))["devices"]
+        1
+    """
+    for frontier in frontier_json.get("frontiers", []):
+        for plan in frontier.get("plans", []):
+            if plan.get("id") != plan_id:
+                continue
+            configs = frontier.get("configurations", {})
+            placements = {}
+            for node, label in plan["ops"].items():
+                try:
+                    placements[node] = configs[node][label]
+                except KeyError:
+                    raise PlanFileError(f"plan {plan_id}: no configuration {label!r} recorded for node "
+                                        f"{node!r} in the frontier's 'configurations'") from None
+            out = {"version": frontier_json.get("version", SCHEMA_VERSION), **plan,
+                   "devices": frontier["devices"], "mesh": _mesh_of(frontier).to_json(),
+                   "placements": placements, "job": frontier_json.get("job", {})}
+            return json.dumps(out, indent=1) + "\n"
+    ids = [p.get("id") for f in frontier_json.get("frontiers", []) for p in f.get("plans", [])]
+    shown = ", ".join(ids[:8]) + (", ..." if len(ids) > 8 else "")
+    raise PlanFileError(f"no plan with id {plan_id!r} in the frontier file (ids: {shown or 'none'})")
+
+
+def plan_id(devices: int, index: int) -> str:
+    """Id of the ``index``-th fastest plan on ``devices`` devices.
+
+    Example:
+        >>> plan_id(8, 3)
+        'd8-p3'
+    """
+    return f"d{devices}-p{index}"
+
+
+def _mesh_of(frontier: dict) -> Mesh:
+    shape = tuple(int(s) for s in frontier["mesh"])
+    levels = tuple(frontier.get("mesh_levels", ["gpu"] * len(shape)))
+    return Mesh(shape=shape, levels=levels)
+
+
+def _check_version(data: Any, source: str) -> None:
+    if not isinstance(data, dict) or "version" not in data:
+        raise PlanFileError(f"{source}: not a tensoropt file (no 'version' key)")
+    if data["version"] != SCHEMA_VERSION:
+        raise PlanFileError(f"{source}: schema version {data['version']!r}; this tensoropt reads version "
+                            f"{SCHEMA_VERSION} (re-run `tensoropt plan`)")
+
+
+def _read_json(path: str | Path) -> Any:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError as e:
+        raise PlanFileError(f"{path}: cannot read: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise PlanFileError(f"{path}: invalid JSON ({e})") from None
