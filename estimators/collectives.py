@@ -1,0 +1,147 @@
+"""Alpha-beta cost of collectives over mesh axes, flat or hierarchical (torch-free).
+
+For a group of ``p`` devices on one level with per-step latency ``a`` and per-device bandwidth
+``B`` (ring algorithms, shared/guide/COSTS.md; Thakur, Rabenseifner & Gropp 2005)::
+
+    all_reduce(n)      2(p-1) a + 2(p-1)/p * n/B        n = tensor bytes
+    reduce_scatter(n)   (p-1) a +  (p-1)/p * n/B        n = input (full) bytes
+    all_gather(n)       (p-1) a +  (p-1)/p * n/B        n = output (full) bytes
+    all_to_all(n)       (p-1) a +  (p-1)/p * n/B        n = bytes each device holds
+    broadcast(n)   ceil(log2 p) a +          n/B        (pipelined)
+
+A group over several mesh axes has ``p = prod(axis sizes)``. When it mixes inter-node
+("node") and intra-node ("gpu") axes the collective is hierarchical: all-reduce = reduce-scatter
+inside the node + all-reduce of ``n/p_intra`` across nodes + all-gather inside the node;
+all-gather and reduce-scatter are the matching two-stage halves; all-to-all is bounded by the
+slower link for the bytes that cross it. Calibrated fits (``Cluster.fits``) replace the
+formula when collective, group size and level match. gloo has no all-to-all: it is an
+all-gather of every device's buffer followed by a local chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from estimators.profiles import COLLECTIVES, Cluster, Link
+from tensoropt.configspace.configuration import Mesh
+
+
+class CommModel:
+    """Collective times on one mesh of one cluster.
+
+    Example:
+        >>> from estimators.profiles import load_cluster
+        >>> cm = CommModel(load_cluster("h100-4x8-ib"), Mesh.for_cluster(16, 8))
+        >>> cm.time_s("all_reduce", 1e8, (0,)) > cm.time_s("all_reduce", 1e8, (1,))  # node axis is slower
+        True
+    """
+
+    def __init__(self, cluster: Cluster, mesh: Mesh):
+        self.cluster = cluster
+        self.mesh = mesh
+
+    def group(self, axes: Iterable[int]) -> tuple[int, int]:
+        """(inter-node size, intra-node size) of the group spanned by ``axes``.
+
+        Example:
+            >>> from estimators.profiles import load_cluster
+            >>> CommModel(load_cluster("h100-4x8-ib"), Mesh.for_cluster(16, 8)).group((0, 1, 2))
+            (2, 4)
+        """
+        inter = intra = 1
+        for a in axes:
+            if not 0 <= a < len(self.mesh.shape):
+                raise ValueError(f"mesh axis {a} out of range for mesh {self.mesh.shape}")
+            if self.mesh.levels[a] == "node":
+                inter *= self.mesh.shape[a]
+            else:
+                intra *= self.mesh.shape[a]
+        return inter, intra
+
+    def time_s(self, collective: str, nbytes: float, axes: Iterable[int]) -> float:
+        """Seconds for one ``collective`` on ``nbytes`` (see the module table for n) over ``axes``.
+
+        Example:
+            >>> from estimators.profiles import load_cluster
+            >>> cm = CommModel(load_cluster("h100x8"), Mesh.for_cluster(8, 8))
+            >>> cm.time_s("all_gather", 0, ()) == 0.0 and cm.time_s("all_gather", 1e6, (0, 1, 2)) > 0
+            True
+        """
+        if collective not in COLLECTIVES:
+            raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
+        inter, intra = self.group(axes)
+        if inter * intra == 1 or nbytes <= 0:
+            return 0.0
+        if collective == "all_to_all" and not self.cluster.has_all_to_all:
+            return self.time_s("all_gather", nbytes * inter * intra, axes)
+        if inter == 1:
+            return self._level(collective, nbytes, intra, "gpu")
+        if intra == 1:
+            return self._level(collective, nbytes, inter, "node")
+        return self._hierarchical(collective, nbytes, inter, intra)
+
+    def _level(self, collective: str, nbytes: float, p: int, level: str) -> float:
+        """One collective on ``p`` devices of one level: the calibrated fit if any, else the formula."""
+        fit = self.cluster.fit(collective, p, level)
+        if fit is not None:
+            return fit.time_s(nbytes)
+        return flat_time_s(collective, nbytes, p, self.cluster.link(level))
+
+    def _hierarchical(self, collective: str, nbytes: float, inter: int, intra: int) -> float:
+        """A collective whose group spans ``inter`` nodes x ``intra`` devices per node."""
+        lv = self._level
+        if collective == "all_reduce":
+            return (
+                lv("reduce_scatter", nbytes, intra, "gpu")
+                + lv("all_reduce", nbytes / intra, inter, "node")
+                + lv("all_gather", nbytes, intra, "gpu")
+            )
+        if collective == "reduce_scatter":
+            return lv("reduce_scatter", nbytes, intra, "gpu") + lv(
+                "reduce_scatter", nbytes / intra, inter, "node"
+            )
+        if collective == "all_gather":
+            return lv("all_gather", nbytes / intra, inter, "node") + lv("all_gather", nbytes, intra, "gpu")
+        fast, slow = self.cluster.intra_node, self.cluster.inter_node
+        p = inter * intra
+        if collective == "all_to_all":
+            intra_bytes = (intra - 1) / p * nbytes
+            inter_bytes = (p - intra) / p * nbytes
+            return (p - 1) * max(fast.latency_s, slow.latency_s) + max(
+                intra_bytes * fast.seconds_per_byte, inter_bytes * slow.seconds_per_byte
+            )
+        # broadcast: pipelined down a tree; the slow link bounds the bandwidth term.
+        return math.ceil(math.log2(p)) * slow.latency_s + nbytes * slow.seconds_per_byte
+
+
+def flat_time_s(collective: str, nbytes: float, p: int, link: Link) -> float:
+    """Ring alpha-beta time of one collective on ``p`` devices joined by ``link``.
+
+    Example:
+        >>> flat_time_s("all_reduce", 1e9, 2, Link(bandwidth_gbps=1.0, latency_s=0.0))
+        1.0
+    """
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    steps, factor = ring_coefficients(collective, p)
+    return steps * link.latency_s + factor * nbytes * link.seconds_per_byte
+
+
+def ring_coefficients(collective: str, p: int) -> tuple[float, float]:
+    """(latency steps, bandwidth factor) of the ring formula: time = steps*a + factor*n/B.
+
+    Used to turn a measured fit ``alpha + beta*n`` back into a per-step latency and a link
+    bandwidth (``a = alpha/steps``, ``1/B = beta/factor``).
+
+    Example:
+        >>> ring_coefficients("all_reduce", 4)
+        (6.0, 1.5)
+    """
+    if collective == "all_reduce":
+        return 2.0 * (p - 1), 2.0 * (p - 1) / p
+    if collective in ("reduce_scatter", "all_gather", "all_to_all"):
+        return float(p - 1), (p - 1) / p
+    if collective == "broadcast":
+        return float(math.ceil(math.log2(p))), 1.0
+    raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")

@@ -1,0 +1,113 @@
+"""Roofline compute time of one operator's local shard, forward and backward (torch-free).
+
+    time = max(FLOPs / (peak(dtype) * efficiency), bytes / (bandwidth * memory_efficiency))
+           + kernels * launch floor
+
+* local FLOPs = the node's forward ``flops`` / product of the degrees of every split parallel
+  dim (each split dim partitions the iteration space; a replicated operator computes it all);
+* bytes = local operands + local parameters + local output (forward);
+* backward of linear / conv2d / matmul: one forward-sized matmul per gradient it must produce
+  (the weight gradient when it has parameters, one per operand that needs a gradient); of
+  sdpa 2x forward (dQ, dK, dV and dP); of everything else one pass of forward FLOPs over 1.5x
+  the bytes (read the output gradient and the saved tensor, write the input gradient);
+* an operator that needs no gradient (no parameters, no operand on a parameter's path) has no
+  backward;
+* optimizer step: memory-bound over the local parameters, ``OPTIMIZER_PASSES`` parameter-sized
+  reads+writes per element.
+
+Constants come from the device profile (``estimators.profiles.Device``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from estimators.memory import itemsize, numel
+from estimators.profiles import Device
+
+MATMUL_KINDS = frozenset({"linear", "matmul", "conv2d", "sdpa"})
+
+OPTIMIZER_PASSES = {"sgd": 3, "momentum": 5, "adam": 7, "adamw": 7}
+"""Parameter-sized memory passes of one optimizer step: sgd reads p, g and writes p; momentum adds
+the buffer read + write; Adam/AdamW add both moments' read + write (torch.optim foreach kernels)."""
+
+
+@dataclass(frozen=True)
+class LocalOp:
+    """The local shard of one operator under one configuration (what the roofline needs)."""
+
+    kind: str
+    dtype: str
+    flops: float
+    """Local forward FLOPs."""
+    in_shapes: tuple[tuple[int, ...], ...]
+    in_dtypes: tuple[str, ...]
+    param_shapes: tuple[tuple[int, ...], ...]
+    out_shape: tuple[int, ...]
+    has_params: bool
+    inputs_need_grad: tuple[bool, ...]
+
+
+def op_bytes(op: LocalOp) -> int:
+    """Forward bytes moved by the local shard: operands + parameters + output.
+
+    Example:
+        >>> op_bytes(LocalOp("elementwise", "float32", 8, ((8,),), ("float32",), (), (8,), False, (True,)))
+        64
+    """
+    size = itemsize(op.dtype)
+    total = sum(numel(s) * itemsize(d) for s, d in zip(op.in_shapes, op.in_dtypes))
+    total += sum(numel(s) for s in op.param_shapes) * size
+    return total + numel(op.out_shape) * size
+
+
+def _roof(device: Device, flops: float, nbytes: float, matmul: bool, kernels: int) -> float:
+    eff = device.matmul_efficiency if matmul else device.memory_efficiency
+    flop_s = flops / (device.peak_flops("float32") * eff) if flops else 0.0
+    byte_s = nbytes / (device.memory_bandwidth_gbps * 1e9 * device.memory_efficiency)
+    return max(flop_s, byte_s) + kernels * device.kernel_launch_s
+
+
+def roofline_time_s(device: Device, op: LocalOp) -> tuple[float, float]:
+    """(forward, backward) roofline seconds of a local operator shard.
+
+    Example:
+        >>> from estimators.profiles import load_device
+        >>> op = LocalOp("linear", "float32", 2 * 64 * 512 * 512, ((64, 512),), ("float32",),
+        ...              ((512, 512),), (64, 512), True, (True,))
+        >>> fwd, bwd = roofline_time_s(load_device("cpu"), op)
+        >>> 1.9 < bwd / fwd < 2.1
+        True
+    """
+    matmul = op.kind in MATMUL_KINDS
+    peak_dtype_scale = device.peak_flops("float32") / device.peak_flops(op.dtype)
+    flops = op.flops * peak_dtype_scale
+    nbytes = op_bytes(op)
+    fwd = _roof(device, flops, nbytes, matmul, 1)
+    grads = int(op.has_params) + sum(op.inputs_need_grad)
+    if grads == 0:
+        return fwd, 0.0
+    if op.kind == "sdpa":
+        bwd = _roof(device, 2 * flops, 2 * nbytes, True, 2)
+    elif matmul:
+        bwd = _roof(device, grads * flops, grads * nbytes, True, grads)
+    else:
+        bwd = _roof(device, flops, 1.5 * nbytes, False, 1)
+    return fwd, bwd
+
+
+def optimizer_time_s(device: Device, param_bytes: int, num_tensors: int, optimizer: str) -> float:
+    """Seconds of one optimizer step over ``param_bytes`` local parameter bytes.
+
+    Example:
+        >>> from estimators.profiles import load_device
+        >>> optimizer_time_s(load_device("cpu"), 0, 0, "adamw")
+        0.0
+    """
+    if param_bytes <= 0:
+        return 0.0
+    passes = OPTIMIZER_PASSES.get(optimizer.lower(), 7)
+    return (
+        passes * param_bytes / (device.memory_bandwidth_gbps * 1e9 * device.memory_efficiency)
+        + num_tensors * device.kernel_launch_s
+    )

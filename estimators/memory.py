@@ -1,0 +1,237 @@
+"""What autograd saves for backward, per operator, at local-shard shapes (torch-free).
+
+Each rule below was checked on torch 2.13 with ``torch.autograd.graph.saved_tensors_hooks``
+(see tests/estimators/test_saved_tensors.py, which re-checks them against real ops):
+
+    kind / op                         saves (besides parameters)
+    linear, conv2d                    input                                   (operand)
+    mm, bmm, matmul, einsum           both operands; addmm/baddbmm not the bias
+    relu, tanh, sigmoid, exp, sqrt,   output
+      rsqrt, reciprocal
+    gelu, silu, log, pow, erf, ...    input
+    mul, div (two tensors)            each operand whose partner needs a gradient
+    maximum, minimum                  both operands
+    where / masked_fill               the boolean condition (operand)
+    add, sub, neg, views, cat, sum    nothing
+    softmax, log_softmax              output
+    layer_norm                        input + mean, rstd (rows x float32 each)
+    rms_norm                          input + rstd; on CPU also x*rstd (full size)
+    batch_norm (training)             input + save_mean, save_invstd (C x float32 each)
+    group_norm                        input + mean, rstd (N x G x float32 each)
+    dropout (training, p > 0)         mask: CPU a float tensor of the input's size (input*noise
+                                      path); CUDA a bool mask (native_dropout)
+    max_pool / adaptive_max_pool      input + int64 indices of the output's shape
+    avg_pool, adaptive_avg_pool       input (adaptive_avg_pool to 1x1 becomes a mean: nothing)
+    embedding                         the indices (operand)
+    cross_entropy                     log_softmax of the logits (new) + target (operand) + a
+                                      4-byte total weight
+    sdpa (math path, explicit mask)   q*scale and k*scale (new, q and k sized), the attention
+                                      weights b*h*t*s (new), v (operand); with dropout in
+                                      training two more b*h*t*s tensors on CPU (mask + dropped
+                                      weights), one float + one bool mask on CUDA
+    opaque                            assumed: every activation operand (conservative)
+
+An operator none of whose operands needs a gradient and that has no parameters saves nothing.
+"Operand" entries share storage with the producer's output when the layout is unchanged; the
+cost graph (:mod:`estimators.node_costs`) counts such a storage once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ITEMSIZE = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "complex64": 8,
+}
+
+OPTIMIZER_STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+"""Optimizer state per parameter element, in parameter-sized tensors (torch.optim defaults)."""
+
+_SAVES_OUTPUT = {"relu", "relu_", "tanh", "sigmoid", "exp", "sqrt", "rsqrt", "reciprocal"}
+_SAVES_NOTHING = {"add", "add_", "sub", "rsub", "neg", "clone", "contiguous", "to", "alias"}
+_SAVES_BOTH = {"maximum", "minimum", "mm", "bmm", "matmul", "einsum"}
+_CONDITION_ARG = {"where": 0, "masked_fill": 1}
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a dtype name (4 when unknown).
+
+    Example:
+        >>> itemsize("bfloat16"), itemsize("int64")
+        (2, 8)
+    """
+    return ITEMSIZE.get(str(dtype).replace("torch.", ""), 4)
+
+
+def numel(shape) -> int:
+    """Number of elements of a shape.
+
+    Example:
+        >>> numel((2, 3)), numel(())
+        (6, 1)
+    """
+    return math.prod(shape) if shape else 1
+
+
+def optimizer_factor(optimizer: str) -> int:
+    """Parameter-sized optimizer state tensors per parameter for ``optimizer``.
+
+    Example:
+        >>> optimizer_factor("adamw"), optimizer_factor("sgd")
+        (2, 0)
+    """
+    try:
+        return OPTIMIZER_STATE_FACTOR[optimizer.lower()]
+    except KeyError:
+        raise ValueError(
+            f"unknown optimizer {optimizer!r}; expected one of {sorted(OPTIMIZER_STATE_FACTOR)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class SavedSpec:
+    """What one operator saves: operand indices (into the node's ``inputs``) and whether its output."""
+
+    inputs: tuple[int, ...] = ()
+    output: bool = False
+
+
+def _short(op: str) -> str:
+    """``"aten.relu.default"`` -> ``"relu"``."""
+    parts = op.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "aten" else parts[-1]
+
+
+def saved_spec(node: dict) -> SavedSpec:
+    """Which operands and whether the output a node's autograd saves (see the module table).
+
+    Args:
+        node: OpGraph node attributes (``op``, ``kind``, ``inputs``, ``operands``).
+
+    Example:
+        >>> saved_spec({"op": "aten.relu.default", "kind": "elementwise", "inputs": [{}], "operands": []})
+        SavedSpec(inputs=(), output=True)
+    """
+    kind, name = node["kind"], _short(node["op"])
+    operands = node.get("operands") or [{"role": "input", "index": i} for i in range(len(node["inputs"]))]
+    act = {pos: o["index"] for pos, o in enumerate(operands) if o.get("role") == "input"}
+    n_in = len(node["inputs"])
+
+    def at(*positions: int) -> tuple[int, ...]:
+        return tuple(sorted({act[p] for p in positions if p in act}))
+
+    if kind in ("input", "cat", "reduce") and name not in ("amax", "amin"):
+        return SavedSpec()
+    if kind in ("linear", "conv2d", "opaque"):
+        return SavedSpec(tuple(range(n_in)))
+    if kind == "matmul":
+        if name in ("addmm", "baddbmm"):
+            return SavedSpec(at(1, 2))
+        return SavedSpec(tuple(range(n_in)))
+    if kind in ("softmax", "log_softmax"):
+        return SavedSpec(output=True)
+    attrs = node.get("attrs") or {}
+    if (
+        kind == "adaptive_pool"
+        and attrs.get("mode") == "avg"
+        and list(attrs.get("output_size", [])) == [1, 1]
+    ):
+        return SavedSpec()  # becomes a mean: nothing saved
+    if kind in ("layer_norm", "rms_norm", "batch_norm", "group_norm", "pool", "adaptive_pool"):
+        return SavedSpec(at(0))
+    if kind in ("embedding", "dropout"):
+        return SavedSpec(tuple(range(n_in)) if kind == "embedding" else ())
+    if kind == "cross_entropy":
+        return SavedSpec(at(1))
+    if kind == "sdpa":
+        return SavedSpec(at(2))
+    if name in ("amax", "amin"):
+        return SavedSpec(at(0), output=True)
+    # elementwise
+    if name in _SAVES_OUTPUT:
+        return SavedSpec(output=True)
+    if name in _SAVES_NOTHING or len(operands) == 0:
+        return SavedSpec()
+    if name in _CONDITION_ARG:
+        return SavedSpec(at(_CONDITION_ARG[name]))
+    if name in _SAVES_BOTH:
+        return SavedSpec(tuple(range(n_in)))
+    if name in ("mul", "mul_", "div"):
+        if len(operands) < 2:
+            return SavedSpec()
+        saved = {1} if 0 in act else set()  # d/d(self) needs other
+        if 1 in act:
+            saved |= {0, 1} if name == "div" else {0}
+        return SavedSpec(at(*saved))
+    return SavedSpec(at(0))
+
+
+def extra_saved_bytes(
+    node: dict, in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], device_kind: str = "gpu"
+) -> int:
+    """Bytes of the *new* tensors a node saves (statistics, masks, indices), at local shapes.
+
+    Args:
+        node: OpGraph node attributes (``op``, ``kind``, ``attrs``, ``inputs``, ``out_dtype``).
+        in_shapes: local shapes of the node's ``inputs`` (activation operands), in order.
+        out_shape: local shape of the node's output.
+        device_kind: ``"cpu"`` or ``"gpu"`` (dropout masks and rms_norm differ).
+
+    Example:
+        >>> node = {"op": "aten.layer_norm.default", "kind": "layer_norm", "attrs": {"normalized_shape": [8]},
+        ...         "inputs": [{"dtype": "float32"}], "out_dtype": "float32"}
+        >>> extra_saved_bytes(node, [(4, 8)], (4, 8))  # mean + rstd, 4 rows x 4 bytes each
+        32
+    """
+    kind, attrs = node["kind"], node.get("attrs") or {}
+    dtype = node.get("out_dtype", "float32")
+    size = itemsize(dtype)
+    stat = max(4, size)  # statistics are kept in the accumulation type (float32 for half types)
+    x = in_shapes[0] if in_shapes else out_shape
+    if kind == "layer_norm" or kind == "rms_norm":
+        k = len(attrs.get("normalized_shape") or [1])
+        rows = numel(x[: len(x) - k])
+        extra = (2 if kind == "layer_norm" else 1) * rows * stat
+        if kind == "rms_norm" and device_kind == "cpu":
+            extra += numel(x) * size
+        return extra
+    if kind == "batch_norm":
+        return 2 * x[1] * stat if attrs.get("training", True) and len(x) > 1 else 0
+    if kind == "group_norm":
+        channels = x[1] if len(x) > 1 else 1
+        full_c = (
+            node["inputs"][0]["shape"][1]
+            if node.get("inputs") and len(node["inputs"][0]["shape"]) > 1
+            else channels
+        )
+        groups = max(1, attrs.get("num_groups", 1) * channels // max(1, full_c))
+        return 2 * x[0] * groups * stat
+    if kind == "dropout":
+        if not attrs.get("train", True) or attrs.get("p", 0.5) <= 0:
+            return 0
+        return numel(x) * (size if device_kind == "cpu" else 1)
+    if kind in ("pool", "adaptive_pool"):
+        if attrs.get("mode") == "max":
+            return numel(out_shape) * 8
+        return 0
+    if kind == "cross_entropy":
+        return numel(x) * size + 4
+    if kind == "sdpa":
+        q, k = in_shapes[0], in_shapes[1]
+        attn = numel(q[:-1]) * k[-2]
+        extra = (numel(q) + numel(k) + attn) * size
+        if attrs.get("dropout_p", 0.0) > 0:
+            extra += attn * size + (attn * size if device_kind == "cpu" else attn)
+        return extra
+    return 0

@@ -1,0 +1,298 @@
+"""Node and edge costs of one configuration (pair) of an OpGraph: time and memory (torch-free).
+
+Node cost c(v, s) (shared/guide/ALGORITHM.md):
+
+* compute: forward + backward of the local shard (:mod:`estimators.compute`, or a profiled
+  timer), plus the optimizer step over the local parameters;
+* communication inside the operator: the partial-sum reduction of its output
+  (``Configuration.partial_axes``: all-reduce to R, or reduce-scatter to S with an all-gather
+  backward) and the weight-gradient all-reduce over ``grad_sync_axes``;
+* memory: local parameters x (1 + 1 gradient + optimizer state factor), the tensors the
+  operator saves for backward that it owns (its output when it saves it, statistics, masks,
+  indices; :mod:`estimators.memory`), and its output once more when two or more consumers save
+  it (one storage, charged once, here).
+
+Edge cost c(u, v, s_u, s_v), summed over the operands of v that read u:
+
+* time: redistribution from u's output layout (carried through the folded views; a shard on a
+  dim a view mixes is all-gathered first) to the operand layout v computes with, forward and
+  backward (:func:`estimators.redistribution.edge_time_s`);
+* memory: the operand tensor v saves, when v saves it. Same layout as u's output -> the same
+  storage: charged here only when nothing else charges that storage (u does not save its
+  output and v is its only saving consumer), else 0. Different layout -> a new storage (DTensor
+  redistribution copies, even a Replicate -> Shard slice clones) in v's layout, charged here.
+
+The objective stays additive. The one approximation: when u's output is saved by two or more
+consumers, it is charged at u even if every one of them redistributes it first (an over-count
+of one tensor per such producer). Communication buffers are transient: they are not in the
+additive memory objective; ``buffer_bytes`` reports the largest one so a plan's peak can add it
+once (:func:`estimators.breakdown.plan_breakdown`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from estimators.collectives import CommModel
+from estimators.compute import LocalOp, optimizer_time_s, roofline_time_s
+from estimators.memory import extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
+from estimators.profiles import Cluster
+from estimators.redistribution import edge_time_s, redistribution_steps, redistribution_time_s, through_view
+from tensoropt.configspace.configuration import Configuration, Mesh, local_shape
+
+FLOATING = ("float", "bfloat", "complex")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Cost of one node configuration or one edge configuration pair."""
+
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    memory_bytes: float = 0.0
+    buffer_bytes: float = 0.0
+    """Largest transient communication buffer (not part of the additive objective)."""
+
+    @property
+    def time_s(self) -> float:
+        """compute + communication seconds."""
+        return self.compute_s + self.comm_s
+
+
+@dataclass
+class CostModel:
+    """Everything that turns (node, configuration) into a :class:`Cost`.
+
+    Attributes:
+        cluster: the cluster profile.
+        mesh: the device mesh.
+        optimizer: "sgd" | "momentum" | "adam" | "adamw" (optimizer-state memory, step time).
+        compute_time: optional ``(name, node, config, op: LocalOp) -> (fwd_s, bwd_s)`` replacing the
+            roofline (profiled mode); return None to fall back to the roofline.
+    """
+
+    cluster: Cluster
+    mesh: Mesh
+    optimizer: str = "adamw"
+    compute_time: Callable | None = None
+    comm: CommModel = field(init=False)
+
+    def __post_init__(self):
+        self.comm = CommModel(self.cluster, self.mesh)
+        optimizer_factor(self.optimizer)  # validates the name
+
+
+@dataclass
+class GraphInfo:
+    """Per-graph facts the costs need: which tensors need gradients, who saves what."""
+
+    needs_grad: dict[str, bool]
+    """Node -> whether its output requires grad (it depends on a parameter and is floating)."""
+    computes_grad: dict[str, bool]
+    """Node -> whether it takes part in backward (has parameters or an operand needing grad)."""
+    saving_consumers: dict[str, int]
+    """Node -> number of distinct consumers that save its output as an operand."""
+    output_charged: dict[str, bool]
+    """Node -> whether its output storage is charged at the node."""
+
+    @staticmethod
+    def of(g: nx.DiGraph) -> GraphInfo:
+        """Derive the facts from an OpGraph's networkx graph.
+
+        Example:
+            >>> g = nx.DiGraph()
+            >>> g.add_node("x", op="input", kind="input", inputs=[], params={}, out_dtype="float32")
+            >>> GraphInfo.of(g).needs_grad
+            {'x': False}
+        """
+        needs, computes = {}, {}
+        for n in nx.topological_sort(g):
+            d = g.nodes[n]
+            srcs = [e["source"] for e in d["inputs"]]
+            computes[n] = d["kind"] != "input" and (bool(d["params"]) or any(needs[s] for s in srcs))
+            needs[n] = computes[n] and str(d.get("out_dtype", "float32")).startswith(FLOATING)
+        saving = {n: 0 for n in g.nodes}
+        for v in g.nodes:
+            d = g.nodes[v]
+            if not computes[v]:
+                continue
+            for u in {d["inputs"][i]["source"] for i in saved_spec(d).inputs}:
+                saving[u] += 1
+        charged = {n: computes[n] and (saved_spec(g.nodes[n]).output or saving[n] >= 2) for n in g.nodes}
+        # A consumer-saved output of a node outside backward (e.g. an input) is still stored.
+        charged.update({n: saving[n] >= 2 for n in g.nodes if not computes[n]})
+        return GraphInfo(needs, computes, saving, charged)
+
+
+def _bytes(shape, layout, mesh: Mesh, dtype: str) -> int:
+    return numel(local_shape(tuple(shape), tuple(layout), mesh.shape)) * itemsize(dtype)
+
+
+def _split_axes(config: Configuration) -> frozenset[int]:
+    return frozenset(a for _, axes in config.splits for a in axes)
+
+
+def _check(name: str, node: dict, config: Configuration, mesh: Mesh) -> None:
+    if len(config.inputs) != len(node["inputs"]):
+        raise ValueError(
+            f"node {name!r} configuration {config.label!r} has {len(config.inputs)} input layouts "
+            f"but the node has {len(node['inputs'])} inputs"
+        )
+    if len(config.output) != len(mesh.shape):
+        raise ValueError(
+            f"node {name!r} configuration {config.label!r}: output layout {config.output} does not "
+            f"match mesh {mesh.shape}"
+        )
+
+
+def local_op(node: dict, config: Configuration, mesh: Mesh, info: GraphInfo) -> LocalOp:
+    """The local shard of ``node`` under ``config`` (shapes, FLOPs) for the compute model.
+
+    Example:
+        >>> from tensoropt.configspace.configuration import Configuration, Mesh
+        >>> node = {"kind": "elementwise", "op": "aten.relu.default", "flops": 64, "out_shape": (8, 8),
+        ...         "out_dtype": "float32", "params": {}, "inputs": [{"source": "x", "shape": (8, 8),
+        ...         "dtype": "float32"}]}
+        >>> info = GraphInfo({"x": True}, {}, {}, {})
+        >>> c = Configuration("batch=2", (("batch", (0,)),), (("S(0)",),), (), ("S(0)",))
+        >>> local_op(node, c, Mesh((2,), ("gpu",)), info).flops
+        32.0
+    """
+    divisor = 1
+    for dim, _ in config.splits:
+        divisor *= config.degree(dim, mesh)
+    params = dict(config.params)
+    raw_out = tuple("R" if a in config.partial_axes else p for a, p in enumerate(config.output))
+    return LocalOp(
+        kind=node["kind"],
+        dtype=str(node.get("out_dtype", "float32")),
+        flops=float(node.get("flops", 0)) / divisor,
+        in_shapes=tuple(
+            local_shape(tuple(e["shape"]), tuple(lay), mesh.shape)
+            for e, lay in zip(node["inputs"], config.inputs)
+        ),
+        in_dtypes=tuple(str(e.get("dtype", "float32")) for e in node["inputs"]),
+        param_shapes=tuple(
+            local_shape(tuple(s), tuple(params.get(k, ("R",) * len(mesh.shape))), mesh.shape)
+            for k, s in node["params"].items()
+        ),
+        out_shape=local_shape(tuple(node["out_shape"]), raw_out, mesh.shape),
+        has_params=bool(node["params"]),
+        inputs_need_grad=tuple(info.needs_grad.get(e["source"], False) for e in node["inputs"]),
+    )
+
+
+def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: Configuration) -> Cost:
+    """Time and memory of ``node`` under ``config`` (see the module docstring).
+
+    Example:
+        >>> from estimators.profiles import load_cluster
+        >>> from tensoropt.configspace.configuration import Configuration, Mesh
+        >>> mesh = Mesh((2,), ("gpu",))
+        >>> node = {"kind": "linear", "op": "aten.linear.default", "flops": 256, "out_shape": (8, 4),
+        ...         "out_dtype": "float32", "params": {"w": (4, 4)}, "shared_params": [],
+        ...         "inputs": [{"source": "x", "shape": (8, 4), "dtype": "float32"}]}
+        >>> c = Configuration("batch=2", (("batch", (0,)),), (("S(0)",),), (("w", ("R",)),), ("S(0)",),
+        ...                   grad_sync_axes=(("w", (0,)),))
+        >>> info = GraphInfo({"x": False, "l": True}, {"l": True}, {}, {"l": False})
+        >>> cost = node_cost(CostModel(load_cluster("h100x8"), mesh, "sgd"), info, "l", node, c)
+        >>> cost.memory_bytes  # weight + its gradient (16 floats each); the saved input is the edge's
+        128.0
+        >>> cost.comm_s > 0  # gradient all-reduce
+        True
+    """
+    _check(name, node, config, model.mesh)
+    mesh, comm = model.mesh, model.comm
+    if node["kind"] == "input":
+        out_bytes = _bytes(node["out_shape"], config.output, mesh, node.get("out_dtype", "float32"))
+        return Cost(memory_bytes=float(out_bytes if info.output_charged.get(name) else 0))
+    op = local_op(node, config, mesh, info)
+    timed = model.compute_time(name, node, config, op) if model.compute_time else None
+    fwd_s, bwd_s = timed if timed is not None else roofline_time_s(model.cluster.device, op)
+    if not info.computes_grad.get(name, True):
+        bwd_s = 0.0
+    params = dict(config.params)
+    shared = set(node.get("shared_params") or ())
+    own_param_bytes = 0
+    comm_s, buffer = 0.0, 0.0
+    sync = dict(config.grad_sync_axes)
+    for key, shape in node["params"].items():
+        lay = params.get(key, ("R",) * len(mesh.shape))
+        b = _bytes(shape, lay, mesh, op.dtype)
+        if key not in shared:
+            own_param_bytes += b
+            if sync.get(key):
+                comm_s += comm.time_s("all_reduce", b, sync[key])
+                buffer = max(buffer, b)
+    compute_s = (
+        fwd_s
+        + bwd_s
+        + optimizer_time_s(model.cluster.device, own_param_bytes, len(node["params"]), model.optimizer)
+    )
+    out_dtype = str(node.get("out_dtype", "float32"))
+    if config.partial_axes:
+        src = tuple("P" if a in config.partial_axes else p for a, p in enumerate(config.output))
+        comm_s += redistribution_time_s(
+            comm, tuple(node["out_shape"]), itemsize(out_dtype), src, config.output
+        )
+        buffer = max(buffer, numel(op.out_shape) * itemsize(out_dtype))
+        if info.needs_grad.get(name):
+            gathered = tuple("R" if a in config.partial_axes else p for a, p in enumerate(config.output))
+            comm_s += redistribution_time_s(
+                comm, tuple(node["out_shape"]), itemsize(out_dtype), config.output, gathered
+            )
+    memory = own_param_bytes * (2 + optimizer_factor(model.optimizer))
+    if info.computes_grad.get(name, True):
+        out_bytes = _bytes(node["out_shape"], config.output, mesh, out_dtype)
+        if info.output_charged.get(name):
+            memory += out_bytes
+        memory += extra_saved_bytes(
+            node,
+            list(op.in_shapes),
+            local_shape(tuple(node["out_shape"]), config.output, mesh.shape),
+            model.cluster.device.kind,
+        )
+    return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer))
+
+
+def edge_cost(
+    model: CostModel, info: GraphInfo, g: nx.DiGraph, u: str, v: str, cu: Configuration, cv: Configuration
+) -> Cost:
+    """Redistribution time and saved-operand memory of edge ``(u, v)`` for the configuration pair.
+
+    Example:
+        >>> # see tests/estimators/test_op_costs.py for worked cases
+        >>> True
+        True
+    """
+    mesh, comm = model.mesh, model.comm
+    du, dv = g.nodes[u], g.nodes[v]
+    edge = g.edges[u, v]
+    operands = edge.get("operands") or [i for i, e in enumerate(dv["inputs"]) if e["source"] == u]
+    saved = set(saved_spec(dv).inputs) if info.computes_grad.get(v, True) else set()
+    split_axes = _split_axes(cv)
+    out_shape = tuple(du["out_shape"])
+    size = itemsize(du.get("out_dtype", "float32"))
+    comm_s = buffer = memory = 0.0
+    charged_layouts: set[tuple] = set()
+    for i in operands:
+        entry = dv["inputs"][i]
+        dst = tuple(cv.inputs[i])
+        gathered, translated = through_view(tuple(cu.output), entry.get("dim_map"), len(out_shape))
+        moved = gathered != tuple(cu.output) or translated != dst
+        grad = info.needs_grad.get(u, False) and str(entry.get("dtype", "float32")).startswith(FLOATING)
+        if gathered != tuple(cu.output):
+            comm_s += redistribution_time_s(comm, out_shape, size, tuple(cu.output), gathered)
+        fwd, bwd = edge_time_s(comm, tuple(entry["shape"]), size, translated, dst, split_axes, grad)
+        comm_s += fwd + bwd
+        if moved:
+            steps = redistribution_steps(tuple(entry["shape"]), size, translated, dst, mesh.shape)
+            buffer = max([buffer] + [n for _, n, _ in steps])
+        if i in saved and (dst, moved) not in charged_layouts:
+            charged_layouts.add((dst, moved))
+            if moved or not info.output_charged.get(u, False):
+                memory += _bytes(entry["shape"], dst, mesh, entry.get("dtype", "float32"))
+    return Cost(comm_s=comm_s, memory_bytes=memory, buffer_bytes=buffer)

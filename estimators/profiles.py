@@ -1,0 +1,460 @@
+"""Device and cluster profiles: the hardware constants the cost model uses (torch-free).
+
+A profile is a YAML file under ``configs/devices/`` or ``configs/clusters/`` (loadable by
+name, e.g. ``load_cluster("h100x8")``), a path to such a file, or an inline dict. Every
+numeric constant must be cited: each file has a ``sources`` mapping from the constant's key
+(dotted for nested keys, e.g. ``inter_node.bandwidth_gbps``) to the datasheet, paper or
+calibration it comes from. A missing or malformed constant raises :class:`ProfileError`
+naming the file and the key.
+
+Units: bandwidths in GB/s (1e9 bytes per second, one direction, per device), latencies in
+seconds, memory in bytes, compute in TFLOP/s (1e12 floating-point operations per second).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIGS_ENV = "TENSOROPT_CONFIGS"
+"""Environment variable naming a configs directory (with devices/ and clusters/) to search first."""
+
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+
+
+class ProfileError(ValueError):
+    """A profile could not be found or a field is missing or invalid (names the file and key)."""
+
+
+def configs_dirs() -> list[Path]:
+    """Directories searched for ``devices/`` and ``clusters/`` profiles, in order.
+
+    ``$TENSOROPT_CONFIGS`` if set, then the repository's ``configs/`` (found relative to this
+    package, which works for the editable install and the tests), then ``./configs``.
+
+    Example:
+        >>> any((d / "clusters").is_dir() for d in configs_dirs())
+        True
+    """
+    dirs = []
+    if os.environ.get(CONFIGS_ENV):
+        dirs.append(Path(os.environ[CONFIGS_ENV]))
+    dirs.append(Path(__file__).resolve().parent.parent / "configs")
+    dirs.append(Path.cwd() / "configs")
+    return dirs
+
+
+def _find(kind: str, name: str) -> Path:
+    """Resolve a profile name or path of ``kind`` ("devices" or "clusters") to a file."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") or os.sep in name:
+        if p.is_file():
+            return p
+        raise ProfileError(f"{kind[:-1]} profile file not found: {name}")
+    for d in configs_dirs():
+        f = d / kind / f"{name}.yaml"
+        if f.is_file():
+            return f
+    known = sorted({f.stem for d in configs_dirs() if (d / kind).is_dir() for f in (d / kind).glob("*.yaml")})
+    raise ProfileError(
+        f"unknown {kind[:-1]} profile {name!r}; known: {', '.join(known) or 'none'} "
+        f"(or pass a path to a YAML file)"
+    )
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ProfileError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+class _Reader:
+    """Typed access to a profile mapping that names file and key in every error."""
+
+    def __init__(self, data: dict, where: str, prefix: str = "", sources: dict | None = None):
+        self.data, self.where, self.prefix = data, where, prefix
+        self.sources = sources if sources is not None else data.get("sources", {}) or {}
+        self.used: set[str] = set()
+
+    def key(self, k: str) -> str:
+        return f"{self.prefix}{k}"
+
+    def number(
+        self, k: str, *, positive: bool = True, default: float | None = None, cited: bool = True
+    ) -> float:
+        self.used.add(k)
+        if k not in self.data:
+            if default is not None:
+                return default
+            raise ProfileError(f"{self.where}: missing key {self.key(k)!r}")
+        v = self.data[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ProfileError(f"{self.where}: key {self.key(k)!r} must be a number, got {v!r}")
+        if (positive and v <= 0) or v < 0:
+            raise ProfileError(
+                f"{self.where}: key {self.key(k)!r} must be {'> 0' if positive else '>= 0'}, got {v}"
+            )
+        if cited and self.key(k) not in self.sources:
+            raise ProfileError(f"{self.where}: key {self.key(k)!r} has no citation; add it under 'sources:'")
+        return float(v)
+
+    def text(self, k: str, default: str | None = None) -> str:
+        self.used.add(k)
+        v = self.data.get(k, default)
+        if not isinstance(v, str):
+            raise ProfileError(f"{self.where}: key {self.key(k)!r} must be a string, got {v!r}")
+        return v
+
+    def sub(self, k: str) -> _Reader:
+        self.used.add(k)
+        v = self.data.get(k)
+        if not isinstance(v, dict):
+            raise ProfileError(f"{self.where}: key {self.key(k)!r} must be a mapping, got {v!r}")
+        return _Reader(v, self.where, f"{self.key(k)}.", self.sources)
+
+    def check_unknown(self, allowed: set[str]) -> None:
+        extra = set(self.data) - allowed - {"sources"}
+        if extra:
+            raise ProfileError(
+                f"{self.where}: unknown key(s) {sorted(self.key(e) for e in extra)}; "
+                f"expected some of {sorted(allowed)}"
+            )
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or CPU) model.
+
+    Example:
+        >>> d = load_device("h100-sxm-80gb")
+        >>> d.peak_flops("bfloat16") > d.peak_flops("float32")
+        True
+    """
+
+    name: str
+    """Profile name."""
+    kind: str
+    """"gpu" or "cpu" (a few saved-tensor formats differ, e.g. dropout masks)."""
+    peak_tflops: dict[str, float]
+    """Dense peak TFLOP/s per dtype name ("float32", "bfloat16", ...)."""
+    memory_bandwidth_gbps: float
+    """Peak memory bandwidth, GB/s."""
+    memory_bytes: int
+    """Usable device memory in bytes."""
+    matmul_efficiency: float = 0.7
+    """Fraction of peak FLOP/s large matmuls and convolutions reach."""
+    memory_efficiency: float = 0.8
+    """Fraction of peak bandwidth memory-bound kernels reach."""
+    kernel_launch_s: float = 5e-6
+    """Per-kernel floor (launch + framework dispatch) in seconds."""
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    """Citation of each constant."""
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype`` (falls back to float32's figure for unknown dtypes).
+
+        Example:
+            >>> load_device("cpu").peak_flops("float32") > 1e10
+            True
+        """
+        return 1e12 * self.peak_tflops.get(dtype, self.peak_tflops["float32"])
+
+    @staticmethod
+    def from_dict(data: dict, where: str = "<inline device>") -> Device:
+        """Build and validate a device from its YAML mapping.
+
+        Example:
+            >>> Device.from_dict({"name": "x", "kind": "gpu", "peak_tflops": {"float32": 1},
+            ...     "memory_bandwidth_gbps": 1, "memory_bytes": 1, "sources": {"peak_tflops": "a",
+            ...     "memory_bandwidth_gbps": "b", "memory_bytes": "c"}}).name
+            'x'
+        """
+        r = _Reader(data, where)
+        r.check_unknown(
+            {
+                "name",
+                "kind",
+                "peak_tflops",
+                "memory_bandwidth_gbps",
+                "memory_bytes",
+                "matmul_efficiency",
+                "memory_efficiency",
+                "kernel_launch_s",
+                "description",
+            }
+        )
+        kind = r.text("kind", "gpu")
+        if kind not in ("gpu", "cpu"):
+            raise ProfileError(f"{where}: key 'kind' must be 'gpu' or 'cpu', got {kind!r}")
+        peaks = data.get("peak_tflops")
+        if not isinstance(peaks, dict) or "float32" not in peaks:
+            raise ProfileError(
+                f"{where}: key 'peak_tflops' must map dtype names to TFLOP/s and include float32"
+            )
+        if "peak_tflops" not in r.sources:
+            raise ProfileError(f"{where}: key 'peak_tflops' has no citation; add it under 'sources:'")
+        pr = _Reader(peaks, where, "peak_tflops.", {f"peak_tflops.{k}": "" for k in peaks})
+        peak_tflops = {str(k): pr.number(str(k)) for k in peaks}
+        dev = Device(
+            name=r.text("name", Path(where).stem),
+            kind=kind,
+            peak_tflops=peak_tflops,
+            memory_bandwidth_gbps=r.number("memory_bandwidth_gbps"),
+            memory_bytes=int(r.number("memory_bytes")),
+            matmul_efficiency=r.number("matmul_efficiency", default=0.7, cited="matmul_efficiency" in data),
+            memory_efficiency=r.number("memory_efficiency", default=0.8, cited="memory_efficiency" in data),
+            kernel_launch_s=r.number(
+                "kernel_launch_s", positive=False, default=5e-6, cited="kernel_launch_s" in data
+            ),
+            sources=dict(r.sources),
+        )
+        for k in ("matmul_efficiency", "memory_efficiency"):
+            if getattr(dev, k) > 1:
+                raise ProfileError(f"{where}: key {k!r} is a fraction of peak and must be <= 1")
+        return dev
+
+
+@dataclass(frozen=True)
+class Link:
+    """One level of the interconnect: alpha (per-step latency) and per-device bandwidth."""
+
+    bandwidth_gbps: float
+    """Per-device, one-direction bandwidth available to a collective on this level, GB/s."""
+    latency_s: float
+    """Per-step latency (alpha) of a ring step on this level, seconds."""
+
+    @property
+    def seconds_per_byte(self) -> float:
+        """1 / bandwidth in seconds per byte."""
+        return 1.0 / (self.bandwidth_gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class CollectiveFit:
+    """A measured alpha-beta fit ``time_s = alpha_s + beta_s_per_byte * nbytes`` of one collective."""
+
+    collective: str
+    nproc: int
+    level: str
+    alpha_s: float
+    beta_s_per_byte: float
+    source: str = field(default="", compare=False)
+    """Where the fit comes from (the calibration run)."""
+
+    def time_s(self, nbytes: float) -> float:
+        """Fitted time of one call on ``nbytes`` (the collective's n, see estimators.collectives).
+
+        Example:
+            >>> CollectiveFit("all_reduce", 2, "gpu", 1e-4, 1e-9).time_s(1e6)
+            0.0011
+        """
+        return self.alpha_s + self.beta_s_per_byte * nbytes
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A cluster: a device model, how many per node, and the two interconnect levels.
+
+    Example:
+        >>> c = load_cluster("h100-4x8-ib")
+        >>> c.devices_per_node, c.intra_node.bandwidth_gbps > c.inter_node.bandwidth_gbps
+        (8, True)
+    """
+
+    name: str
+    device: Device
+    devices_per_node: int
+    """Devices in one node (mesh axes of level "gpu" live inside a node)."""
+    num_nodes: int
+    """Nodes available (the largest device count is num_nodes * devices_per_node)."""
+    intra_node: Link
+    inter_node: Link
+    backend: str = "nccl"
+    """Collective library: "nccl" or "gloo" (gloo has no all-to-all: all-gather + chunk instead)."""
+    fits: tuple[CollectiveFit, ...] = ()
+    """Calibrated collective fits (``tensoropt calibrate``); used where they match."""
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def has_all_to_all(self) -> bool:
+        """Whether the backend implements all-to-all natively."""
+        return self.backend != "gloo"
+
+    @property
+    def max_devices(self) -> int:
+        """Largest device count this cluster offers."""
+        return self.num_nodes * self.devices_per_node
+
+    def link(self, level: str) -> Link:
+        """The link of a mesh level ("gpu" = intra-node, "node" = inter-node)."""
+        return self.inter_node if level == "node" else self.intra_node
+
+    def fit(self, collective: str, nproc: int, level: str) -> CollectiveFit | None:
+        """The calibrated fit for this collective, group size and level, if any."""
+        for f in self.fits:
+            if f.collective == collective and f.nproc == nproc and f.level == level:
+                return f
+        return None
+
+    @staticmethod
+    def from_dict(data: dict, where: str = "<inline cluster>") -> Cluster:
+        """Build and validate a cluster from its YAML mapping (``device`` is a name, path or mapping).
+
+        Example:
+            >>> Cluster.from_dict(yaml.safe_load(open(_find("clusters", "h100x8")))).devices_per_node
+            8
+        """
+        r = _Reader(data, where)
+        r.check_unknown(
+            {
+                "name",
+                "device",
+                "devices_per_node",
+                "num_nodes",
+                "intra_node",
+                "inter_node",
+                "backend",
+                "fits",
+                "description",
+            }
+        )
+        dev_spec = data.get("device")
+        if isinstance(dev_spec, Device):
+            device = dev_spec
+        elif isinstance(dev_spec, dict):
+            device = Device.from_dict(dev_spec, f"{where} (device)")
+        elif isinstance(dev_spec, str):
+            device = load_device(dev_spec)
+        else:
+            raise ProfileError(f"{where}: key 'device' must be a device profile name, path or mapping")
+        backend = r.text("backend", "nccl")
+        if backend not in ("nccl", "gloo"):
+            raise ProfileError(f"{where}: key 'backend' must be 'nccl' or 'gloo', got {backend!r}")
+        links = {}
+        for lvl in ("intra_node", "inter_node"):
+            lr = r.sub(lvl)
+            lr.check_unknown({"bandwidth_gbps", "latency_s"})
+            links[lvl] = Link(lr.number("bandwidth_gbps"), lr.number("latency_s", positive=False))
+        fits = []
+        raw_fits = data.get("fits") or []
+        if not isinstance(raw_fits, list):
+            raise ProfileError(f"{where}: key 'fits' must be a list of fits")
+        for i, f in enumerate(raw_fits):
+            fr = _Reader(f if isinstance(f, dict) else {}, where, f"fits[{i}].", {})
+            if not isinstance(f, dict):
+                raise ProfileError(f"{where}: key 'fits[{i}]' must be a mapping")
+            fr.check_unknown({"collective", "nproc", "level", "alpha_s", "beta_s_per_byte", "source"})
+            coll = fr.text("collective")
+            if coll not in COLLECTIVES:
+                raise ProfileError(
+                    f"{where}: key 'fits[{i}].collective' must be one of {COLLECTIVES}, got {coll!r}"
+                )
+            fits.append(
+                CollectiveFit(
+                    coll,
+                    int(fr.number("nproc", cited=False)),
+                    fr.text("level", "gpu"),
+                    fr.number("alpha_s", positive=False, cited=False),
+                    fr.number("beta_s_per_byte", positive=False, cited=False),
+                    str(f.get("source", "")),
+                )
+            )
+        return Cluster(
+            name=r.text("name", Path(where).stem),
+            device=device,
+            devices_per_node=int(r.number("devices_per_node", cited=False)),
+            num_nodes=int(r.number("num_nodes", cited=False)),
+            intra_node=links["intra_node"],
+            inter_node=links["inter_node"],
+            backend=backend,
+            fits=tuple(fits),
+            sources=dict(r.sources),
+        )
+
+
+def load_device(spec: str | dict | Device) -> Device:
+    """Load a device profile by name (``configs/devices/<name>.yaml``), path, or inline dict.
+
+    Example:
+        >>> load_device("a100-80gb").memory_bytes > load_device("a100-40gb").memory_bytes
+        True
+    """
+    if isinstance(spec, Device):
+        return spec
+    if isinstance(spec, dict):
+        return Device.from_dict(spec)
+    path = _find("devices", spec)
+    return Device.from_dict(_read_yaml(path), str(path))
+
+
+def load_cluster(spec: str | os.PathLike | dict | Cluster) -> Cluster:
+    """Load a cluster profile by name (``configs/clusters/<name>.yaml``), path, or inline dict.
+
+    Example:
+        >>> load_cluster("cpu-local").backend
+        'gloo'
+    """
+    if isinstance(spec, Cluster):
+        return spec
+    if isinstance(spec, dict):
+        return Cluster.from_dict(spec)
+    path = _find("clusters", os.fspath(spec))
+    return Cluster.from_dict(_read_yaml(path), str(path))
+
+
+def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
+    """YAML-ready mapping of a cluster (device inlined), the inverse of :meth:`Cluster.from_dict`.
+
+    Example:
+        >>> c = load_cluster("cpu-local")
+        >>> Cluster.from_dict(cluster_to_dict(c)).fits == c.fits
+        True
+    """
+    d = cluster.device
+    return {
+        "name": cluster.name,
+        "device": {
+            "name": d.name,
+            "kind": d.kind,
+            "peak_tflops": dict(d.peak_tflops),
+            "memory_bandwidth_gbps": d.memory_bandwidth_gbps,
+            "memory_bytes": d.memory_bytes,
+            **{
+                k: getattr(d, k)
+                for k in ("matmul_efficiency", "memory_efficiency", "kernel_launch_s")
+                if k in d.sources
+            },
+            "sources": dict(d.sources),
+        },
+        "devices_per_node": cluster.devices_per_node,
+        "num_nodes": cluster.num_nodes,
+        "backend": cluster.backend,
+        "intra_node": {
+            "bandwidth_gbps": cluster.intra_node.bandwidth_gbps,
+            "latency_s": cluster.intra_node.latency_s,
+        },
+        "inter_node": {
+            "bandwidth_gbps": cluster.inter_node.bandwidth_gbps,
+            "latency_s": cluster.inter_node.latency_s,
+        },
+        "fits": [
+            {
+                "collective": f.collective,
+                "nproc": f.nproc,
+                "level": f.level,
+                "alpha_s": f.alpha_s,
+                "beta_s_per_byte": f.beta_s_per_byte,
+                "source": f.source,
+            }
+            for f in cluster.fits
+        ],
+        "sources": dict(cluster.sources),
+    }
