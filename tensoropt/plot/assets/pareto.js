@@ -30,12 +30,12 @@
   }
 
   function num(x) {
-    // 3 significant digits, short: 1234, 12.3, 0.0123, 2.4e-5
+    // 3 significant digits, short: 1234, 12.3, 0.0123, 2.45e-5
     if (x === null || x === undefined || !isFinite(x)) return "n/a";
     if (x === 0) return "0";
     const a = Math.abs(x);
     if (a >= 1000) return Math.round(x).toString();
-    if (a < 0.001) return x.toExponential(1);
+    if (a < 0.001) return x.toExponential(2);
     return Number(x.toPrecision(3)).toString();
   }
 

@@ -1,0 +1,158 @@
+"""The Pareto page in headless Chromium: offline load, hover, click, panel, "Use this plan".
+
+Points are hovered and clicked with the mouse at their pixel position, computed from plotly's
+axes, so these tests exercise the same path a user's click takes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensoropt.plans import plan_file_text
+from tensoropt.plot import write_pareto_html
+
+pytestmark = pytest.mark.browser
+
+PIXEL_OF = """(id) => {
+  const gd = document.getElementById("plot"), fl = gd._fullLayout, box = gd.getBoundingClientRect();
+  for (const t of gd.data) {
+    if (!t.meta || t.meta.kind !== "frontier") continue;
+    const i = t.customdata.findIndex((cd) => cd[0] === id);
+    if (i >= 0) return {x: box.left + fl.xaxis._offset + fl.xaxis.d2p(t.x[i]),
+                        y: box.top + fl.yaxis._offset + fl.yaxis.d2p(t.y[i])};
+  }
+  return null;
+}"""
+
+RING_OF = """(kind) => {
+  const t = document.getElementById("plot").data.find((t) => t.meta && t.meta.kind === kind);
+  return t.customdata.map((cd) => cd[0]);
+}"""
+
+
+def _plans(frontier_json: dict) -> dict:
+    return {p["id"]: (f["devices"], p) for f in frontier_json["frontiers"] for p in f["plans"]}
+
+
+def _open(chromium, url: str):
+    context = chromium.new_context(viewport={"width": 1280, "height": 800}, accept_downloads=True)
+    page = context.new_page()
+    requests, errors = [], []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_selector("body[data-ready]", timeout=30_000)
+    assert page.evaluate("document.body.dataset.ready") == "1", page.inner_text("#panel")
+    return context, page, requests, errors
+
+
+def _hover_and_click(page, plan_id: str, devices: int, plan: dict) -> None:
+    pos = page.evaluate(PIXEL_OF, plan_id)
+    assert pos, f"{plan_id} is not drawn"
+    page.mouse.move(pos["x"], pos["y"])
+    label = page.wait_for_selector(".hoverlayer .hovertext", timeout=5000).text_content()
+    assert plan_id in label and f"{devices} devices" in label, label
+    numbers = {k: float(re.search(rf"{k}\s+([-+.e\d]+)", label).group(1))
+               for k in ("step time", "throughput", "memory")}
+    assert numbers["step time"] == pytest.approx(plan["time_s"], rel=1e-3)
+    assert numbers["throughput"] == pytest.approx(plan["throughput_samples_per_s"], rel=1e-3)
+    assert numbers["memory"] == pytest.approx(plan["memory_bytes"] / 2**30, rel=5e-3)
+    assert plan["summary"].replace(" ", "") in label.replace(" ", "")
+    page.mouse.click(pos["x"], pos["y"])
+    page.wait_for_function("(id) => document.getElementById('plan-id')?.textContent === id", arg=plan_id)
+
+
+def _check_panel(page, devices: int, plan: dict) -> None:
+    facts = page.inner_text("#facts")
+    assert f"{devices} (mesh" in facts and plan["summary"] in facts
+    rows = page.eval_on_selector_all("#layers tbody tr", """rows => rows.map(r => ({
+        node: r.dataset.node, op: r.querySelector('.op').title,
+        module: r.querySelector('.module').textContent,
+        config: r.querySelector('.config').textContent, compute: r.querySelector('.compute').textContent,
+        comm: r.querySelector('.comm').textContent, memory: r.querySelector('.memory').textContent}))""")
+    assert [r["node"] for r in rows] == [layer["node"] for layer in plan["layers"]]
+    for row, layer in zip(rows, plan["layers"]):
+        assert row["op"].startswith(layer["op"]) and row["module"] == layer["module"]
+        assert row["config"] == layer["config"] == plan["ops"][layer["node"]]
+        assert float(row["compute"]) == pytest.approx(layer["compute_s"] * 1e3, rel=6e-3)
+        assert float(row["comm"]) == pytest.approx(layer["comm_s"] * 1e3, rel=6e-3, abs=1e-12)
+        assert float(row["memory"]) == pytest.approx(layer["memory_bytes"] / 2**20, rel=6e-3)
+
+
+def test_file_page_offline_click_and_download(chromium, frontier_json, tmp_path):
+    html = write_pareto_html(frontier_json, tmp_path / "pareto.html")
+    context, page, requests, errors = _open(chromium, html.as_uri())
+    try:
+        # the selected plan is shown first and ringed
+        assert page.text_content("#plan-id") == "d8-p1" and page.evaluate(RING_OF, "selected") == ["d8-p1"]
+        plan_id = "d4-p3"
+        devices, plan = _plans(frontier_json)[plan_id]
+        _hover_and_click(page, plan_id, devices, plan)
+        _check_panel(page, devices, plan)
+        assert page.evaluate(RING_OF, "clicked") == [plan_id]
+        assert page.text_content(".badge.fits") == "fits budget"
+
+        with page.expect_download() as info:
+            page.click("#use-plan")
+        download = info.value
+        assert download.suggested_filename == "plan.json"
+        assert Path(download.path()).read_text() == plan_file_text(frontier_json, plan_id)
+        command = f"tensoropt run JOB.yaml --plan plan.json --nproc {devices}"
+        assert page.text_content("#run-command") == command
+        assert page.is_visible("#run-command")
+
+        # over-budget plans are dimmed and say so
+        _hover_and_click(page, "d2-p0", *_plans(frontier_json)["d2-p0"])
+        assert page.text_content(".badge.over") == "over budget"
+
+        # the throughput toggle swaps y for samples/s on every series
+        page.check("input[name=ymode][value=throughput]")
+        ys = page.evaluate("""() => document.getElementById("plot").data
+            .filter(t => t.meta.kind === "frontier").map(t => [t.customdata.map(c => c[0]), t.y])""")
+        for ids, y in ys:
+            for i, v in zip(ids, y):
+                assert v == pytest.approx(64 / _plans(frontier_json)[i][1]["time_s"])
+        assert page.evaluate("document.getElementById('plot')._fullLayout.yaxis.title.text") == \
+            "Throughput (samples/s)"
+        _hover_and_click(page, "d16-p2", *_plans(frontier_json)["d16-p2"])
+    finally:
+        context.close()
+    assert not errors, errors
+    offline = [u for u in requests if not u.startswith(("file:", "data:", "blob:"))]
+    assert not offline, f"the page made network requests: {offline}"
+
+
+def test_served_page_writes_plan_json(chromium, run_dir, frontier_json):
+    proc = subprocess.Popen([sys.executable, "-m", "tensoropt.cli", "ui", str(run_dir), "--job", "job.yaml"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        url = proc.stdout.readline().split(" at ")[1].split()[0]
+        context, page, requests, errors = _open(chromium, url)
+        plan_id = "d16-p4"
+        devices, plan = _plans(frontier_json)[plan_id]
+        _hover_and_click(page, plan_id, devices, plan)
+        _check_panel(page, devices, plan)
+        page.click("#use-plan")
+        page.wait_for_function("() => document.getElementById('use-status').textContent.startsWith('Wrote')")
+        plan_path = run_dir / "plan.json"
+        assert plan_path.read_text() == plan_file_text(frontier_json, plan_id)
+        assert json.loads((run_dir / "frontier.json").read_text())["selected"] == plan_id
+        assert page.text_content("#run-command") == \
+            f"tensoropt run job.yaml --plan {plan_path} --nproc {devices}"
+        assert page.evaluate(RING_OF, "selected") == [plan_id] and page.is_visible(".badge.selected")
+        context.close()
+        proc.send_signal(__import__("signal").SIGINT)
+        proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert not errors, errors
+    assert all(u.startswith(url) for u in requests), requests

@@ -1,0 +1,101 @@
+"""The Pareto page without a browser: data extraction, figure, embedded plans, `tensoropt plot`."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+
+import pytest
+
+from tensoropt.cli import main
+from tensoropt.plans import plan_file_text
+from tensoropt.plot import pareto_html
+from tensoropt.plot.data import GIB, page_points
+from tensoropt.plot.figure import DIMMED_OPACITY, pareto_figure
+
+
+def _script(page: str, element_id: str) -> str:
+    m = re.search(rf'<script type="[^"]+" id="{element_id}">(.*?)</script>', page, re.S)
+    assert m, f"no <script id={element_id}> in the page"
+    return m.group(1)
+
+
+def test_points_follow_the_file(frontier_json):
+    budget = frontier_json["job"]["memory_budget"]
+    points = page_points(frontier_json, budget)
+    plans = {p["id"]: (f["devices"], p) for f in frontier_json["frontiers"] for p in f["plans"]}
+    assert [p.plan_id for p in points] == list(plans)
+    for point in points:
+        devices, plan = plans[point.plan_id]
+        assert point.devices == devices
+        assert point.memory_gib == pytest.approx(plan["memory_bytes"] / GIB)
+        assert point.throughput == pytest.approx(64 / plan["time_s"])
+        assert point.fits == (plan["memory_bytes"] <= budget)
+    assert {p.fits for p in points} == {True, False}, "the fixture needs plans on both sides of the budget"
+
+
+def test_malformed_plan_names_the_field(frontier_json):
+    frontier_json["frontiers"][2]["plans"][1]["time_s"] = "fast"
+    with pytest.raises(ValueError, match=r"frontiers\[2\]\.plans\[1\]\.time_s must be a number"):
+        page_points(frontier_json, None)
+
+
+def test_figure_series_budget_and_selection(frontier_json):
+    budget = frontier_json["job"]["memory_budget"]
+    fig = pareto_figure(page_points(frontier_json, budget), budget, "d8-p1")
+    series = [t for t in fig.data if t.meta["kind"] == "frontier"]
+    assert [t.meta["devices"] for t in series] == [1, 2, 4, 8, 16]
+    assert len({t.marker.color for t in series}) == 5 and len({t.marker.symbol for t in series}) == 5
+    for t in series:
+        for cd, opacity in zip(t.customdata, t.marker.opacity):
+            assert opacity == (1.0 if cd[3] * GIB <= budget else DIMMED_OPACITY), cd[0]
+    (ring,) = [t for t in fig.data if t.meta["kind"] == "selected"]
+    assert [cd[0] for cd in ring.customdata] == ["d8-p1"]
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert len(lines) == 1 and lines[0].x0 == lines[0].x1 == pytest.approx(budget / GIB)
+    assert "budget" in fig.layout.annotations[0].text
+    assert fig.layout.xaxis.title.text == "Memory per device (GiB)"
+    assert fig.layout.yaxis.title.text == "Step time (s)"
+
+
+def test_page_embeds_exact_plan_files_and_plotly(frontier_json):
+    page = pareto_html(frontier_json)
+    assert "<script src=" not in page and "<link" not in page, "the page must not load anything"
+    assert "Plotly.newPlot" in page and len(page) > 3_000_000, "plotly.js must be inlined"
+    data = json.loads(gzip.decompress(base64.b64decode(_script(page, "tensoropt-data"))))
+    ids = [p["id"] for f in frontier_json["frontiers"] for p in f["plans"]]
+    assert sorted(data["texts"]) == sorted(ids)
+    for plan_id in ids:
+        assert data["texts"][plan_id] == plan_file_text(frontier_json, plan_id)
+    meta = json.loads(_script(page, "tensoropt-meta"))
+    assert meta["selected"] == "d8-p1" and meta["batch"] == 64
+    assert meta["budget_gib"] == pytest.approx(frontier_json["job"]["memory_budget"] / GIB)
+    figure = json.loads(_script(page, "tensoropt-figure"))
+    assert sum(len(t["x"]) for t in figure["data"] if t["meta"]["kind"] == "frontier") == len(ids)
+
+
+def test_script_text_cannot_close_its_element(frontier_json):
+    frontier_json["frontiers"][1]["plans"][0]["summary"] = "evil </script><script>alert(1)</script>"
+    page = pareto_html(frontier_json)
+    assert "</script><script>alert" not in page
+    figure = json.loads(_script(page, "tensoropt-figure"))
+    assert any("evil </script>" in str(t["customdata"]) for t in figure["data"])
+
+
+def test_cli_plot_writes_the_page(run_dir, capsys):
+    out = run_dir / "p.html"
+    assert main(["plot", str(run_dir / "frontier.json"), "-o", str(out), "--memory-budget", "512MiB"]) == 0
+    assert "34 plans" in capsys.readouterr().out
+    meta = json.loads(_script(out.read_text(), "tensoropt-meta"))
+    assert meta["budget_gib"] == pytest.approx(0.5)
+    assert main(["plot", str(run_dir)]) == 0
+    assert (run_dir / "pareto.html").stat().st_size > 3_000_000
+
+
+def test_cli_plot_bad_input(run_dir, capsys):
+    assert main(["plot", str(run_dir / "missing.json")]) == 1
+    assert "missing.json" in capsys.readouterr().err
+    assert main(["plot", str(run_dir), "--memory-budget", "lots"]) == 1
+    assert "--memory-budget" in capsys.readouterr().err

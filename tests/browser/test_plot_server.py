@@ -1,0 +1,82 @@
+"""`tensoropt ui` without a browser: the HTTP API, the atomic writes, and a clean stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tensoropt.plans import plan_file_text
+from tensoropt.plot.server import ParetoServer
+
+
+@pytest.fixture
+def server(run_dir):
+    srv = ParetoServer(run_dir / "frontier.json", port=0, job_file="job.yaml")
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def _post(url: str, body: bytes) -> tuple[int, dict]:
+    req = urllib.request.Request(url + "api/select", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_select_writes_plan_and_records_selection(server, run_dir, frontier_json):
+    status, body = _post(server.url, json.dumps({"plan_id": "d4-p3"}).encode())
+    assert status == 200, body
+    assert (run_dir / "plan.json").read_text() == plan_file_text(frontier_json, "d4-p3")
+    assert json.loads((run_dir / "frontier.json").read_text())["selected"] == "d4-p3"
+    assert body["command"] == f"tensoropt run job.yaml --plan {run_dir / 'plan.json'} --nproc 4"
+    assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")], "temporary files left behind"
+    with urllib.request.urlopen(server.url, timeout=10) as resp:
+        assert '"selected": "d4-p3"' in resp.read().decode(), "the page must show the new selection"
+
+
+@pytest.mark.parametrize(("body", "status", "message"), [
+    (b'{"plan_id": "d3-p9"}', 404, "no plan 'd3-p9'"),
+    (b"not json", 400, "plan_id"),
+    (b'{"plan": "d4-p1"}', 400, "plan_id"),
+])
+def test_bad_requests_write_nothing(server, run_dir, body, status, message):
+    before = (run_dir / "frontier.json").read_text()
+    got_status, got = _post(server.url, body)
+    assert got_status == status and message in got["error"]
+    assert not (run_dir / "plan.json").exists()
+    assert (run_dir / "frontier.json").read_text() == before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_cli_ui_prints_url_and_stops_cleanly(run_dir, sig):
+    proc = subprocess.Popen([sys.executable, "-m", "tensoropt.cli", "ui", str(run_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = proc.stdout.readline()
+        url = line.split(" at ")[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            assert resp.status == 200 and b"Plotly.newPlot" in resp.read()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped" in out and "Traceback" not in err
+
+
+def test_cli_ui_missing_frontier(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tensoropt.cli", "ui", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "frontier.json" in proc.stderr
