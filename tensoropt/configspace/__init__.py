@@ -1,0 +1,86 @@
+"""Configuration space: each operator's parallel configurations on a device mesh.
+
+Example:
+    >>> import torch
+    >>> from tensoropt.capture import capture
+    >>> from tensoropt.configspace import configurations
+    >>> from tensoropt.configspace.configuration import Mesh
+    >>> g = capture(torch.nn.Linear(8, 8), (torch.randn(4, 8),))
+    >>> [c.label for c in configurations(g, Mesh.for_cluster(2, 2))["linear"]]
+    ['replicate', 'batch=2', 'out=2', 'in=2']
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from tensoropt.configspace import rules
+from tensoropt.configspace.configuration import Configuration, Mesh
+from tensoropt.configspace.space import ParDim, configurations_of
+
+__all__ = ["configurations", "node_configurations", "parallel_dims", "ParDim"]
+
+
+def _operand_names(g: nx.DiGraph, node: str) -> list[list]:
+    """Dim names of each activation operand of ``node`` as it consumes it."""
+    out = []
+    for e in g.nodes[node]["inputs"]:
+        src = g.nodes[e["source"]].get("dim_names") or []
+        names = [None] * len(e["shape"])
+        for d, m in enumerate(e["dim_map"]):
+            if m is not None and d < len(src) and m < len(names):
+                names[m] = src[d]
+        out.append(names)
+    return out
+
+
+def parallel_dims(g: nx.DiGraph, node: str) -> list[ParDim]:
+    """The parallel dims of one OpGraph node (see :mod:`tensoropt.configspace.rules`).
+
+    Example:
+        >>> import torch
+        >>> from tensoropt.capture import capture
+        >>> g = capture(torch.nn.Linear(8, 4), (torch.randn(2, 8),))
+        >>> [(d.name, d.size) for d in parallel_dims(g.nx, "linear")]
+        [('batch', 2), ('out', 4), ('in', 8)]
+    """
+    data = dict(g.nodes[node])
+    data["_operand_names"] = _operand_names(g, node)
+    rule = rules.RULES.get(data["kind"], rules.opaque_dims)
+    return rule(data)
+
+
+def node_configurations(g: nx.DiGraph, node: str, mesh: Mesh) -> list[Configuration]:
+    """Configurations of one node; the first is always ``replicate``.
+
+    Example:
+        >>> import torch
+        >>> from tensoropt.capture import capture
+        >>> g = capture(torch.nn.ReLU(), (torch.randn(4, 6),))
+        >>> [c.label for c in node_configurations(g.nx, "relu", Mesh.for_cluster(2, 2))]
+        ['replicate', 'batch=2']
+    """
+    data = g.nodes[node]
+    dims = parallel_dims(g, node)
+    return configurations_of(dims, mesh, len(data["inputs"]), list(data["params"]))
+
+
+def configurations(graph, mesh: Mesh) -> dict[str, list[Configuration]]:
+    """Every node's parallel configurations on ``mesh`` (equivalent ones enumerated once).
+
+    Args:
+        graph: an :class:`~tensoropt.capture.OpGraph` or its ``networkx.DiGraph``.
+        mesh: the device mesh (:meth:`Mesh.for_cluster`).
+
+    Returns:
+        node name -> configurations (``replicate`` first), labels unique per node.
+
+    Example:
+        >>> import torch
+        >>> from tensoropt.capture import capture
+        >>> g = capture(torch.nn.Linear(8, 8), (torch.randn(4, 8),))
+        >>> {n: len(c) for n, c in configurations(g, Mesh.for_cluster(4, 4)).items()}
+        {'input': 3, 'linear': 10}
+    """
+    g = graph.nx if hasattr(graph, "nx") else graph
+    return {node: node_configurations(g, node, mesh) for node in g.nodes}

@@ -1,0 +1,308 @@
+"""Parallel dims of each operator kind (the rules behind the configuration space).
+
+Each rule reads an OpGraph node's attributes and returns its :class:`ParDim` list. Operand dims
+are dims of the operand *as the operator consumes it* (after folded views); parameter dims are
+the parameter's own dims (mapped back through the operand's ``dim_map``).
+
+Only splits the executor runs correctly are produced (see EXECUTOR.md): conv2d channel splits go
+through the executor's explicit ``local_map`` path and can be switched off in
+``CONV_CHANNEL_SPLITS_ENABLED``; spatial splits are never offered; attention splits batch and
+heads only; norms split the dims they do not normalise over.
+"""
+
+from __future__ import annotations
+
+from tensoropt.capture.dims import matmul_letter_roles
+from tensoropt.capture.equations import matmul_equation
+from tensoropt.configspace.space import ParDim
+
+CONV_CHANNEL_SPLITS_ENABLED: set[str] = {"out", "in"}
+"""conv2d channel splits offered besides ``batch`` (the executor runs them with ``local_map``)."""
+
+POOL_CHANNEL_SPLIT_ENABLED: bool = True
+"""Whether max/avg/adaptive pooling offers the channel (``out``) split besides ``batch``."""
+
+_SPLITTABLE_NAMES = ("batch", "seq", "heads", "out", "in")
+
+
+def _param_dim(operand: dict, consumed_dim: int | None) -> int | None:
+    """The parameter's own dim that becomes ``consumed_dim`` of the operand, else None."""
+    if consumed_dim is None:
+        return None
+    for own, c in enumerate(operand["dim_map"]):
+        if c == consumed_dim:
+            return own
+    return None
+
+
+def _aligned(shape: tuple, out_shape: tuple, out_dim: int) -> int | None:
+    """Dim of a broadcast operand aligned with ``out_dim`` of the output (None if broadcast)."""
+    j = out_dim - (len(out_shape) - len(shape))
+    if j < 0 or shape[j] != out_shape[out_dim]:
+        return None
+    return j
+
+
+def _pointwise_dims(node: dict, names: list, skip: set[int] = frozenset()) -> list[ParDim]:
+    """Dims of a shape-preserving op: each named output dim, aligned in every operand by broadcasting."""
+    out = tuple(node["out_shape"])
+    dims, used = [], set()
+    for d, name in enumerate(names):
+        if d in skip or name not in _SPLITTABLE_NAMES or name in used or out[d] <= 1:
+            continue
+        used.add(name)
+        operand_dims = tuple(_aligned(tuple(e["shape"]), out, d) for e in node["inputs"])
+        params = {}
+        for o in node["operands"]:
+            if o["role"] == "param":
+                params[o["key"]] = _param_dim(o, _aligned(tuple(o["shape"]), out, d))
+        dims.append(ParDim(name, out[d], operand_dims, params, out_dim=d))
+    return dims
+
+
+def _only(node: dict, index: int, dim: int) -> tuple:
+    return tuple(dim if i == index else None for i in range(len(node["inputs"])))
+
+
+def input_dims(node: dict) -> list[ParDim]:
+    """User inputs: ``batch`` (dim 0) and ``seq`` (dim 1 of 2-D integer token ids)."""
+    return _pointwise_dims(node, [n if n in ("batch", "seq") else None for n in node["dim_names"]])
+
+
+def matmul_dims(node: dict) -> list[ParDim]:
+    """linear/mm/bmm/matmul/addmm/einsum: letters of the einsum become batch/heads/seq/out/in."""
+    operands = node["operands"]
+    shapes = [o["shape"] for o in operands]
+    eq, (pa, pb), bias = matmul_equation(node["op"], shapes, node["attrs"])
+    if not eq:
+        return []
+    lhs, out_letters = eq.split("->")
+    la, lb = lhs.split(",")
+    roles = matmul_letter_roles(la, lb, out_letters)
+    sizes = {}
+    for letters, pos in ((la, pa), (lb, pb)):
+        for ch, s in zip(letters, shapes[pos]):
+            sizes.setdefault(ch, s)
+    dims = []
+    for ch, name in roles.items():
+        operand_dims = [None] * len(node["inputs"])
+        params: dict[str, int | None] = {}
+        for letters, pos in ((la, pa), (lb, pb), (None, bias)):
+            if pos is None or pos >= len(operands):
+                continue
+            o = operands[pos]
+            if letters is None:  # a bias broadcast against the output
+                d = out_letters.index(ch) if ch in out_letters else None
+                local = None if d is None else _aligned(tuple(o["shape"]), tuple(node["out_shape"]), d)
+            else:
+                local = letters.index(ch) if ch in letters else None
+            if o["role"] == "input":
+                operand_dims[o["index"]] = local
+            elif o["role"] == "param":
+                own = _param_dim(o, local)
+                if local is not None and own is None:
+                    break  # a view of the parameter mixes this dim: cannot split it
+                params[o["key"]] = own
+        else:
+            out_dim = out_letters.index(ch) if ch in out_letters else None
+            dims.append(
+                ParDim(
+                    name,
+                    sizes[ch],
+                    tuple(operand_dims),
+                    params,
+                    out_dim=out_dim,
+                    reduction=ch not in out_letters,
+                )
+            )
+    return dims
+
+
+def conv2d_dims(node: dict) -> list[ParDim]:
+    """conv2d: batch; out/in channels when enabled (``CONV_CHANNEL_SPLITS_ENABLED``, groups == 1)."""
+    ops = node["operands"]
+    x = ops[0]
+    if x["role"] != "input":
+        return []
+    i = x["index"]
+    out = node["out_shape"]
+    params = [o for o in ops[1:] if o["role"] == "param"]
+    dims = [ParDim("batch", out[0], _only(node, i, 0), {p["key"]: None for p in params}, out_dim=0)]
+    weight = ops[1] if len(ops) > 1 and ops[1]["role"] == "param" else None
+    if weight is None or node["attrs"].get("groups", 1) != 1:
+        return dims
+    bias = ops[2] if len(ops) > 2 and ops[2]["role"] == "param" else None
+    if "out" in CONV_CHANNEL_SPLITS_ENABLED:
+        pd = {weight["key"]: _param_dim(weight, 0)}
+        if bias is not None:
+            pd[bias["key"]] = _param_dim(bias, 0)
+        dims.append(ParDim("out", out[1], tuple(None for _ in node["inputs"]), pd, out_dim=1))
+    if "in" in CONV_CHANNEL_SPLITS_ENABLED:
+        pd = {weight["key"]: _param_dim(weight, 1)}
+        if bias is not None:
+            pd[bias["key"]] = None
+        dims.append(ParDim("in", x["shape"][1], _only(node, i, 1), pd, reduction=True, grad_sync=False))
+    return dims
+
+
+def norm_dims(node: dict) -> list[ParDim]:
+    """layer_norm/rms_norm: the dims before the normalised ones (batch, seq); batch/group norm: batch."""
+    out = node["out_shape"]
+    if node["kind"] in ("layer_norm", "rms_norm"):
+        first_norm = len(out) - len(node["attrs"].get("normalized_shape", [out[-1]]))
+        names = ["batch", "seq"][:first_norm] + [None] * (len(out) - min(first_norm, 2))
+    else:
+        names = ["batch"] + [None] * (len(out) - 1)
+    dims = _pointwise_dims(node, names)
+    for d in dims:  # norm parameters are per-feature: never split by batch or seq
+        d.param_dims.clear()
+    return dims
+
+
+def embedding_dims(node: dict) -> list[ParDim]:
+    """embedding: the index dims (batch, seq), ``vocab`` (partial output) and ``out`` (width)."""
+    ops = node["operands"]
+    weight = ops[0]
+    if weight["role"] != "param":
+        return _pointwise_dims(node, node["dim_names"])
+    out = node["out_shape"]
+    key = weight["key"]
+    dims = []
+    idx = next((o for o in ops[1:] if o["role"] == "input"), None)
+    if idx is not None:
+        for j, name in enumerate(["batch", "seq"][: len(idx["shape"])]):
+            dims.append(ParDim(name, out[j], _only(node, idx["index"], j), {key: None}, out_dim=j))
+    none = tuple(None for _ in node["inputs"])
+    vocab, width = weight["shape"]
+    dims.append(ParDim("vocab", vocab, none, {key: _param_dim(weight, 0)}, reduction=True, grad_sync=False))
+    dims.append(ParDim("out", width, none, {key: _param_dim(weight, 1)}, out_dim=len(out) - 1))
+    return dims
+
+
+def sdpa_dims(node: dict) -> list[ParDim]:
+    """scaled_dot_product_attention: batch and heads of q, k, v (and of a 4-D mask operand)."""
+    q = node["operands"][0]["shape"]
+    if len(q) != 4:
+        return []
+    dims = []
+    for name, d in (("batch", 0), ("heads", 1)):
+        operand_dims = []
+        for k, e in enumerate(node["inputs"]):
+            shape = e["shape"]
+            if k < 3 or (len(shape) == 4 and shape[d] == q[d]):
+                operand_dims.append(d if shape[d] == q[d] else None)
+            else:
+                operand_dims.append(None)
+        if any(od is None for od in operand_dims[:3]):
+            continue  # grouped-query attention: k/v have fewer heads
+        dims.append(ParDim(name, q[d], tuple(operand_dims), out_dim=d))
+    return dims
+
+
+def cross_entropy_dims(node: dict) -> list[ParDim]:
+    """cross_entropy: batch (and a trailing seq dim of [N, C, T] logits); a mean/sum loss is partial."""
+    reduced = node["attrs"].get("reduction", "mean") != "none"
+    logits = node["inputs"][0]["shape"] if node["inputs"] else ()
+    if not logits:
+        return []
+    dims = []
+    spatial = [("batch", 0, 0)] + ([("seq", 2, 1)] if len(logits) == 3 else [])
+    for name, ld, td in spatial:
+        operand_dims = tuple(
+            ld if k == 0 else (td if len(e["shape"]) > td else None) for k, e in enumerate(node["inputs"])
+        )
+        dims.append(
+            ParDim(name, logits[ld], operand_dims, out_dim=None if reduced else td, reduction=reduced)
+        )
+    return dims
+
+
+def softmax_dims(node: dict) -> list[ParDim]:
+    """softmax/log_softmax: every named dim except the softmax dim."""
+    return _pointwise_dims(
+        node, node["dim_names"], skip={node["attrs"].get("dim", len(node["out_shape"]) - 1)}
+    )
+
+
+def pool_dims(node: dict) -> list[ParDim]:
+    """Pooling of [N, C, H, W]: batch, and channels (``out``) when enabled."""
+    names = ["batch", "out" if POOL_CHANNEL_SPLIT_ENABLED else None, None, None][: len(node["out_shape"])]
+    x = node["inputs"][0] if node["inputs"] else None
+    if x is None or len(x["shape"]) != len(node["out_shape"]):
+        return []
+    return [ParDim(n, node["out_shape"][d], _only(node, 0, d), out_dim=d) for d, n in enumerate(names) if n]
+
+
+def cat_dims(node: dict) -> list[ParDim]:
+    """cat: every named dim except the concatenation dim."""
+    return _pointwise_dims(node, node["dim_names"], skip={node["attrs"].get("dim", 0)})
+
+
+def reduce_dims(node: dict) -> list[ParDim]:
+    """sum/mean: kept dims pass their split; a split reduced dim leaves a partial sum (not for amax)."""
+    if not node["inputs"]:
+        return []
+    x = node["inputs"][0]
+    attrs = node["attrs"]
+    reduced = set(attrs.get("dims", []))
+    src = _source_names(node)
+    dims, used, kept = [], set(), 0
+    for d, size in enumerate(x["shape"]):
+        name = src[d] if d < len(src) else None
+        is_reduced = d in reduced
+        out_dim = None if is_reduced else kept
+        if not is_reduced or attrs.get("keepdim"):
+            kept += 1
+        if name not in _SPLITTABLE_NAMES or name in used or size <= 1:
+            continue
+        if is_reduced and attrs.get("mode") == "amax":
+            continue
+        used.add(name)
+        dims.append(ParDim(name, size, _only(node, 0, d), out_dim=out_dim, reduction=is_reduced))
+    return dims
+
+
+def _source_names(node: dict) -> list:
+    """Dim names of the first operand as consumed (stored by configurations() before the rules run)."""
+    return node.get("_operand_names", [[]])[0]
+
+
+def opaque_dims(node: dict) -> list[ParDim]:
+    """Opaque ops: batch only, and only when the output and every operand keep a batch dim 0."""
+    out = node["out_shape"]
+    if not out or not node["dim_names"] or node["dim_names"][0] != "batch":
+        return []
+    names = node.get("_operand_names", [])
+    operand_dims = []
+    for k, e in enumerate(node["inputs"]):
+        ok = e["shape"] and e["shape"][0] == out[0] and k < len(names) and names[k][:1] == ["batch"]
+        if not ok:
+            return []
+        operand_dims.append(0)
+    params = {o["key"]: None for o in node["operands"] if o["role"] == "param"}
+    return [ParDim("batch", out[0], tuple(operand_dims), params, out_dim=0)]
+
+
+RULES = {
+    "input": input_dims,
+    "linear": matmul_dims,
+    "matmul": matmul_dims,
+    "conv2d": conv2d_dims,
+    "batch_norm": norm_dims,
+    "group_norm": norm_dims,
+    "layer_norm": norm_dims,
+    "rms_norm": norm_dims,
+    "embedding": embedding_dims,
+    "sdpa": sdpa_dims,
+    "cross_entropy": cross_entropy_dims,
+    "softmax": softmax_dims,
+    "log_softmax": softmax_dims,
+    "pool": pool_dims,
+    "adaptive_pool": pool_dims,
+    "cat": cat_dims,
+    "reduce": reduce_dims,
+    "elementwise": lambda node: _pointwise_dims(node, node["dim_names"]),
+    "dropout": lambda node: _pointwise_dims(node, node["dim_names"]),
+    "opaque": opaque_dims,
+}
+"""kind -> rule(node attrs) -> list[ParDim]."""
