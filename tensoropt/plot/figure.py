@@ -17,7 +17,7 @@ from tensoropt.plot.data import GIB, PlotPoint
 
 COLOURS = (
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9",
-    "#8C564B", "#332288", "#999933", "#882255", "#44AA99", "#000000",
+    "#8C564B", "#332288", "#999933", "#882255", "#666666", "#000000",
 )
 """Okabe-Ito first (colour-blind safe), then Tol's muted colours for more device counts."""
 

@@ -63,13 +63,15 @@ def pareto_html(
     return _render(frontier_json, budget_bytes, job_file, plan_text or _plan_file_text)
 
 
-def write_pareto_html(frontier_json: dict, path: str | os.PathLike, budget_bytes: int | None = None) -> Path:
+def write_pareto_html(frontier_json: dict, path: str | os.PathLike, budget_bytes: int | None = None,
+                      job_file: str | None = None) -> Path:
     """Write the self-contained Pareto page to ``path`` (atomically; parents are created).
 
     Args:
         frontier_json: parsed frontier.json.
         path: output file, e.g. ``out/pareto.html``.
         budget_bytes: per-device memory budget drawn on the plot; None takes the job's.
+        job_file: the job YAML named in the page's ``tensoropt run`` command (default ``JOB.yaml``).
 
     Returns:
         The written path.
@@ -80,7 +82,7 @@ def write_pareto_html(frontier_json: dict, path: str | os.PathLike, budget_bytes
         >>> write_pareto_html(fj, tempfile.mkdtemp() + "/pareto.html")  # doctest: +SKIP
     """
     path = Path(path)
-    write_text_atomic(path, pareto_html(frontier_json, budget_bytes))
+    write_text_atomic(path, pareto_html(frontier_json, budget_bytes, job_file))
     return path
 
 
