@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,8 +253,8 @@ class TrainingConfig:
         'sgd'
     """
 
-    global_batch_size: int = 32
-    """Samples per step over all devices."""
+    global_batch_size: int | None = None
+    """Samples per step over all devices; empty: the zoo preset's default batch size."""
     optimizer: str = "adamw"
     """sgd | momentum | adamw (optimizer state: 0, 1x, 2x the parameters)."""
     dtype: str = "float32"
@@ -266,7 +267,7 @@ class TrainingConfig:
     """Learning rate of the optimizer."""
 
     def __post_init__(self):
-        _int(self.global_batch_size, "global_batch_size")
+        _int(self.global_batch_size, "global_batch_size", optional=True)
         _choice(self.optimizer, "optimizer", OPTIMIZERS)
         _choice(self.dtype, "dtype", DTYPES)
         _int(self.seed, "seed", minimum=0)
@@ -307,7 +308,7 @@ class Job:
     model: ModelConfig
     """The model to plan (see ModelConfig)."""
     cluster: str | dict
-    """A cluster profile name (configs/clusters/NAME.yaml), a path to one, or an inline mapping."""
+    """A profile name (configs/clusters/NAME.yaml), a path (relative to the job file), or a mapping."""
     devices: list[int]
     """Device counts to plan for, e.g. [1, 2, 4, 8] (each gets its own frontier)."""
     training: TrainingConfig = field(default_factory=TrainingConfig)
@@ -401,7 +402,20 @@ def load_job(path: str | Path) -> Job:
     except yaml.YAMLError as e:
         raise ConfigError(str(path), "", f"invalid YAML: {e}",
                           "a YAML mapping (see docs/user-guide.md)") from None
-    return Job.from_dict(data, str(path))
+    job = Job.from_dict(data, str(path))
+    job.cluster = _cluster_beside(job.cluster, path)
+    return job
+
+
+def _cluster_beside(cluster: str | dict, job_path: Path) -> str | dict:
+    """A relative cluster *path* is read relative to the job file when a file is there."""
+    if not isinstance(cluster, str) or not (cluster.endswith((".yaml", ".yml")) or "/" in cluster):
+        return cluster
+    candidate = job_path.parent / cluster
+    if Path(cluster).is_absolute() or not candidate.is_file():
+        return cluster
+    relative = os.path.relpath(candidate)
+    return relative if not relative.startswith("..") else str(candidate.resolve())
 
 
 def _build(cls: type, data: Any, prefix: str):

@@ -1,0 +1,293 @@
+"""The one-call planning API: a job in, the frontier file out.
+
+For the common case :func:`plan_job` does everything; the steps are public for finer control::
+
+    model, spec = build_job_model(job, device="meta")       # the zoo preset or the user factory
+    graph = capture_job(job)                                 # OpGraph (captured on meta: no memory)
+    cluster = load_cluster(job.cluster)
+    frontier = plan_devices(graph, job, cluster, 8)          # cost graph -> FT solve -> plans
+
+Example:
+    >>> from tensoropt.config import Job
+    >>> job = Job(model={"name": "mlp", "kwargs": {"in_features": 32, "hidden": [64],
+    ...           "num_classes": 8}}, cluster="cpu-local", devices=[1, 2],
+    ...           training={"global_batch_size": 8})
+    >>> ff = plan_job(job)  # doctest: +SKIP
+    >>> [f.devices for f in ff.frontiers]  # doctest: +SKIP
+    [1, 2]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+from tensoropt.config import Job
+from tensoropt.plans import Frontier, FrontierFile, Plan, plan_id
+from tensoropt.summary import plan_layers, plan_redistributions, plan_summary
+
+Progress = Callable[[str, float], None]
+"""A progress callback: ``progress(message, fraction_done)`` with fraction in [0, 1]."""
+
+_TASKS = {"language_model": "lm"}
+
+
+class PlanningError(RuntimeError):
+    """A stage of planning failed; the message names the stage, the device count and the fix."""
+
+
+def build_job_model(job: Job, device: str | None = "meta"):
+    """Build the job's model and its spec (inputs, classes) with the job's overrides.
+
+    Args:
+        job: the job.
+        device: where to build the parameters (``"meta"`` allocates nothing).
+
+    Returns:
+        ``(module, spec)`` as :func:`tensoropt.models.build_model` returns them; for a user
+        factory with ``task``/``input_shape`` in the job the spec describes those inputs.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1])
+        >>> build_job_model(job)[1].input_shape
+        (1024,)
+    """
+    from tensoropt.models import build_model
+
+    m = job.model
+    overrides = dict(m.kwargs)
+    for key in ("num_classes", "seq_len", "vocab_size"):
+        if getattr(m, key) is not None:
+            overrides[key] = getattr(m, key)
+    if m.input_shape is not None and m.name is not None:
+        overrides["input_shape"] = tuple(m.input_shape)
+    name = m.name if m.name is not None else m.factory
+    try:
+        model, spec = build_model(name, device=device, **overrides)
+    except (ValueError, TypeError) as e:
+        raise PlanningError(f"model: cannot build {name!r}: {e}") from None
+    if m.factory is not None and m.task is not None:
+        spec = _factory_spec(spec, job)
+    return model, spec
+
+
+def _factory_spec(spec, job: Job):
+    """A user factory's spec from the job's task, input_shape, num_classes, seq_len, vocab_size."""
+    m = job.model
+    if m.task == "classification":
+        if m.input_shape is None or m.num_classes is None:
+            raise PlanningError(
+                "model: a factory model with task classification needs model.input_shape "
+                "and model.num_classes"
+            )
+        task = "vector" if len(m.input_shape) == 1 else "image"
+        return dataclasses.replace(
+            spec, task=task, input_shape=tuple(m.input_shape), num_classes=m.num_classes
+        )
+    if m.seq_len is None or m.vocab_size is None:
+        raise PlanningError(
+            "model: a factory model with task language_model needs model.seq_len and model.vocab_size"
+        )
+    return dataclasses.replace(
+        spec, task="lm", input_shape=(m.seq_len,), seq_len=m.seq_len, vocab_size=m.vocab_size
+    )
+
+
+def resolve_job(job: Job, spec=None, cluster=None) -> Job:
+    """The job with defaults filled in: model task/shapes from the preset, budget from the device.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> r = resolve_job(Job(model={"name": "vgg16"}, cluster="h100x8", devices=[8]))
+        >>> r.model.task, r.model.input_shape, r.model.num_classes, r.memory_budget
+        ('classification', [3, 224, 224], 1000, 85899345920)
+    """
+    if spec is None:
+        spec = build_job_model(job)[1]
+    if cluster is None:
+        cluster = load_job_cluster(job)
+    task = {"lm": "language_model", "image": "classification", "vector": "classification"}.get(spec.task)
+    model = dataclasses.replace(
+        job.model,
+        task=job.model.task or task,
+        input_shape=job.model.input_shape or (list(spec.input_shape) if task == "classification" else None),
+        num_classes=job.model.num_classes or spec.num_classes,
+        seq_len=job.model.seq_len or spec.seq_len,
+        vocab_size=job.model.vocab_size or spec.vocab_size,
+    )
+    budget = job.memory_budget if job.memory_budget is not None else int(cluster.device.memory_bytes)
+    batch = job.training.global_batch_size or spec.default_batch_size
+    training = dataclasses.replace(job.training, global_batch_size=batch)
+    return dataclasses.replace(job, model=model, training=training, memory_budget=budget)
+
+
+def load_job_cluster(job: Job):
+    """The job's cluster profile (``estimators.profiles.Cluster``), errors naming the job key.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> load_job_cluster(Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1])).backend
+        'gloo'
+    """
+    from estimators.profiles import ProfileError, load_cluster
+
+    try:
+        cluster = load_cluster(job.cluster)
+    except ProfileError as e:
+        raise PlanningError(f"cluster: {e}") from None
+    too_many = [d for d in job.devices if d > cluster.max_devices]
+    if too_many:
+        raise PlanningError(
+            f"devices: {too_many} exceed the {cluster.max_devices} devices of cluster "
+            f"{cluster.name!r} ({cluster.num_nodes} nodes x {cluster.devices_per_node}); "
+            "use a larger cluster profile or fewer devices"
+        )
+    return cluster
+
+
+def capture_job(job: Job, spec_and_model=None):
+    """Capture the job's training step (forward + loss) on the meta device.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1],
+        ...           training={"global_batch_size": 4})
+        >>> capture_job(job).nx.nodes["linear"]["out_shape"]
+        (4, 4096)
+    """
+    from tensoropt.capture import capture
+    from tensoropt.models import example_inputs
+
+    model, spec = spec_and_model if spec_and_model is not None else build_job_model(job, "meta")
+    batch = job.training.global_batch_size or spec.default_batch_size
+    inputs = example_inputs(spec, batch, device="meta", model=model)
+    return capture(model, inputs)
+
+
+def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress | None = None) -> Frontier:
+    """Cost graph, exact frontier and per-plan breakdown for one device count.
+
+    Args:
+        graph: the captured OpGraph.
+        job: the (resolved) job.
+        cluster: the loaded cluster profile.
+        num_devices: device count.
+        progress: called with the solver's progress (fraction of this device count).
+
+    Returns:
+        The :class:`Frontier`, plans sorted by time with ids ``d<P>-p<i>``.
+    """
+    import frontier as ft
+    from tensoropt.cost_graph import cost_graph
+
+    start = time.perf_counter()
+    try:
+        G = cost_graph(
+            graph, cluster, num_devices, batch_size=job.training.global_batch_size, **_cost_options(job)
+        )
+    except ValueError as e:
+        raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
+
+    def solver_progress(*args):
+        if progress is not None:
+            progress(f"solving {num_devices} devices", _fraction(args))
+
+    points = ft.solve(G, epsilon=job.planner.epsilon, progress=solver_progress)
+    plans = []
+    configurations: dict[str, dict[str, dict]] = {}
+    batch = job.training.global_batch_size
+    for i, point in enumerate(points):
+        ops = {n: G.nodes[n]["configs"][c] for n, c in point.assignment.items()}
+        for n, c in point.assignment.items():
+            configurations.setdefault(n, {}).setdefault(ops[n], G.nodes[n]["configurations"][c].to_json())
+        time_s, memory_bytes = float(point.cost[0]), float(point.cost[1])
+        plans.append(
+            Plan(
+                id=plan_id(num_devices, i),
+                time_s=time_s,
+                memory_bytes=float(round(memory_bytes)),
+                ops=ops,
+                summary=plan_summary(graph, ops),
+                layers=plan_layers(G, graph, point.assignment),
+                redistributions=plan_redistributions(G, point.assignment),
+                throughput_samples_per_s=batch / time_s if time_s > 0 else None,
+            )
+        )
+    return Frontier(
+        devices=num_devices,
+        mesh=G.graph["mesh"],
+        plans=plans,
+        configurations=configurations,
+        solve_time_s=time.perf_counter() - start,
+    )
+
+
+def _cost_options(job: Job) -> dict:
+    """Keyword arguments of ``cost_graph`` that the job sets and the installed version accepts."""
+    import inspect
+
+    from tensoropt.cost_graph import cost_graph
+
+    wanted = {
+        "optimizer": job.training.optimizer,
+        "dtype": job.training.dtype,
+        "compute": job.planner.compute,
+    }
+    params = inspect.signature(cost_graph).parameters
+    return {k: v for k, v in wanted.items() if k in params}
+
+
+def _fraction(args: tuple) -> float:
+    """Fraction done from a solver progress callback's arguments (done, total) or (fraction,)."""
+    numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    if len(numbers) >= 2 and numbers[1]:
+        return min(1.0, numbers[0] / numbers[1])
+    if len(numbers) == 1:
+        return min(1.0, float(numbers[0]))
+    return 0.0
+
+
+def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
+    """Plan a job: capture once, then a Pareto frontier for every device count.
+
+    Args:
+        job: the validated job (see :func:`tensoropt.config.load_job`).
+        progress: ``progress(message, fraction)`` for a progress bar.
+
+    Returns:
+        The :class:`FrontierFile` (``selected`` not set; see :mod:`tensoropt.selector`).
+
+    Raises:
+        PlanningError: naming the stage (model, cluster, capture, cost graph, solve) that failed.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1, 2])
+        >>> [f.devices for f in plan_job(job).frontiers]  # doctest: +SKIP
+        [1, 2]
+    """
+    report = progress or (lambda message, fraction: None)
+    report("building the model", 0.0)
+    cluster = load_job_cluster(job)
+    model, spec = build_job_model(job, "meta")
+    job = resolve_job(job, spec, cluster)
+    report("capturing the training step", 0.01)
+    try:
+        graph = capture_job(job, (model, spec))
+    except Exception as e:
+        raise PlanningError(f"capture of model {job.model.name or job.model.factory!r}: {e}") from e
+    weights = [d * d for d in job.devices]  # solve time grows with the device count
+    done, total = 0.05, sum(weights)
+    frontiers = []
+    for d, w in zip(job.devices, weights):
+
+        def sub(message, fraction, base=done, width=0.95 * w / total):
+            report(message, base + width * fraction)
+
+        sub(f"cost graph for {d} devices", 0.0)
+        frontiers.append(plan_devices(graph, job, cluster, d, sub))
+        done += 0.95 * w / total
+        report(f"{d} devices: {len(frontiers[-1].plans)} plans", done)
+    return FrontierFile(job=job.to_dict(), frontiers=frontiers)

@@ -1,0 +1,123 @@
+"""What a plan does, in words and rows: the one-line split summary, per-operator rows, redistributions.
+
+Example:
+    >>> import networkx as nx
+    >>> g = nx.DiGraph()
+    >>> g.add_node("conv", kind="conv2d", flops=10); g.add_node("fc", kind="linear", flops=5)
+    >>> summarize_split({"conv": "batch=8", "fc": "out=8"}, g)
+    'conv: batch=8; fc: out=8'
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import networkx as nx
+
+from tensoropt.plans import Layer, Redistribution
+
+SHORT_KINDS = {
+    "conv2d": "conv",
+    "linear": "fc",
+    "matmul": "matmul",
+    "sdpa": "attention",
+    "embedding": "embedding",
+}
+"""Kinds named in summaries (the ones that hold the model's parameters and FLOPs), and their short names."""
+
+
+def summarize_split(ops: dict[str, str], nx_graph: nx.DiGraph, max_labels: int = 3) -> str:
+    """One line on how a plan splits the model, grouped by operator kind.
+
+    Kinds in :data:`SHORT_KINDS` are listed in order of first appearance; when a kind's
+    operators use several labels, each label gets its count, most used first, e.g.
+    ``"fc: out=8 x3, in=8 x3"``. A model with none of those kinds lists every kind.
+
+    Example:
+        >>> import networkx as nx
+        >>> g = nx.DiGraph()
+        >>> for n in ("fc1", "fc2", "fc3"): g.add_node(n, kind="linear")
+        >>> summarize_split({"fc1": "out=4", "fc2": "in=4", "fc3": "out=4"}, g)
+        'fc: out=4 x2, in=4 x1'
+    """
+    kinds = {n: nx_graph.nodes[n].get("kind", "opaque") for n in ops if n in nx_graph}
+    named = {n: k for n, k in kinds.items() if k in SHORT_KINDS}
+    if not named:
+        named = {n: k for n, k in kinds.items() if k != "input"}
+    groups: dict[str, Counter] = {}
+    for node in nx.topological_sort(nx_graph):
+        if node in named:
+            groups.setdefault(SHORT_KINDS.get(named[node], named[node]), Counter())[ops[node]] += 1
+    parts = []
+    for kind, counts in groups.items():
+        ranked = counts.most_common()
+        if len(ranked) == 1:
+            parts.append(f"{kind}: {ranked[0][0]}")
+            continue
+        shown = ", ".join(f"{label} x{count}" for label, count in ranked[:max_labels])
+        more = f", +{len(ranked) - max_labels} more" if len(ranked) > max_labels else ""
+        parts.append(f"{kind}: {shown}{more}")
+    return "; ".join(parts)
+
+
+def plan_summary(graph, ops: dict[str, str]) -> str:
+    """:func:`summarize_split` of an OpGraph (or a networkx graph)."""
+    return summarize_split(ops, getattr(graph, "nx", graph))
+
+
+def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> list[Layer]:
+    """Per-operator rows of a plan, in graph order (input nodes left out).
+
+    Compute and communication come from the cost graph's per-node breakdown when it has one
+    (node attribute ``"breakdown"``: a list, per configuration, of dicts with ``compute_s``,
+    ``comm_s`` and ``memory_bytes``); otherwise the node's whole time is reported as compute.
+    """
+    nx_graph = getattr(graph, "nx", graph)
+    rows = []
+    for node in nx.topological_sort(G):
+        data = G.nodes[node]
+        attrs = nx_graph.nodes[node] if node in nx_graph else {}
+        if attrs.get("kind") == "input" or node not in assignment:
+            continue
+        c = assignment[node]
+        cost = data["cost"][c]
+        parts = data.get("breakdown")
+        if parts is not None:
+            compute_s, comm_s, memory = parts[c]["compute_s"], parts[c]["comm_s"], parts[c]["memory_bytes"]
+        else:
+            compute_s, comm_s, memory = float(cost[0]), 0.0, float(cost[1])
+        rows.append(
+            Layer(
+                node=node,
+                op=str(data.get("op", attrs.get("op", ""))),
+                module=str(attrs.get("module", "")),
+                config=str(data["configs"][c]),
+                compute_s=float(compute_s),
+                comm_s=float(comm_s),
+                memory_bytes=float(memory),
+            )
+        )
+    return rows
+
+
+def plan_redistributions(G: nx.DiGraph, assignment: dict[str, int]) -> list[Redistribution]:
+    """Edges of a plan whose redistribution costs time or memory, in graph order.
+
+    The layouts come from the configurations: the producer's ``output`` and the consumer's
+    ``inputs[i]`` for the operand the edge feeds (edge attribute ``operands``, first one).
+    """
+    out = []
+    for u, v in nx.edge_dfs(G):
+        cost = G.edges[u, v]["cost"][assignment[u], assignment[v]]
+        if not any(float(x) > 0 for x in cost):
+            continue
+        confs_u, confs_v = G.nodes[u].get("configurations"), G.nodes[v].get("configurations")
+        from_layout, to_layout = [], []
+        if confs_u is not None and confs_v is not None:
+            from_layout = list(confs_u[assignment[u]].output)
+            operands = G.edges[u, v].get("operands") or [0]
+            inputs = confs_v[assignment[v]].inputs
+            to_layout = list(inputs[operands[0]]) if operands[0] < len(inputs) else []
+        memory = float(cost[1]) if len(cost) > 1 else 0.0
+        out.append(Redistribution(u, v, from_layout, to_layout, float(cost[0]), memory))
+    return out
