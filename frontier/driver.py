@@ -1,0 +1,136 @@
+r"""Frontier tracking (FT): the exact Pareto frontier of a cost graph.
+
+Formulation. A DAG ``G = (V, E)``; node ``v`` has configurations ``s_v in {0..C_v-1}``
+with cost vectors ``c_v[s_v] in R^K``; edge ``(u, v)`` has ``c_uv[s_u, s_v] in R^K``
+(all objectives additive and minimised; ``+inf`` marks an infeasible choice). A plan
+``s`` costs (:meth:`frontier.problem.Problem.costs`)::
+
+    cost(s) = sum_{v in V} c_v[s_v] + sum_{(u,v) in E} c_uv[s_u, s_v]
+
+and the answer is the Pareto frontier ``PF = min{ cost(s) : s }``, one plan per
+distinct non-dominated vector. FT is variable elimination in the semiring whose "sum" is
+the Minkowski sum of Pareto sets and whose "min" is their union
+(:func:`frontier.pareto.pareto_select` prunes after both):
+
+- ``F(v)``, ``F(u, v)``: frontier tables, one Pareto set per configuration (pair)
+  (:class:`frontier.table.Table`, built by :func:`frontier.components.component_tables`);
+- ``F (+) F'`` and ``U_{s_v}``: :meth:`frontier.combine.Combiner.combine`, memoised so
+  identical repeated blocks are computed once;
+- node / edge elimination, triangle, merge / contract of degree-one nodes:
+  :class:`frontier.reductions.Reducer`; when none applies, the linear DP over a narrow
+  topological cut: :func:`frontier.linear_dp.linear_dp`;
+- disconnected parts: ``PF = prune(PF_1 (+) PF_2 (+) ...)``,
+  :func:`frontier.components.sum_components`;
+- plans from back-pointers: :func:`frontier.plan.reconstruct`.
+
+With ``epsilon > 0`` each elimination first keeps one point per ``(1 + e)``-box with
+``(1 + e)^D = 1 + epsilon``, ``D`` the number of variables of the largest component (no
+derivation passes more eliminations), so every true frontier point is within
+``1 + epsilon`` of a returned one in every objective (docs/algorithm.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from frontier.combine import CombineStats, Combiner
+from frontier.components import component_tables, sum_components
+from frontier.linear_dp import linear_dp
+from frontier.pareto import pareto_select
+from frontier.plan import reconstruct
+from frontier.point import Point
+from frontier.reductions import Reducer
+from frontier.validate import load_problem
+
+
+@dataclass
+class SolveReport:
+    """What a solve did: reductions applied and kernel work (for benchmarks and tests)."""
+
+    reductions: dict = field(default_factory=dict)
+    """Reduction name -> times applied."""
+    stats: CombineStats = field(default_factory=CombineStats)
+    """Kernel counters, including how many combines were reused from the memo."""
+
+
+def solve(
+    G: nx.DiGraph,
+    *,
+    epsilon: float = 0.0,
+    progress: Callable[[int, int], None] | None = None,
+    reuse: bool = True,
+    report: SolveReport | None = None,
+) -> list[Point]:
+    """The Pareto frontier of the cost graph ``G`` (see the module docstring).
+
+    Args:
+        G: DAG; node attr ``"cost"`` of shape ``(C_n, K)``, edge attr ``"cost"`` of shape
+            ``(C_u, C_v, K)``. Other attributes are ignored.
+        epsilon: 0 for the exact frontier; > 0 for a (1 + epsilon)-approximation whose
+            points are still real plans with their real costs (costs must be >= 0).
+        progress: called as ``progress(done, total)`` with the number of nodes eliminated
+            so far and the total number of nodes (first with ``done = 0``, last with
+            ``done = total``).
+        reuse: memoise identical reductions (repeated blocks); off only for comparisons.
+        report: filled with the reductions applied and the kernel counters, if given.
+
+    Returns:
+        One :class:`~frontier.point.Point` per distinct non-dominated cost vector, sorted
+        by objective 0 ascending; empty when every plan has an infinite cost.
+
+    Raises:
+        ValueError: bad input, naming the node or edge (see :func:`frontier.validate.load_problem`).
+
+    Example:
+        >>> import networkx as nx, numpy as np
+        >>> G = nx.DiGraph()
+        >>> G.add_node("a", cost=np.array([[1.0, 4.0], [3.0, 1.0]]))
+        >>> G.add_node("b", cost=np.array([[1.0, 1.0], [2.0, 0.0]]))
+        >>> G.add_edge("a", "b", cost=np.array([[[0.0, 0.0], [1.0, 0.0]], [[1.0, 0.0], [0.0, 0.0]]]))
+        >>> [(p.cost.tolist(), p.assignment) for p in solve(G)]
+        [([2.0, 5.0], {'a': 0, 'b': 0}), ([4.0, 4.0], {'a': 0, 'b': 1}), ([5.0, 1.0], {'a': 1, 'b': 1})]
+    """
+    problem = load_problem(G, epsilon)
+    n = len(problem.names)
+    components = component_tables(problem)
+    depth = max(len({v for t in comp for v in t.scope}) for comp in components)
+    box_eps = (1.0 + epsilon) ** (1.0 / depth) - 1.0 if epsilon > 0 else 0.0
+    combiner = Combiner(sizes=problem.sizes, box_eps=box_eps, reuse=reuse)
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], n)
+
+    if progress is not None:
+        progress(0, n)
+    results, applied = [], {}
+    for tables in components:
+        reducer = Reducer(combiner, tables, on_eliminate=tick)
+        while reducer.variables:
+            v = reducer.pick()
+            if v is None:
+                linear_dp(reducer)
+                break
+            reducer.eliminate(v)
+        results.append(reducer.result())
+        for name, count in reducer.applied.items():
+            applied[name] = applied.get(name, 0) + count
+    root = sum_components(combiner, results)
+    if report is not None:
+        report.reductions = applied
+        report.stats = combiner.stats
+    if root.size == 0:
+        return []
+    configs = reconstruct(root, np.arange(root.size), n)
+    costs = problem.costs(configs)
+    keep = pareto_select(costs)
+    return [
+        Point(cost=costs[i], assignment={name: int(s) for name, s in zip(problem.names, configs[i])})
+        for i in keep
+    ]

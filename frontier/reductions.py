@@ -1,0 +1,150 @@
+"""Graph reductions over frontier tables (one connected component at a time).
+
+The graph is held as tables (:mod:`frontier.table`): one per remaining node, one per
+remaining (possibly derived) edge. Every reduction below is one call of
+:meth:`frontier.combine.Combiner.combine`, and each is exact because it only regroups a
+sum over all plans -- the total cost is a sum of the table entries, and the frontier of
+a union is the frontier of the union of frontiers:
+
+- edge elimination / parallel-edge merge (:meth:`Reducer.add`): two tables over the same
+  pair ``(u, v)`` are replaced by their sum ``F1[s_u, s_v] (+) F2[s_u, s_v]``;
+- node elimination / series (:meth:`Reducer.eliminate` on a variable with two
+  neighbours): ``F(u, w)[s_u, s_w] = U_{s_v} F(u, v) (+) F(v) (+) F(v, w)``, whatever the
+  edge directions;
+- triangle: the same with ``u`` and ``w`` already joined; the new ``(u, w)`` table is
+  then merged with the existing one;
+- merge / contract of a degree-one source or sink (a variable with one neighbour ``u``):
+  ``F(u)[s_u] = U_{s_v} F(v) (+) F(u, v)``, folded into ``u``'s node table;
+- the last variable of a component: ``U_{s_v} F(v)``, a table with an empty scope.
+
+:meth:`Reducer.pick` chooses, among the variables with at most two neighbours, the one
+whose elimination generates the fewest candidate points (zero when the result is
+memoised). When none is left the component needs the general fallback
+(:mod:`frontier.linear_dp`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from frontier.combine import Combiner
+from frontier.table import Table
+
+
+class Reducer:
+    """The tables of one component and the reductions applied to them.
+
+    Example:
+        >>> import numpy as np
+        >>> from frontier.table import leaf_table
+        >>> c = Combiner(sizes=[2, 2])
+        >>> r = Reducer(c, [leaf_table((0,), np.eye(2)), leaf_table((1,), np.eye(2)),
+        ...                 leaf_table((0, 1), np.zeros((2, 2, 2)))])
+        >>> while r.variables:
+        ...     r.eliminate(r.pick())
+        >>> r.result().cost.tolist()
+        [[0.0, 2.0], [1.0, 1.0], [2.0, 0.0]]
+    """
+
+    def __init__(self, combiner: Combiner, tables: list[Table], on_eliminate: Callable[[], None] | None = None):
+        self.combiner = combiner
+        self.tables: dict[frozenset, Table] = {}
+        self.incident: dict[int, set[frozenset]] = {}
+        self.variables: set[int] = set()
+        self.applied: Counter = Counter()
+        """How many times each reduction was applied."""
+        self._estimate: dict[int, float] = {}
+        self._on_eliminate = on_eliminate
+        for t in tables:
+            self.variables.update(t.scope)
+        for t in tables:
+            self.add(t)
+        for v in self.variables:
+            self._refresh(v)
+
+    def add(self, table: Table) -> None:
+        """Insert a table; a table over an existing scope is merged into it (edge elimination)."""
+        key = frozenset(table.scope)
+        old = self.tables.get(key)
+        if old is not None:
+            table = self.combiner.combine([old, table])
+            self.applied["edge elimination"] += 1
+        self.tables[key] = table
+        for v in table.scope:
+            self.incident.setdefault(v, set()).add(key)
+
+    def pop(self, key: frozenset) -> Table:
+        """Remove and return the table over ``key``."""
+        table = self.tables.pop(key)
+        for v in key:
+            self.incident[v].discard(key)
+        return table
+
+    def neighbours(self, v: int) -> set[int]:
+        """Variables sharing a table with ``v``."""
+        return set().union(*self.incident.get(v, ())) - {v}
+
+    def kind(self, v: int) -> str:
+        """Name of the reduction that eliminating ``v`` applies."""
+        nbrs = self.neighbours(v)
+        if not nbrs:
+            return "final"
+        if len(nbrs) == 1:
+            return "merge/contract"
+        if len(nbrs) == 2:
+            return "triangle" if frozenset(nbrs) in self.tables else "node elimination"
+        return "general"
+
+    def eliminate(self, v: int) -> None:
+        """Eliminate variable ``v``: sum its tables and take the union over its configurations."""
+        self.applied[self.kind(v)] += 1
+        tables = [self.pop(key) for key in list(self.incident[v])]
+        new = self.combiner.combine(tables, drop=v)
+        self.variables.discard(v)
+        self._estimate.pop(v, None)
+        self.add(new)
+        for u in new.scope:
+            self._refresh(u)
+        if self._on_eliminate is not None:
+            self._on_eliminate()
+
+    def pick(self) -> int | None:
+        """The cheapest variable with at most two neighbours, or None when there is none."""
+        if not self._estimate:
+            return None
+        return min(self._estimate, key=lambda v: (self._estimate[v], v))
+
+    def result(self) -> Table:
+        """The table with an empty scope left once every variable is eliminated."""
+        return self.tables[frozenset()]
+
+    def _refresh(self, v: int) -> None:
+        """Recompute the elimination estimate of ``v`` (only for reducible variables)."""
+        if len(self.neighbours(v)) > 2:
+            self._estimate.pop(v, None)
+            return
+        tables = [self.tables[key] for key in self.incident[v]]
+        if self.combiner.is_memoised(tables, v):
+            self._estimate[v] = 0.0
+        else:
+            self._estimate[v] = candidate_count(tables)
+
+
+def candidate_count(tables: list[Table]) -> float:
+    """Number of candidate points a combine of ``tables`` generates (before pruning).
+
+    Example:
+        >>> import numpy as np
+        >>> from frontier.table import leaf_table
+        >>> candidate_count([leaf_table((0,), np.zeros((3, 2))), leaf_table((0, 1), np.zeros((3, 4, 2)))])
+        12.0
+    """
+    letters = {}
+    operands, subscripts = [], []
+    for t in tables:
+        subscripts.append("".join(letters.setdefault(v, chr(ord("a") + len(letters))) for v in t.scope))
+        operands.append(t.counts.reshape(t.shape).astype(np.float64))
+    return float(np.einsum(",".join(subscripts) + "->", *operands))
