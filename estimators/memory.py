@@ -16,7 +16,8 @@ Each rule below was checked on torch 2.13 with ``torch.autograd.graph.saved_tens
     softmax, log_softmax              output
     layer_norm                        input + mean, rstd (rows x float32 each)
     rms_norm                          input + rstd; on CPU also x*rstd (full size)
-    batch_norm (training)             input + save_mean, save_invstd (C x float32 each)
+    batch_norm (training)             input + save_mean, save_invstd (C x float32 each) + the
+                                      running_mean/var buffers (saved by reference; C each)
     group_norm                        input + mean, rstd (N x G x float32 each)
     dropout (training, p > 0)         mask: CPU a float tensor of the input's size (input*noise
                                       path); CUDA a bool mask (native_dropout)
@@ -207,7 +208,10 @@ def extra_saved_bytes(
             extra += numel(x) * size
         return extra
     if kind == "batch_norm":
-        return 2 * x[1] * stat if attrs.get("training", True) and len(x) > 1 else 0
+        if not attrs.get("training", True) or len(x) < 2:
+            return 0
+        running = 2 * x[1] * size if node.get("buffers") else 0  # running_mean/var are saved too
+        return 2 * x[1] * stat + running
     if kind == "group_norm":
         channels = x[1] if len(x) > 1 else 1
         full_c = (

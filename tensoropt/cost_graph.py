@@ -1,0 +1,211 @@
+"""The cost graph: an OpGraph's configurations priced into ``frontier.solve``'s input format.
+
+Each node carries ``"cost"`` (C x K float64: one row per configuration, one column per
+objective), each edge ``"cost"`` (C_u x C_v x K). Objective 0 is step time in seconds
+(compute + communication, no overlap: additive and conservative), objective 1 per-device memory
+in bytes (parameters, gradients, optimizer state, saved activations; see
+:mod:`estimators.op_costs` for how shared storages are charged once). The formulas live in
+``estimators``; this module only walks the graph and fills the arrays.
+
+Node attributes added: ``cost``, ``configs`` (labels, index-aligned with the rows),
+``configurations`` (the :class:`Configuration` objects), ``op``, ``kind``, ``module`` and the
+per-configuration components ``compute_s``, ``comm_s``, ``memory_bytes``, ``buffer_bytes``
+(1-D arrays). Edge attributes: ``cost`` and the components ``comm_s``, ``memory_bytes``,
+``buffer_bytes`` (C_u x C_v). Graph attributes: ``mesh``, ``num_devices``, ``cluster`` (the
+:class:`estimators.profiles.Cluster`), ``objectives``, ``optimizer``, ``compute_mode``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import networkx as nx
+import numpy as np
+
+from estimators.op_costs import Cost, CostModel, GraphInfo, edge_cost, node_cost
+from estimators.profiles import Cluster, load_cluster
+from tensoropt.configspace.configuration import Configuration, Mesh
+
+OBJECTIVES = ("time_s", "memory_bytes", "compute_s", "comm_s")
+"""Objectives a cost graph can carry (any subset, in any order)."""
+
+
+def _value(cost: Cost, objective: str) -> float:
+    return cost.time_s if objective == "time_s" else getattr(cost, objective)
+
+
+def replicated(node: dict, mesh: Mesh) -> Configuration:
+    """The fully replicated configuration of a node (used for nodes the configuration space omits).
+
+    Example:
+        >>> replicated({"inputs": [{}], "params": {"w": (2, 2)}}, Mesh((2,), ("gpu",))).output
+        ('R',)
+    """
+    r = ("R",) * len(mesh.shape)
+    return Configuration(
+        "replicate", (), tuple(r for _ in node["inputs"]), tuple((k, r) for k in node["params"]), r
+    )
+
+
+def _node_key(name: str, node: dict, info: GraphInfo) -> tuple:
+    """Everything a node's cost depends on, so identical layers (transformer blocks) are priced once."""
+    return (
+        node["op"],
+        node["kind"],
+        tuple(node["out_shape"]),
+        node.get("out_dtype"),
+        int(node.get("flops", 0)),
+        repr(node.get("attrs")),
+        tuple((k, tuple(s)) for k, s in node["params"].items()),
+        tuple(node.get("shared_params") or ()),
+        tuple((tuple(e["shape"]), e.get("dtype"), info.needs_grad.get(e["source"])) for e in node["inputs"]),
+        info.computes_grad.get(name),
+        info.needs_grad.get(name),
+        info.output_charged.get(name),
+    )
+
+
+def cost_graph(
+    graph,
+    cluster: str | os.PathLike | dict | Cluster,
+    num_devices: int,
+    objectives: Sequence[str] = ("time_s", "memory_bytes"),
+    batch_size: int | None = None,
+    optimizer: str = "adamw",
+    compute_mode: str = "roofline",
+    *,
+    configurations: dict[str, list[Configuration]] | None = None,
+    mesh: Mesh | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> nx.DiGraph:
+    """Price every configuration of every operator of ``graph`` on ``num_devices`` devices of ``cluster``.
+
+    Args:
+        graph: an :class:`tensoropt.capture.OpGraph` (or its ``.nx`` DiGraph).
+        cluster: a profile name (``"h100x8"``, ``"cpu-local"``), a YAML path, a dict, or a Cluster.
+        num_devices: device count P; the mesh is ``Mesh.for_cluster(P, devices_per_node)``.
+        objectives: which costs, in order (from ``OBJECTIVES``); the default is (time, memory).
+        batch_size: the global batch size the graph must have been captured with (checked against
+            the first input's dim 0; capture again for another batch size).
+        optimizer: "sgd", "momentum", "adam" or "adamw".
+        compute_mode: "roofline" or "profiled" (times the local shard shapes with torch on the
+            current device, cached on disk under ``cache_dir``; see :mod:`estimators.profiled`).
+        configurations: node -> configurations; default ``tensoropt.configurations(graph, mesh)``.
+        mesh: override the mesh (default from the cluster).
+        cache_dir: profiled-mode cache directory.
+        progress: called as ``progress(done, total)`` while nodes and edges are priced.
+
+    Returns:
+        A new ``networkx.DiGraph`` in ``frontier.solve``'s format (see the module docstring).
+
+    Example:
+        >>> import torch
+        >>> from tensoropt.capture import capture
+        >>> g = capture(torch.nn.Linear(8, 4), (torch.randn(2, 8),))
+        >>> cg = cost_graph(g, "cpu-local", 1, configurations={})
+        >>> cg.nodes["linear"]["cost"].shape, cg.nodes["linear"]["configs"]
+        ((1, 2), ['replicate'])
+    """
+    g = graph.nx if hasattr(graph, "nx") else graph
+    cl = load_cluster(cluster)
+    if num_devices < 1:
+        raise ValueError(f"num_devices must be >= 1, got {num_devices}")
+    if num_devices > cl.max_devices:
+        raise ValueError(f"cluster {cl.name!r} has {cl.max_devices} devices; cannot plan for {num_devices}")
+    for o in objectives:
+        if o not in OBJECTIVES:
+            raise ValueError(f"unknown objective {o!r}; expected some of {OBJECTIVES}")
+    if compute_mode not in ("roofline", "profiled"):
+        raise ValueError(f"compute_mode must be 'roofline' or 'profiled', got {compute_mode!r}")
+    _check_batch(g, batch_size)
+    mesh = mesh or Mesh.for_cluster(num_devices, cl.devices_per_node)
+    if configurations is None:
+        from tensoropt.configspace import configurations as enumerate_configurations
+
+        configurations = enumerate_configurations(graph, mesh)
+    timer = None
+    if compute_mode == "profiled":
+        from estimators.profiled import ProfiledCompute
+
+        timer = ProfiledCompute(cl.device, program=getattr(graph, "program", None), cache_dir=cache_dir)
+    model = CostModel(cl, mesh, optimizer, compute_time=timer)
+    info = GraphInfo.of(g)
+    out = nx.DiGraph()
+    out.graph.update(
+        mesh=mesh,
+        num_devices=num_devices,
+        cluster=cl,
+        objectives=tuple(objectives),
+        optimizer=optimizer,
+        compute_mode=compute_mode,
+    )
+    total, done = g.number_of_nodes() + g.number_of_edges(), 0
+    node_cache: dict[tuple, list[Cost]] = {}
+    configs_of: dict[str, list[Configuration]] = {}
+    for name in nx.topological_sort(g):
+        d = g.nodes[name]
+        confs = list(configurations.get(name) or [replicated(d, mesh)])
+        configs_of[name] = confs
+        key = (_node_key(name, d, info), tuple(confs))
+        if key not in node_cache:
+            node_cache[key] = [node_cost(model, info, name, d, c) for c in confs]
+        costs = node_cache[key]
+        out.add_node(
+            name,
+            op=d["op"],
+            kind=d["kind"],
+            module=d.get("module", ""),
+            configs=[c.label for c in confs],
+            configurations=confs,
+            cost=np.array([[_value(c, o) for o in objectives] for c in costs], dtype=np.float64),
+            **_components(costs),
+        )
+        done += 1
+        if progress:
+            progress(done, total)
+    edge_cache: dict[tuple, list[list[Cost]]] = {}
+    for u, v in g.edges:
+        cu, cv = configs_of[u], configs_of[v]
+        key = (
+            _node_key(u, g.nodes[u], info),
+            _node_key(v, g.nodes[v], info),
+            tuple(cu),
+            tuple(cv),
+            repr(g.edges[u, v].get("operands")),
+            repr([(e.get("dim_map"), e["source"] == u) for e in g.nodes[v]["inputs"]]),
+        )
+        if key not in edge_cache:
+            edge_cache[key] = [[edge_cost(model, info, g, u, v, a, b) for b in cv] for a in cu]
+        costs = edge_cache[key]
+        arr = np.array([[[_value(c, o) for o in objectives] for c in row] for row in costs], dtype=np.float64)
+        out.add_edge(u, v, cost=arr.reshape(len(cu), len(cv), len(objectives)), **_components(costs))
+        done += 1
+        if progress:
+            progress(done, total)
+    return out
+
+
+def _components(costs) -> dict[str, np.ndarray]:
+    """Per-configuration compute/comm/memory/buffer arrays (1-D for nodes, 2-D for edges)."""
+    arr = np.array(costs, dtype=object)
+    return {
+        k: np.vectorize(lambda c, k=k: getattr(c, k), otypes=[np.float64])(arr)
+        if arr.size
+        else np.zeros(arr.shape)
+        for k in ("compute_s", "comm_s", "memory_bytes", "buffer_bytes")
+    }
+
+
+def _check_batch(g: nx.DiGraph, batch_size: int | None) -> None:
+    """Raise when ``batch_size`` disagrees with the captured graph's batch (inputs' dim 0)."""
+    if batch_size is None:
+        return
+    inputs = [n for n in g.nodes if g.nodes[n]["kind"] == "input" and g.nodes[n]["out_shape"]]
+    captured = {g.nodes[n]["out_shape"][0] for n in inputs}
+    if captured and batch_size not in captured:
+        raise ValueError(
+            f"batch_size={batch_size} but the graph was captured with batch {sorted(captured)}; "
+            "capture the model with example inputs of the global batch size"
+        )
