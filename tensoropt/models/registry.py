@@ -112,10 +112,10 @@ PRESETS: dict[str, tuple[str, ModelSpec]] = {
             "gpt2-small",
             "lm",
             (1024,),
-            vocab_size=50257,
+            vocab_size=50304,
             seq_len=1024,
             default_batch_size=8,
-            kwargs={"vocab_size": 50257, "seq_len": 1024, "layers": 12, "width": 768, "heads": 12},
+            kwargs={"vocab_size": 50304, "seq_len": 1024, "layers": 12, "width": 768, "heads": 12},
         ),
     ),
     "gpt-1.3b": (
@@ -124,10 +124,10 @@ PRESETS: dict[str, tuple[str, ModelSpec]] = {
             "gpt-1.3b",
             "lm",
             (2048,),
-            vocab_size=50257,
+            vocab_size=50304,
             seq_len=2048,
             default_batch_size=8,
-            kwargs={"vocab_size": 50257, "seq_len": 2048, "layers": 24, "width": 2048, "heads": 16},
+            kwargs={"vocab_size": 50304, "seq_len": 2048, "layers": 24, "width": 2048, "heads": 16},
         ),
     ),
     "bert-base": (
@@ -143,7 +143,13 @@ PRESETS: dict[str, tuple[str, ModelSpec]] = {
         ),
     ),
 }
-"""name -> (factory, spec). ``gpt`` is a small GPT (4 layers, width 256) for quick runs."""
+"""name -> (factory, spec).
+
+``gpt`` is a small GPT (4 layers, width 256) for quick runs. The GPT presets pad the GPT-2 BPE
+vocabulary 50257 to 50304 (a multiple of 128, as Megatron-LM and nanoGPT do) so that vocabulary
+splits divide evenly; GPT-2 small then has 124.48M parameters (124.44M with ``vocab_size=50257``).
+gpt-1.3b is Megatron-LM's 1.3B configuration (24 layers, width 2048, 16 heads, 2048 tokens).
+"""
 
 _SPEC_FIELDS = {"num_classes", "vocab_size", "seq_len"}
 _SPEC_ONLY = {"input_shape", "default_batch_size"}
