@@ -227,3 +227,38 @@ def _prod(shape) -> int:
     for s in shape:
         n *= s
     return n
+
+
+def measure_model_memory(model: torch.nn.Module, example_inputs, optimizer: str = "adamw") -> dict[str, int]:
+    """Memory of one training step of the unsplit model, measured the same way (one device, eager).
+
+    Example:
+        >>> measure_model_memory(torch.nn.Linear(4, 2), (torch.randn(3, 4),), "sgd")["saved"]
+        48
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        ptr, nbytes = _storage(t)
+        saved[ptr] = nbytes
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(*example_inputs)
+    param_ptrs = {_storage(p)[0] for p in params}
+    saved_bytes = sum(b for p, b in saved.items() if p not in param_ptrs)
+    opt = OPTIMIZERS[optimizer](params)
+    out.float().sum().backward()
+    opt.step()
+    state = {
+        _storage(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0
+    }
+    res = {
+        "params": sum(_storage(p)[1] for p in params),
+        "grads": sum(_storage(p.grad)[1] for p in params if p.grad is not None),
+        "optimizer": sum(b for _, b in state),
+        "saved": saved_bytes,
+    }
+    res["total"] = sum(res.values())
+    return res
