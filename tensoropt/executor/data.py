@@ -32,7 +32,8 @@ class InputSpec:
 
     def __post_init__(self):
         if self.dtype not in _DTYPES:
-            raise ValueError(f"InputSpec.dtype: unknown dtype {self.dtype!r}; expected one of {sorted(_DTYPES)}")
+            raise ValueError(f"InputSpec.dtype: unknown dtype {self.dtype!r}; expected one of "
+                             f"{sorted(_DTYPES)}")
         if not self.dtype.startswith("float") and not self.high:
             raise ValueError(f"InputSpec.high: integer input of shape {self.shape} needs a positive 'high'")
 

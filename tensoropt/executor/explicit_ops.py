@@ -23,6 +23,34 @@ class UnsupportedConfiguration(RuntimeError):
     """A configuration the executor cannot run correctly."""
 
 
+class _StridedGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.size, ctx.stride = x.size(), x.stride()
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if grad.stride() == ctx.stride:
+            return grad
+        return torch.empty_strided(ctx.size, ctx.stride, dtype=grad.dtype, device=grad.device).copy_(grad)
+
+
+def same_strides_grad(x: torch.Tensor) -> torch.Tensor:
+    """Identity (on a local tensor) whose backward gives the gradient ``x``'s own strides.
+
+    ``local_map`` wraps the local gradient into a DTensor carrying the *forward* DTensor's
+    global strides; a local gradient with other strides (a kernel's choice) then breaks the
+    ``view`` in the backward of the view ops before it (torch 2.13).
+
+    Example:
+        >>> x = torch.ones(3, 2).t().requires_grad_()
+        >>> (same_strides_grad(x) * 2).sum().backward(); x.grad.stride() == x.stride()
+        True
+    """
+    return _StridedGrad.apply(x)
+
+
 def _role(x_p, w_p) -> str:
     if isinstance(x_p, Shard) and x_p.dim == 0 and isinstance(w_p, Replicate):
         return "batch"
@@ -57,8 +85,9 @@ def conv2d(node_name: str, x: DTensor, weight: DTensor, stride=1, padding=0, dil
             "(spatial splits and channel splits of grouped convs are not supported by the executor)"
         )
     fn = local_map(
-        lambda xl, wl: F.conv2d(xl, wl, None, stride, padding, dilation, groups),
-        out_placements=[tuple(_CONV_OUT[r] for r in roles)],
+        lambda xl, wl: F.conv2d(same_strides_grad(xl), same_strides_grad(wl), None, stride, padding, dilation,
+                                groups),
+        out_placements=[_CONV_OUT[r] for r in roles],
         in_placements=(x.placements, weight.placements),
         in_grad_placements=(tuple(_CONV_GRAD_X[r] for r in roles), tuple(_CONV_GRAD_W[r] for r in roles)),
         device_mesh=x.device_mesh,
@@ -105,13 +134,14 @@ def sdpa(node_name: str, q: DTensor, k: DTensor, v: DTensor, attn_mask=None, dro
         )
 
     def local(ql, kl, vl):
+        ql, kl, vl = (same_strides_grad(t) for t in (ql, kl, vl))
         return F.scaled_dot_product_attention(
             ql, kl, vl, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
         )
 
     fn = local_map(
         local,
-        out_placements=[placements],
+        out_placements=list(placements),
         in_placements=(placements, placements, placements),
         in_grad_placements=(placements, placements, placements),
         device_mesh=q.device_mesh,
@@ -132,21 +162,40 @@ def batch_norm(node_name: str, x: DTensor, weight, bias, running_mean, running_v
         )
     dims = [0] + list(range(2, x.dim()))
     shape = [1, -1] + [1] * (x.dim() - 2)
-    mean = _reduced(x.mean(dim=dims))
+    count = x.numel() // x.shape[1]
+    # sums, not means: DTensor cannot turn the gradient of a Partial(avg) back into Partial(sum)
+    mean = _reduced(x.sum(dim=dims)) / count
     centred = x - mean.view(shape)
-    var = _reduced((centred * centred).mean(dim=dims))
+    var = _reduced((centred * centred).sum(dim=dims)) / count
     out = centred * torch.rsqrt(var + eps).view(shape)
     if weight is not None:
         out = out * weight.view(shape)
     if bias is not None:
         out = out + bias.view(shape)
     if running_mean is not None:
-        count = x.numel() // x.shape[1]
         with torch.no_grad():
             unbiased = var.detach() * (count / max(count - 1, 1))
             _update(running_mean, mean.detach(), momentum)
             _update(running_var, unbiased, momentum)
     return out
+
+
+def cross_entropy(node_name: str, op, logits, labels, *args, **kwargs):
+    """Cross entropy; logits split on the class dim (1) run through DTensor's ``loss_parallel``.
+
+    Example:
+        >>> ce = torch.ops.aten.cross_entropy_loss.default
+        >>> cross_entropy("cross_entropy_loss", ce, z, y)  # doctest: +SKIP
+    """
+    if isinstance(logits, DTensor) and any(isinstance(p, Shard) and p.dim in (1, logits.dim() - 1)
+                                           for p in logits.placements):
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        if any(isinstance(p, Shard) for p in labels.placements) and logits.dim() != 2:
+            raise UnsupportedConfiguration(f"node {node_name!r}: class-split cross entropy needs 2-D logits")
+        with loss_parallel():
+            return op(logits, labels, *args, **kwargs)
+    return op(logits, labels, *args, **kwargs)
 
 
 def _reduced(t: DTensor) -> DTensor:

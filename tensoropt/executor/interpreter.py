@@ -132,6 +132,8 @@ class PlanInterpreter(fx.Interpreter):
             return explicit_ops.sdpa(n.name, *args, **kwargs), None
         if name == "batch_norm":
             return explicit_ops.batch_norm(n.name, *args, **kwargs), None
+        if name == "cross_entropy_loss":
+            return explicit_ops.cross_entropy(n.name, n.target, *args, **kwargs), None
         return self.call_function(n.target, args, kwargs), None
 
     def _check_and_reduce(self, n: fx.Node, config: Configuration, out, bias):

@@ -33,7 +33,8 @@ def to_placements(layout: Sequence[str]) -> tuple[Placement, ...]:
         elif p == "P":
             out.append(Partial())
         else:
-            raise ValueError(f"unknown placement {p!r} in layout {tuple(layout)}; expected 'R', 'S(d)' or 'P'")
+            raise ValueError(f"unknown placement {p!r} in layout {tuple(layout)}; "
+                             "expected 'R', 'S(d)' or 'P'")
     return tuple(out)
 
 

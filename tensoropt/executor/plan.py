@@ -42,7 +42,8 @@ class ExecPlan:
         """
         for key in ("mesh", "placements"):
             if key not in data:
-                raise ValueError(f"plan is missing the key {key!r} (a plan.json written by `tensoropt select`)")
+                raise ValueError(f"plan is missing the key {key!r} "
+                                 "(expected a plan.json written by `tensoropt select`)")
         mesh_data = data["mesh"]
         if isinstance(mesh_data, list):  # the frontier form: a bare shape
             mesh_data = {"shape": mesh_data, "levels": ["gpu"] * len(mesh_data)}

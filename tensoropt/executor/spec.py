@@ -53,7 +53,8 @@ class TrainSpec:
         """Build the model with the spec's seed (same initial weights on every rank and world size).
 
         Example:
-            >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4, {"in_features": 2, "out_features": 1})
+            >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4,
+            ...                   {"in_features": 2, "out_features": 1})
             >>> spec.build_model().weight.shape
             torch.Size([1, 2])
         """

@@ -120,7 +120,8 @@ class Trainer:
         layouts = canonical_layouts(self.ep, plan, ndim)
         # Tied parameters (one tensor under several keys) stay one parameter.
         first_key_of: dict[int, str] = {}
-        self.param_of = {key: first_key_of.setdefault(id(state[key]), key) for key in self.sig.params.values()}
+        self.param_of = {key: first_key_of.setdefault(id(state[key]), key)
+                         for key in self.sig.params.values()}
         used = self.used_keys()
         self.layouts = {}
         for key, canon in sorted(self.param_of.items(), key=lambda kv: kv[0] not in used):

@@ -1,7 +1,8 @@
 """The process torchrun starts: ``python -m tensoropt.executor.worker RUN.json``.
 
 RUN.json: ``{"spec": TrainSpec.to_json(), "runs": [{"plan": plan.json dict, "metrics": path,
-"params_out": path or null}, ...], "steps": S, "start_step": 0, "fail_on_rank": null}``.
+"params_out": path or null, "spec": optional per-run TrainSpec}, ...], "steps": S,
+"start_step": 0, "fail_on_rank": null}``.
 Several runs (plans) share one process group, so tests pay for one launch.
 
 An exception on any rank prints the traceback with the rank and exits non-zero; torchrun then
@@ -50,18 +51,18 @@ def metrics_json(result: RunResult, plan: ExecPlan) -> dict:
         "plan_id": result.plan_id,
         "devices": result.devices,
         "steps": result.steps,
-        "predicted": {"time_s": plan.predicted.get("time_s"), "memory_bytes": plan.predicted.get("memory_bytes")},
+        "predicted": {k: plan.predicted.get(k) for k in ("time_s", "memory_bytes")},
         "measured": {"time_s": result.median_time_s, "memory_bytes": result.memory_bytes},
     }
 
 
 def run_all(config: dict) -> None:
     """Train every run of a RUN.json document on this rank; rank 0 writes the outputs."""
-    spec = TrainSpec.from_json(config["spec"])
-    steps = int(config.get("steps", spec.steps))
-    start = int(config.get("start_step", 0))
     rank = dist.get_rank() if dist.is_initialized() else 0
+    start = int(config.get("start_step", 0))
     for run in config["runs"]:
+        spec = TrainSpec.from_json(run.get("spec", config.get("spec")))
+        steps = int(config.get("steps", spec.steps))
         plan = ExecPlan.from_json(run["plan"])
         if config.get("fail_on_rank") == rank:
             raise RuntimeError(f"injected failure on rank {rank} (test of error propagation)")
