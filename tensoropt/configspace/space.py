@@ -62,19 +62,33 @@ def axis_groups(mesh: Mesh) -> list[list[int]]:
     return list(groups.values())
 
 
-def _counts(n_axes: int, n_dims: int):
-    """All ways to give 0..n_axes axes in total to n_dims dims (per-dim counts)."""
+def _counts(n_axes: int, n_dims: int, whole: bool):
+    """All ways to give 0..n_axes axes in total to n_dims dims (per-dim counts).
+
+    With ``whole``, a group goes entirely to one dim or stays replicated.
+    """
+    if whole:
+        yield (0,) * n_dims
+        for d in range(n_dims):
+            yield tuple(n_axes if i == d else 0 for i in range(n_dims))
+        return
     for combo in itertools.product(range(n_axes + 1), repeat=n_dims):
         if sum(combo) <= n_axes:
             yield combo
 
 
-def enumerate_splits(dims: list[ParDim], mesh: Mesh) -> list[dict[str, tuple[int, ...]]]:
+def enumerate_splits(
+    dims: list[ParDim], mesh: Mesh, max_split_dims: int | None = None, whole_levels: bool = False
+) -> list[dict[str, tuple[int, ...]]]:
     """Every canonical assignment of mesh axes to ``dims`` whose degrees divide the dim sizes.
 
     Args:
         dims: the operator's parallel dims (names unique).
         mesh: the device mesh.
+        max_split_dims: if set, at most this many dims are split at once (a smaller space for
+            large meshes).
+        whole_levels: if True, the axes of one level (and size) all go to one dim or none:
+            ``(d + 1)`` choices per level instead of ``C(n + d, d)`` (for P in the hundreds).
 
     Returns:
         ``{dim name: ascending axes}`` per assignment (unsplit dims omitted); the empty dict
@@ -88,7 +102,7 @@ def enumerate_splits(dims: list[ParDim], mesh: Mesh) -> list[dict[str, tuple[int
     """
     order = sorted(dims, key=lambda d: PARALLEL_DIMS.index(d.name))
     groups = axis_groups(mesh)
-    per_group = [list(_counts(len(g), len(order))) for g in groups]
+    per_group = [list(_counts(len(g), len(order), whole_levels)) for g in groups]
     result = []
     for choice in itertools.product(*per_group):
         axes: dict[str, list[int]] = {d.name: [] for d in order}
@@ -104,6 +118,8 @@ def enumerate_splits(dims: list[ParDim], mesh: Mesh) -> list[dict[str, tuple[int
             if d.size % degree:
                 ok = False
                 break
+        if ok and max_split_dims is not None:
+            ok = sum(1 for v in axes.values() if v) <= max_split_dims
         if ok:
             result.append({k: tuple(sorted(v)) for k, v in axes.items() if v})
     result.sort(
@@ -166,9 +182,11 @@ def build_configuration(
 
 
 def configurations_of(
-    dims: list[ParDim], mesh: Mesh, num_operands: int, params: list[str]
+    dims: list[ParDim], mesh: Mesh, num_operands: int, params: list[str], **limits
 ) -> list[Configuration]:
     """All configurations of an operator with parallel dims ``dims`` (replicate first).
+
+    ``limits`` are :func:`enumerate_splits`'s ``max_split_dims`` and ``whole_levels``.
 
     Example:
         >>> mesh = Mesh.for_cluster(4, devices_per_node=4)
@@ -178,4 +196,5 @@ def configurations_of(
     names = [d.name for d in dims]
     if len(set(names)) != len(names):
         raise ValueError(f"parallel dims must have unique names, got {names}")
-    return [build_configuration(dims, s, mesh, num_operands, params) for s in enumerate_splits(dims, mesh)]
+    splits = enumerate_splits(dims, mesh, **limits)
+    return [build_configuration(dims, s, mesh, num_operands, params) for s in splits]

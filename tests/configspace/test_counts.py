@@ -114,3 +114,14 @@ def test_single_level_mesh_counts(p):
     n = len(mesh.shape)
     # 3 dims (batch, out, in) share n interchangeable axes: C(n + 3, 3)
     assert len(configurations(g, mesh)["linear"]) == comb(n + 3, 3)
+
+
+def test_limits_for_large_meshes():
+    g = capture(nn.Linear(16, 16), (torch.randn(8, 8, 16),))
+    # whole levels: the node axis and the gpu pair each go to one of 4 dims or none: 5 * 5
+    assert len(configurations(g, MESH, whole_levels=True)["linear"]) == 25
+    # one split dim at most: replicate, or one of 4 dims with (node axis or not) x (0-2 gpu axes) - 1
+    assert len(configurations(g, MESH, max_split_dims=1)["linear"]) == 1 + 4 * (2 * 3 - 1)
+    big = Mesh.for_cluster(1024, devices_per_node=8)
+    g = capture(nn.Linear(1024, 1024), (torch.randn(1024, 1024),))
+    assert len(configurations(g, big, whole_levels=True)["linear"]) == 4 * 4  # (batch, out, in, none)^2
