@@ -83,10 +83,28 @@ class CommModel:
 
     def _level(self, collective: str, nbytes: float, p: int, level: str) -> float:
         """One collective on ``p`` devices of one level: the calibrated fit if any, else the formula."""
-        fit = self.cluster.fit(collective, p, level)
-        if fit is not None:
-            return fit.time_s(nbytes)
+        fitted = self._fitted(collective, p, level, nbytes)
+        if fitted is not None:
+            return fitted
         return flat_time_s(collective, nbytes, p, self.cluster.link(level))
+
+    def _fitted(self, collective: str, p: int, level: str, nbytes: float) -> float | None:
+        """Calibrated time: the fit for ``p`` processes, else the nearest group size's fit scaled by the
+        ring formula's latency steps and bandwidth factor (both grow with p, so cost stays monotone)."""
+        fits = [f for f in self.cluster.fits if f.collective == collective and f.level == level]
+        if not fits:
+            return None
+        q = min({f.nproc for f in fits}, key=lambda n: (abs(n - p), -n))
+        if q == p:
+            return self.cluster.fit_time_s(collective, p, level, nbytes)
+        steps_q, factor_q = ring_coefficients(collective, q)
+        steps_p, factor_p = ring_coefficients(collective, p)
+        times = [
+            f.alpha_s * steps_p / steps_q + f.beta_s_per_byte * nbytes * factor_p / factor_q
+            for f in fits
+            if f.nproc == q and f.min_bytes <= nbytes
+        ]
+        return max(times) if times else None
 
     def _hierarchical(self, collective: str, nbytes: float, inter: int, intra: int) -> float:
         """A collective whose group spans ``inter`` nodes x ``intra`` devices per node."""

@@ -239,7 +239,11 @@ class Link:
 
 @dataclass(frozen=True)
 class CollectiveFit:
-    """A measured alpha-beta fit ``time_s = alpha_s + beta_s_per_byte * nbytes`` of one collective."""
+    """A measured alpha-beta fit ``time_s = alpha_s + beta_s_per_byte * nbytes`` of one collective.
+
+    Backends change algorithm with the message size (gloo's all-reduce leaves the cache-resident
+    regime near 1 MB), so a collective may have several fits, each valid from ``min_bytes`` up.
+    """
 
     collective: str
     nproc: int
@@ -247,6 +251,8 @@ class CollectiveFit:
     alpha_s: float
     beta_s_per_byte: float
     source: str = field(default="", compare=False)
+    min_bytes: float = 0.0
+    """Smallest message this fit applies to (the next fit up takes over at its own min_bytes)."""
     """Where the fit comes from (the calibration run)."""
 
     def time_s(self, nbytes: float) -> float:
@@ -297,12 +303,22 @@ class Cluster:
         """The link of a mesh level ("gpu" = intra-node, "node" = inter-node)."""
         return self.inter_node if level == "node" else self.intra_node
 
-    def fit(self, collective: str, nproc: int, level: str) -> CollectiveFit | None:
-        """The calibrated fit for this collective, group size and level, if any."""
-        for f in self.fits:
-            if f.collective == collective and f.nproc == nproc and f.level == level:
-                return f
-        return None
+    def fit_time_s(self, collective: str, nproc: int, level: str, nbytes: float) -> float | None:
+        """Calibrated time of a collective on ``nbytes``, or None when no fit matches.
+
+        With several size regimes the time is the largest of the fits that apply at ``nbytes``
+        (each fit is increasing in size, so the result is too).
+
+        Example:
+            >>> load_cluster("cpu-local").fit_time_s("all_reduce", 2, "gpu", 0.0)
+            0.0002
+        """
+        times = [
+            f.time_s(nbytes)
+            for f in self.fits
+            if f.collective == collective and f.nproc == nproc and f.level == level and f.min_bytes <= nbytes
+        ]
+        return max(times) if times else None
 
     @staticmethod
     def from_dict(data: dict, where: str = "<inline cluster>") -> Cluster:
@@ -351,7 +367,9 @@ class Cluster:
             fr = _Reader(f if isinstance(f, dict) else {}, where, f"fits[{i}].", {})
             if not isinstance(f, dict):
                 raise ProfileError(f"{where}: key 'fits[{i}]' must be a mapping")
-            fr.check_unknown({"collective", "nproc", "level", "alpha_s", "beta_s_per_byte", "source"})
+            fr.check_unknown(
+                {"collective", "nproc", "level", "alpha_s", "beta_s_per_byte", "source", "min_bytes"}
+            )
             coll = fr.text("collective")
             if coll not in COLLECTIVES:
                 raise ProfileError(
@@ -365,6 +383,7 @@ class Cluster:
                     fr.number("alpha_s", positive=False, cited=False),
                     fr.number("beta_s_per_byte", positive=False, cited=False),
                     str(f.get("source", "")),
+                    fr.number("min_bytes", positive=False, default=0.0, cited=False),
                 )
             )
         return Cluster(
@@ -453,6 +472,7 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
                 "alpha_s": f.alpha_s,
                 "beta_s_per_byte": f.beta_s_per_byte,
                 "source": f.source,
+                "min_bytes": f.min_bytes,
             }
             for f in cluster.fits
         ],

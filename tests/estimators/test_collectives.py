@@ -75,8 +75,8 @@ def test_gloo_all_to_all_is_an_all_gather():
 
 def test_calibrated_fit_replaces_formula_where_it_matches():
     cluster = load_cluster("cpu-local")
-    fit = cluster.fit("all_reduce", 2, "gpu")
-    assert fit is not None
+    fit = cluster.fits[0]
+    assert fit.collective == "all_reduce" and fit.nproc == 2
     cm = CommModel(cluster, Mesh((2, 2), ("gpu", "gpu")))
     assert cm.time_s("all_reduce", 4e6, (0,)) == pytest.approx(fit.time_s(4e6))
     # EXECUTOR.md's measured 2-process points: 3.0 ms at 4 MB, 13.5 ms at 16 MB, 48 ms at 64 MB (+-20 %)
