@@ -167,7 +167,6 @@ def _full_values(ep, example_inputs) -> dict[str, torch.Tensor]:
 
 def _run_node(d, conf, mesh, fx_node, values, params, full, g, plan) -> torch.Tensor:
     """Run one OpGraph node at local shapes; returns its local output (after partial reduction)."""
-    operands = iter(d["operands"])
     prm = dict(conf.params)
 
     def local_operand(entry_index: int) -> torch.Tensor:
@@ -183,28 +182,22 @@ def _run_node(d, conf, mesh, fx_node, values, params, full, g, plan) -> torch.Te
             return src.reshape(want)
         return _new_tensor(src, want)
 
-    def replace(a):
-        if isinstance(a, torch.fx.Node):
-            op = next(operands)
-            if op["role"] == "input":
-                return local_operand(op["index"])
-            if op["role"] == "param":
-                key = op["key"]
-                if key not in params:
-                    shape = local_shape(
-                        tuple(d["params"][key]), tuple(prm.get(key, ("R",) * len(mesh.shape))), mesh.shape
-                    )
-                    params[key] = torch.randn(
-                        shape, dtype=full[a.name].dtype if a.name in full else None, requires_grad=True
-                    )
-                return params[key]
-            return _local_buffer(full[a.name], d, prm, mesh)
-        if isinstance(a, (list, tuple)):
-            return type(a)(replace(x) for x in a)
-        return a
+    def tensor_for(op: dict, a) -> torch.Tensor:
+        if op["role"] == "input":
+            return local_operand(op["index"])
+        if op["role"] == "param":
+            key = op["key"]
+            if key not in params:
+                shape = local_shape(
+                    tuple(d["params"][key]), tuple(prm.get(key, ("R",) * len(mesh.shape))), mesh.shape
+                )
+                params[key] = torch.randn(
+                    shape, dtype=full[a.name].dtype if a.name in full else None, requires_grad=True
+                )
+            return params[key]
+        return local_buffer(full[a.name], d, prm, mesh)
 
-    args = [replace(a) for a in fx_node.args]
-    kwargs = {k: replace(v) for k, v in fx_node.kwargs.items()}
+    args, kwargs = call_arguments(fx_node, d["operands"], tensor_for)
     out = fx_node.target(*args, **kwargs)
     if isinstance(out, (tuple, list)):
         out = out[0]
@@ -214,7 +207,29 @@ def _run_node(d, conf, mesh, fx_node, values, params, full, g, plan) -> torch.Te
     return out
 
 
-def _local_buffer(value: torch.Tensor, d: dict, prm: dict, mesh: Mesh) -> torch.Tensor:
+def call_arguments(fx_node, operands: list[dict], tensor_for) -> tuple[list, dict]:
+    """An fx node's args/kwargs with each tensor argument replaced by ``tensor_for(operand, fx_arg)``.
+
+    ``operands`` is the OpGraph node's ``operands`` list (one entry per tensor argument, in the
+    order args then kwargs are walked), so operand roles (input / param / buffer) line up.
+
+    Example:
+        >>> call_arguments(type("N", (), {"args": (1, [2]), "kwargs": {}})(), [], None)
+        ([1, [2]], {})
+    """
+    it = iter(operands)
+
+    def replace(a):
+        if isinstance(a, torch.fx.Node):
+            return tensor_for(next(it), a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(replace(x) for x in a)
+        return a
+
+    return [replace(a) for a in fx_node.args], {k: replace(v) for k, v in fx_node.kwargs.items()}
+
+
+def local_buffer(value: torch.Tensor, d: dict, prm: dict, mesh: Mesh) -> torch.Tensor:
     """A buffer's local shard: laid out like a parameter of the same shape (BN running stats), else whole."""
     for key, shape in d["params"].items():
         if tuple(shape) == tuple(value.shape) and key in prm:

@@ -1,0 +1,175 @@
+"""Profiled compute: time each operator's *local shard* with torch on this machine, cached on disk.
+
+The roofline misjudges small shards (they run far below peak); this mode runs the node's real
+aten op (from the exported program) at the local shapes a configuration gives one device,
+forward then backward, and keeps the fastest of a few repetitions. Results are cached in
+``<cache_dir>/<device>.json`` keyed by device name + op + local shapes + dtypes + attributes,
+so a later plan (another device count, another model sharing layer shapes) reuses them.
+Anything that cannot be timed (an op whose arguments do not fit the local shapes) falls back to
+the roofline, counted in ``fallbacks``.
+
+Default cache directory: ``$TENSOROPT_CACHE`` or ``~/.cache/tensoropt``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from estimators.compute import LocalOp
+from estimators.profiles import Device
+
+
+def default_cache_dir() -> Path:
+    """``$TENSOROPT_CACHE`` or ``~/.cache/tensoropt``.
+
+    Example:
+        >>> default_cache_dir().name in ("tensoropt", os.environ.get("TENSOROPT_CACHE", "tensoropt"))
+        True
+    """
+    return Path(os.environ.get("TENSOROPT_CACHE") or Path.home() / ".cache" / "tensoropt")
+
+
+def cache_key(device_name: str, node: dict, op: LocalOp) -> str:
+    """Stable key of one timing: device, aten op, local shapes and dtypes, attributes, what needs grad.
+
+    Example:
+        >>> op = LocalOp("elementwise", "float32", 8.0, ((8,),), ("float32",), (), (8,), False, (True,))
+        >>> cache_key("cpu", {"op": "aten.relu.default", "attrs": {}}, op) == cache_key(
+        ...     "cpu", {"op": "aten.relu.default", "attrs": {}}, op)
+        True
+    """
+    text = json.dumps(
+        [
+            device_name,
+            node["op"],
+            op.in_shapes,
+            op.in_dtypes,
+            op.param_shapes,
+            op.out_shape,
+            op.dtype,
+            op.has_params,
+            op.inputs_need_grad,
+            node.get("attrs") or {},
+        ],
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+class ProfiledCompute:
+    """A ``compute_time`` callable for :class:`estimators.op_costs.CostModel` (profiled mode).
+
+    Args:
+        device: the profile of the device being timed (its name keys the cache).
+        program: the ExportedProgram of the graph (``OpGraph.program``); without it every node
+            falls back to the roofline.
+        cache_dir: where the cache file lives (default :func:`default_cache_dir`).
+        repeats: timed repetitions per shape (the fastest is kept).
+
+    Example:
+        >>> from estimators.profiles import load_device
+        >>> pc = ProfiledCompute(load_device("cpu"), program=None, cache_dir="/tmp/tensoropt-doc-cache")
+        >>> op = LocalOp("elementwise", "float32", 8.0, ((8,),), ("float32",), (), (8,), False, (True,))
+        >>> pc("x", {"op": "aten.relu.default", "attrs": {}}, None, op) is None
+        True
+    """
+
+    def __init__(
+        self, device: Device, program=None, cache_dir: str | os.PathLike | None = None, repeats: int = 5
+    ):
+        self.device, self.program, self.repeats = device, program, repeats
+        self.path = Path(cache_dir or default_cache_dir()) / f"{device.name}.json"
+        self.cache: dict[str, list[float]] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.fx_nodes = {n.name: n for n in program.graph.nodes} if program is not None else {}
+        self.hits = self.measured = self.fallbacks = 0
+
+    def __call__(self, name: str, node: dict, config, op: LocalOp) -> tuple[float, float] | None:
+        """(forward, backward) seconds of the local shard, or None to use the roofline."""
+        key = cache_key(self.device.name, node, op)
+        if key in self.cache:
+            self.hits += 1
+            return tuple(self.cache[key])
+        fx_node = self.fx_nodes.get(name)
+        if fx_node is None:
+            self.fallbacks += 1
+            return None
+        try:
+            fwd, bwd = time_local_op(fx_node, node, op, self.repeats)
+        except Exception:  # arguments that do not fit the local shapes: the roofline answers
+            self.fallbacks += 1
+            return None
+        self.measured += 1
+        self.cache[key] = [fwd, bwd]
+        self._save()
+        return fwd, bwd
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.cache))
+        tmp.replace(self.path)
+
+
+def time_local_op(fx_node, node: dict, op: LocalOp, repeats: int = 5) -> tuple[float, float]:
+    """Run the aten op of ``fx_node`` at ``op``'s local shapes; fastest forward and backward seconds.
+
+    Example:
+        >>> import torch
+        >>> from tensoropt.capture import capture
+        >>> g = capture(torch.nn.Linear(8, 4), (torch.randn(2, 8),))
+        >>> fx = {n.name: n for n in g.program.graph.nodes}["linear"]
+        >>> op = LocalOp("linear", "float32", 128.0, ((2, 8),), ("float32",), ((4, 8), (4,)), (2, 4), True,
+        ...              (False,))
+        >>> fwd, bwd = time_local_op(fx, g.nx.nodes["linear"], op, 2)
+        >>> fwd > 0 and bwd > 0
+        True
+    """
+    import torch
+
+    from estimators.measure import call_arguments
+
+    dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    params = iter(())
+    inputs = list(zip(op.in_shapes, op.in_dtypes, op.inputs_need_grad))
+
+    def tensor_for(entry: dict, arg) -> torch.Tensor:
+        if entry["role"] == "input":
+            shape, dtype, grad = inputs[entry["index"]]
+            dt = getattr(torch, dtype)
+            if dt.is_floating_point:
+                return torch.randn(shape, dtype=dt, device=dev, requires_grad=grad)
+            if dt == torch.bool:
+                return torch.ones(shape, dtype=dt, device=dev)
+            return torch.zeros(shape, dtype=dt, device=dev)  # indices / labels: 0 is always in range
+        if entry["role"] == "param":
+            return torch.randn(next(params), dtype=getattr(torch, op.dtype), device=dev, requires_grad=True)
+        val = arg.meta.get("val")
+        return torch.ones(tuple(val.shape), dtype=val.dtype, device=dev)
+
+    def once() -> tuple[float, float]:
+        nonlocal params
+        params = iter(op.param_shapes)
+        args, kwargs = call_arguments(fx_node, node["operands"], tensor_for)
+        leaves = [
+            t for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad
+        ]
+        sync()
+        t0 = time.perf_counter()
+        out = fx_node.target(*args, **kwargs)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        sync()
+        t1 = time.perf_counter()
+        if leaves and out.requires_grad:
+            out.backward(torch.ones_like(out))
+            sync()
+        return t1 - t0, time.perf_counter() - t1 if leaves and out.requires_grad else 0.0
+
+    once()  # warm-up
+    runs = [once() for _ in range(max(1, repeats))]
+    return min(r[0] for r in runs), min(r[1] for r in runs)

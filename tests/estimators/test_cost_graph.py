@@ -1,0 +1,113 @@
+"""The cost graph: frontier.solve's format, the real configuration space, breakdown, profiled mode."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from est_plans import MLP, TinyGPT, gpt_inputs, mlp_inputs, mlp_plans
+
+from estimators.breakdown import plan_breakdown
+from estimators.profiled import ProfiledCompute
+from estimators.profiles import load_cluster
+from tensoropt.capture import capture
+from tensoropt.cost_graph import cost_graph
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return capture(TinyGPT(), gpt_inputs())
+
+
+def test_format_matches_frontier_solve(gpt):
+    cg = cost_graph(gpt, "cpu-local", 4)
+    assert cg.graph["mesh"].shape == (2, 2) and cg.graph["num_devices"] == 4
+    for _, d in cg.nodes(data=True):
+        c = len(d["configs"])
+        assert d["cost"].shape == (c, 2) and d["cost"].dtype == np.float64
+        assert [x.label for x in d["configurations"]] == d["configs"] and len(set(d["configs"])) == c
+        assert np.all(np.isfinite(d["cost"])) and np.all(d["cost"] >= 0)
+        assert "op" in d and "module" in d
+    for u, v, d in cg.edges(data=True):
+        assert d["cost"].shape == (len(cg.nodes[u]["configs"]), len(cg.nodes[v]["configs"]), 2)
+        assert np.all(np.isfinite(d["cost"])) and np.all(d["cost"] >= 0)
+
+
+def test_frontier_plans_recompute_through_breakdown(gpt):
+    import frontier
+
+    cg = cost_graph(gpt, "cpu-local", 2)
+    points = frontier.solve(cg)
+    assert len(points) >= 2
+    for p in points:
+        b = plan_breakdown(cg, p.assignment)
+        assert b["time_s"] == pytest.approx(p.cost[0], rel=1e-9)
+        assert b["memory_bytes"] == pytest.approx(p.cost[1], rel=1e-9)
+        assert b["peak_memory_bytes"] >= b["memory_bytes"]
+        assert {row["node"] for row in b["layers"]} >= {n for n in cg if cg.nodes[n]["kind"] != "input"}
+
+
+def test_more_devices_less_memory_for_the_leanest_plan(gpt):
+    import frontier
+
+    lean = [min(p.cost[1] for p in frontier.solve(cost_graph(gpt, "cpu-local", n))) for n in (1, 2, 4)]
+    assert lean[0] > lean[1] > lean[2]
+
+
+def test_objectives_and_bad_input():
+    g = capture(MLP(), mlp_inputs())
+    plan = {k: [v] for k, v in mlp_plans()["tp"].items()}
+    cg = cost_graph(g, "h100x8", 2, objectives=("memory_bytes", "comm_s", "time_s"), configurations=plan)
+    assert cg.nodes["linear_1"]["cost"].shape == (1, 3)
+    assert cg.nodes["linear_1"]["cost"][0, 1] > 0  # the row-parallel partial sum is all-reduced
+    with pytest.raises(ValueError, match="objective"):
+        cost_graph(g, "h100x8", 2, objectives=("energy_j",), configurations=plan)
+    with pytest.raises(ValueError, match="has 8 devices"):
+        cost_graph(g, "h100x8", 16, configurations={})
+    with pytest.raises(ValueError, match="batch"):
+        cost_graph(g, "h100x8", 2, batch_size=64, configurations=plan)
+    with pytest.raises(ValueError, match="optimizer"):
+        cost_graph(g, "h100x8", 2, optimizer="lion", configurations=plan)
+    assert (
+        cost_graph(g, load_cluster("h100x8"), 2, batch_size=16, configurations=plan).graph["cluster"].name
+        == "h100x8"
+    )
+
+
+def test_profiled_mode_times_local_shards_and_caches(tmp_path):
+    g = capture(MLP(), mlp_inputs())
+    plan = {k: [v] for k, v in mlp_plans()["dp"].items()}
+    cg = cost_graph(g, "cpu-local", 2, compute_mode="profiled", cache_dir=tmp_path, configurations=plan)
+    cache = json.loads((tmp_path / "cpu.json").read_text())
+    assert len(cache) >= 3  # linear, relu, linear_1, cross entropy: one entry per local shape
+    assert all(f > 0 for f, _ in cache.values())
+    roof = cost_graph(g, "cpu-local", 2, configurations=plan)
+    assert cg.nodes["linear"]["compute_s"][0] != roof.nodes["linear"]["compute_s"][0]
+    # a second build reads the cache: planted values come back
+    planted = {k: [1.0, 2.0] for k in cache}
+    (tmp_path / "cpu.json").write_text(json.dumps(planted))
+    again = cost_graph(g, "cpu-local", 2, compute_mode="profiled", cache_dir=tmp_path, configurations=plan)
+    assert again.nodes["relu"]["compute_s"][0] == pytest.approx(3.0)
+
+
+def test_profiled_cache_key_separates_shapes_and_devices(tmp_path):
+    g = capture(MLP(), mlp_inputs())
+    fx = g.program
+    timer = ProfiledCompute(load_cluster("cpu-local").device, fx, cache_dir=tmp_path, repeats=1)
+    dp = cost_graph(g, "cpu-local", 2, configurations={k: [v] for k, v in mlp_plans()["dp"].items()})
+    from estimators.op_costs import GraphInfo, local_op
+
+    info = GraphInfo.of(g.nx)
+    mesh = dp.graph["mesh"]
+    ops = [
+        local_op(g.nx.nodes["linear"], dp.nodes["linear"]["configurations"][0], mesh, info),
+        local_op(g.nx.nodes["linear"], mlp_plans()["tp"]["linear"], mesh, info),
+    ]
+    for op in ops:
+        assert timer("linear", g.nx.nodes["linear"], None, op) is not None
+    assert timer.measured == 2 and len(json.loads(timer.path.read_text())) == 2
+    assert timer("linear", g.nx.nodes["linear"], None, ops[0]) is not None and timer.hits == 1
