@@ -30,7 +30,7 @@ import networkx as nx
 import torch
 
 from tensoropt.capture.dims import assign_dim_names
-from tensoropt.capture.ops import op_attrs, op_flops, op_kind
+from tensoropt.capture.ops import op_attrs, op_flops, op_kind, opaque_dim_args
 from tensoropt.capture.views import SPLIT_OPS, VIEW_OPS, compose, view_dim_map
 
 
@@ -199,7 +199,10 @@ def _classify(ep) -> tuple[dict, dict]:
 
 
 def _static_key(n, role, key) -> str:
-    """Key of a static op: the single buffer it derives from, else its own name."""
+    """Key of a buffer-like operand: the buffer's key, the single buffer a static op derives from,
+    else the static op's own name (e.g. ``arange``)."""
+    if role[n] == "buffer":
+        return key[n]
     roots, stack, seen = set(), [n], set()
     while stack:
         cur = stack.pop()
@@ -210,15 +213,7 @@ def _static_key(n, role, key) -> str:
             roots.add(key[cur])
         elif role[cur] == "static":
             stack.extend(_tensor_args(cur))
-    return (
-        roots.pop()
-        if len(roots) == 1 and role[n] != "buffer" and not _creates(n)
-        else (key[n] if role[n] == "buffer" else n.name)
-    )
-
-
-def _creates(n) -> bool:
-    return not _tensor_args(n)
+    return roots.pop() if len(roots) == 1 else n.name
 
 
 def _resolve(arg, role):
@@ -229,26 +224,24 @@ def _resolve(arg, role):
         chain.append(cur)
         cur = cur.args[0]
     root = cur
+    chain.reverse()  # root first
     dim_map: list[int | None] = list(range(len(_shape(root))))
-    prev_shape = _shape(root)
-    names = []
-    for i, v in enumerate(reversed(chain)):
+    shape = _shape(root)
+    for i, v in enumerate(chain):
         op = op_name(v.target)
-        names.append(op)
         if op == "operator.getitem":
-            if names[-2:-1] and names[-2] in SPLIT_OPS:
-                continue  # handled with its split op
-            step = list(range(len(prev_shape))) if v.args[1] == 0 else [None] * len(prev_shape)
-            prev_shape = _shape(v)
-        else:
+            if i > 0 and op_name(chain[i - 1].target) in SPLIT_OPS:
+                continue  # the split op before it already mapped to this element
+            # an element of a tuple-valued compute op: element 0 is the node's output
+            step = list(range(len(shape))) if v.args[1] == 0 else [None] * len(shape)
             out_shape = _shape(v)
-            if op in SPLIT_OPS:  # the element picked by the next getitem
-                nxt = list(reversed(chain))[i + 1] if i + 1 < len(chain) else None
-                out_shape = _shape(nxt) if nxt is not None else prev_shape
-            step = view_dim_map(op, v.args, prev_shape, out_shape)
-            prev_shape = out_shape
+        else:
+            picked = chain[i + 1] if op in SPLIT_OPS and i + 1 < len(chain) else v
+            out_shape = _shape(picked)
+            step = view_dim_map(op, v.args, shape, out_shape)
         dim_map = compose(dim_map, step)
-    return root, names, dim_map
+        shape = out_shape
+    return root, [op_name(v.target) for v in chain], dim_map
 
 
 def build_graph(ep) -> OpGraph:
@@ -306,6 +299,33 @@ def build_graph(ep) -> OpGraph:
     return OpGraph(nx=g, program=ep)
 
 
+def operand_roles(ep) -> dict[str, list[str]]:
+    """Role of every tensor operand of every compute node: ``"input"``, ``"param"`` or ``"buffer"``.
+
+    The order is the node's tensor arguments (args, then kwargs, lists flattened), the order of
+    the OpGraph ``operands`` attribute. ``Configuration.inputs`` has one layout per ``"input"``
+    operand; ``"buffer"`` operands (buffers, constants, and static ops such as ``arange`` or an
+    ``alias`` of a mask buffer) have none: they are replicated.
+
+    Example:
+        >>> import torch
+        >>> from tensoropt.capture.export import export_program
+        >>> operand_roles(export_program(torch.nn.Linear(4, 2), (torch.randn(3, 4),)))
+        {'linear': ['input', 'param', 'param']}
+    """
+    role, _ = _classify(ep)
+    out = {}
+    for n in ep.graph.nodes:
+        if role[n] == "compute":
+            roles = []
+            for a in _tensor_args(n):
+                root, _, _ = _resolve(a, role)
+                r = role[root]
+                roles.append("param" if r == "param" else "buffer" if r in ("buffer", "static") else "input")
+            out[n.name] = roles
+    return out
+
+
 def _add_compute(g, n, role, key, seen_params, opaque) -> None:
     op = op_name(n.target)
     kind = op_kind(op)
@@ -343,6 +363,8 @@ def _add_compute(g, n, role, key, seen_params, opaque) -> None:
     module = _module(n)
     if kind == "opaque":
         opaque.setdefault(op, set()).add(module)
+        rank = len(shapes[0]) if shapes else 0
+        attrs["dim_args"] = opaque_dim_args(n.target, n.args, n.kwargs, rank)
     g.add_node(
         n.name,
         op=op,

@@ -183,6 +183,53 @@ def op_attrs(op: str, kind: str, args: tuple, kwargs: dict, in_shapes: list[tupl
     return {}
 
 
+_DIM_ARG_NAMES = frozenset({"dim", "dims", "dim0", "dim1", "axis", "start_dim", "end_dim", "dimension"})
+
+CROSS_SAMPLE_OPS = frozenset(
+    "aten." + s
+    for s in (
+        "index.Tensor index_put.default index_put_.default nonzero.default unique.default "
+        "_unique2.default unique_dim.default masked_select.default take.default stack.default "
+        "bincount.default histc.default nonzero_static.default repeat_interleave.Tensor"
+    ).split()
+)
+"""Opaque ops that index or gather across samples: never offered a batch split."""
+
+
+def opaque_dim_args(target, args: tuple, kwargs: dict, rank: int) -> list[int] | None:
+    """Tensor dims an op's dim-like arguments (``dim``, ``dims``, ``axis``...) refer to.
+
+    Defaults from the op schema count (``sort`` works on dim -1 unless told otherwise). Returns
+    None when the op has no schema to read (then nothing is known to be safe).
+
+    Example:
+        >>> import torch
+        >>> opaque_dim_args(torch.ops.aten.cumsum.default, (None, 1), {}, 3)
+        [1]
+        >>> opaque_dim_args(torch.ops.aten.sort.default, (None,), {}, 2)
+        [1]
+    """
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return None
+    dims: list[int] = []
+    for i, a in enumerate(schema.arguments):
+        if a.name not in _DIM_ARG_NAMES:
+            continue
+        if i < len(args) and not a.kwarg_only:
+            v = args[i]
+        elif a.name in kwargs:
+            v = kwargs[a.name]
+        elif a.has_default_value():
+            v = a.default_value
+        else:
+            continue
+        for d in [v] if isinstance(v, int) else list(v or []):
+            if isinstance(d, int) and rank:
+                dims.append(d % rank)
+    return sorted(set(dims))
+
+
 def _numel(shape) -> int:
     return math.prod(shape) if shape else 1
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from tensoropt.capture.dims import matmul_letter_roles
 from tensoropt.capture.equations import matmul_equation
+from tensoropt.capture.ops import CROSS_SAMPLE_OPS
 from tensoropt.configspace.space import ParDim
 
 CONV_CHANNEL_SPLITS_ENABLED: set[str] = {"out", "in"}
@@ -268,14 +269,23 @@ def _source_names(node: dict) -> list:
 
 
 def opaque_dims(node: dict) -> list[ParDim]:
-    """Opaque ops: batch only, and only when the output and every operand keep a batch dim 0."""
+    """Opaque ops: batch only, and only where that is shape-safe and sample-local.
+
+    Every operand must have the output's rank and a dim 0 named ``batch`` of the output's size,
+    no dim-like argument of the op (``dim``, ``dims``, ``axis``...) may refer to dim 0, and the op
+    must not index across samples (``ops.CROSS_SAMPLE_OPS``). This is a heuristic over an op it
+    knows nothing else about; the executor checks every node's output placement at run time.
+    """
     out = node["out_shape"]
-    if not out or not node["dim_names"] or node["dim_names"][0] != "batch":
+    if not out or not node["dim_names"] or node["dim_names"][0] != "batch" or not node["inputs"]:
+        return []
+    dim_args = node["attrs"].get("dim_args")
+    if dim_args is None or 0 in dim_args or node["op"] in CROSS_SAMPLE_OPS:
         return []
     names = node.get("_operand_names", [])
     operand_dims = []
     for k, e in enumerate(node["inputs"]):
-        ok = e["shape"] and e["shape"][0] == out[0] and k < len(names) and names[k][:1] == ["batch"]
+        ok = len(e["shape"]) == len(out) and e["shape"][0] == out[0] and names[k][:1] == ["batch"]
         if not ok:
             return []
         operand_dims.append(0)
