@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import webbrowser
+from pathlib import Path
 
 from tensoropt.commands import CommandError
-from tensoropt.commands.select import budget_bytes, frontier_path
+from tensoropt.commands.select import budget_bytes
 from tensoropt.plans import load_frontier_file
 from tensoropt.plot.server import ParetoServer, serve
 
@@ -20,7 +21,8 @@ def add_parser(subparsers) -> None:
     """Add the ``ui`` subcommand."""
     p = subparsers.add_parser("ui", help="serve the Pareto plot locally; clicking a plan writes plan.json",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dir", help="run folder holding frontier.json (written by `tensoropt plan --out DIR`)")
+    p.add_argument("dir", help="run folder holding frontier.json (written by `tensoropt plan --out DIR`), "
+                               "or the frontier file itself")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--memory-budget", default=None,
                    help="per-device budget to draw, e.g. 16GiB (default: the job's memory_budget)")
@@ -30,7 +32,8 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C / SIGTERM."""
-    path = frontier_path(args.dir)
+    path = Path(args.dir)
+    path = path if path.suffix == ".json" else path / "frontier.json"
     job = load_frontier_file(path).job
     budget = budget_bytes(args.memory_budget, job)
     if not 0 <= args.port <= 65535:

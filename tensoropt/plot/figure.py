@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import textwrap
 
-import plotly.graph_objects as go
+import plotly.io as pio
 
 from tensoropt.plot.data import GIB, PlotPoint
 
@@ -30,6 +30,9 @@ SYMBOLS = (
 DIMMED_OPACITY = 0.35
 """Opacity of points over the memory budget."""
 
+BUDGET_OFF_AXIS = 1.6
+"""A budget above this multiple of the largest plan's memory is not drawn on the axis."""
+
 _HOVER = (
     "<b>%{customdata[0]}</b>  ·  %{customdata[1]} devices<br>"
     "step time  %{customdata[2]:.4g} s<br>"
@@ -39,8 +42,11 @@ _HOVER = (
 )
 
 
-def pareto_figure(points: list[PlotPoint], budget_bytes: int | None, selected: str | None) -> go.Figure:
-    """Build the figure (y = step time; the page toggles to throughput).
+def pareto_figure(points: list[PlotPoint], budget_bytes: int | None, selected: str | None) -> dict:
+    """Build the figure as a plotly.js figure dict (y = step time; the page toggles to throughput).
+
+    Plain dicts, not ``plotly.graph_objects``: per-property validation of thousands of points
+    costs seconds, and the page hands the dict straight to ``Plotly.newPlot``.
 
     Args:
         points: the plans, from :func:`tensoropt.plot.data.page_points`.
@@ -48,64 +54,73 @@ def pareto_figure(points: list[PlotPoint], budget_bytes: int | None, selected: s
         selected: id of the selected plan (highlighted with a ring), or None.
 
     Returns:
-        A plotly Figure whose traces follow the order in the module docstring.
+        ``{"data": [...], "layout": {...}}`` with traces in the order of the module docstring.
 
     Example:
         >>> from tensoropt.plot.data import PlotPoint
         >>> p = PlotPoint("d1-p0", 1, 0.2, 2**30, 320.0, "all: replicate", True)
-        >>> [t.name for t in pareto_figure([p], None, "d1-p0").data]
+        >>> [t["name"] for t in pareto_figure([p], None, "d1-p0")["data"]]
         ['1 device', 'selected plan', 'clicked plan']
     """
-    fig = go.Figure()
+    data = []
     device_counts = sorted({p.devices for p in points})
     for k, devices in enumerate(device_counts):
         series = sorted((p for p in points if p.devices == devices), key=lambda p: p.memory_bytes)
         colour = COLOURS[k % len(COLOURS)]
-        fig.add_trace(
-            go.Scatter(
-                x=[p.memory_gib for p in series],
-                y=[p.time_s for p in series],
-                customdata=[_customdata(p) for p in series],
-                name=f"{devices} device{'s' if devices > 1 else ''}",
-                legendgroup=str(devices),
-                mode="lines+markers",
-                line={"shape": "hv", "width": 1.2, "dash": "dot", "color": colour},
-                marker={
-                    "symbol": SYMBOLS[k % len(SYMBOLS)],
-                    "size": 11,
-                    "color": colour,
-                    "opacity": [1.0 if p.fits else DIMMED_OPACITY for p in series],
-                    "line": {"width": 1, "color": "white"},
-                },
-                hovertemplate=_HOVER,
-                meta={"kind": "frontier", "devices": devices},
-            )
-        )
+        data.append({
+            "type": "scatter",
+            "x": [p.memory_gib for p in series],
+            "y": [p.time_s for p in series],
+            "customdata": [_customdata(p) for p in series],
+            "name": f"{devices} device{'s' if devices > 1 else ''}",
+            "legendgroup": str(devices),
+            "mode": "lines+markers",
+            "line": {"shape": "hv", "width": 1.2, "dash": "dot", "color": colour},
+            "marker": {
+                "symbol": SYMBOLS[k % len(SYMBOLS)],
+                "size": marker_size(len(series)),
+                "color": colour,
+                "opacity": [1.0 if p.fits else DIMMED_OPACITY for p in series],
+                "line": {"width": 1 if len(series) <= 200 else 0, "color": "white"},
+            },
+            "hovertemplate": _HOVER,
+            "meta": {"kind": "frontier", "devices": devices},
+        })
     chosen = [p for p in points if p.plan_id == selected]
-    fig.add_trace(_ring("selected plan", chosen, "#111111", "solid", "selected"))
-    fig.add_trace(_ring("clicked plan", [], "#D55E00", "dot", "clicked"))
-    _add_budget(fig, budget_bytes, points)
-    fig.update_layout(
-        template="plotly_white",
-        font={"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 13},
-        margin={"l": 70, "r": 10, "t": 40, "b": 60},
-        hovermode="closest",
-        hoverlabel={"bgcolor": "white", "font": {"size": 12}, "align": "left"},
-        clickmode="event",
-        dragmode="zoom",
-        legend={
-            "title": {"text": "Device count"},
-            "orientation": "v",
-            "x": 1.01,
-            "xanchor": "left",
-            "y": 1.0,
-            "yanchor": "top",
-            "itemclick": "toggle",
-        },
-        xaxis={"title": {"text": "Memory per device (GiB)"}, "rangemode": "tozero", "zeroline": False},
-        yaxis={"title": {"text": "Step time (s)"}, "rangemode": "tozero", "zeroline": False},
-    )
-    return fig
+    data.append(_ring("selected plan", chosen, "#111111", "selected"))
+    data.append(_ring("clicked plan", [], "#D55E00", "clicked"))
+    layout = {
+        "template": _template(),
+        "font": {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 13},
+        "margin": {"l": 70, "r": 10, "t": 40, "b": 60},
+        "hovermode": "closest",
+        "hoverlabel": {"bgcolor": "white", "font": {"size": 12}, "align": "left"},
+        "clickmode": "event",
+        "dragmode": "zoom",
+        "legend": {"title": {"text": "Device count"}, "orientation": "v", "x": 1.01, "xanchor": "left",
+                   "y": 1.0, "yanchor": "top", "itemclick": "toggle"},
+        "xaxis": {"title": {"text": "Memory per device (GiB)"}, "rangemode": "tozero", "zeroline": False},
+        "yaxis": {"title": {"text": "Step time (s)"}, "rangemode": "tozero", "zeroline": False},
+        "shapes": [],
+        "annotations": [],
+    }
+    _add_budget(layout, budget_bytes, points)
+    return {"data": data, "layout": layout}
+
+
+def marker_size(n_points: int) -> int:
+    """Marker size for a series of ``n_points`` (smaller when hundreds overlap).
+
+    Example:
+        >>> marker_size(10), marker_size(900)
+        (11, 6)
+    """
+    return 11 if n_points <= 40 else 8 if n_points <= 200 else 6
+
+
+def _template() -> dict:
+    """plotly's "plotly_white" template as plain JSON."""
+    return pio.templates["plotly_white"].to_plotly_json()
 
 
 def _customdata(p: PlotPoint) -> list:
@@ -117,36 +132,45 @@ def _customdata(p: PlotPoint) -> list:
             throughput]
 
 
-def _ring(name: str, chosen: list[PlotPoint], colour: str, dash: str, kind: str) -> go.Scatter:
+def _ring(name: str, chosen: list[PlotPoint], colour: str, kind: str) -> dict:
     """An open circle drawn around one plan (legend entry, no hover of its own)."""
-    return go.Scatter(
-        x=[p.memory_gib for p in chosen],
-        y=[p.time_s for p in chosen],
-        customdata=[_customdata(p) for p in chosen],
-        name=name,
-        mode="markers",
-        marker={"symbol": "circle-open", "size": 24, "color": colour, "line": {"width": 2.5}},
-        hoverinfo="skip",
-        showlegend=kind == "selected" and bool(chosen),
-        meta={"kind": kind},
-    )
+    return {
+        "type": "scatter",
+        "x": [p.memory_gib for p in chosen],
+        "y": [p.time_s for p in chosen],
+        "customdata": [_customdata(p) for p in chosen],
+        "name": name,
+        "mode": "markers",
+        "marker": {"symbol": "circle-open", "size": 24, "color": colour, "line": {"width": 2.5}},
+        "hoverinfo": "skip",
+        "showlegend": kind == "selected" and bool(chosen),
+        "meta": {"kind": kind},
+    }
 
 
-def _add_budget(fig: go.Figure, budget_bytes: int | None, points: list[PlotPoint]) -> None:
-    """Vertical budget line with its label above the plot area, and a light over-budget band."""
+def _add_budget(layout: dict, budget_bytes: int | None, points: list[PlotPoint]) -> None:
+    """Budget line with its label above the plot and a light over-budget band; or, when the
+    budget lies far right of every plan, only a label saying so (the axis stays on the plans)."""
     if budget_bytes is None:
         return
     budget_gib = budget_bytes / GIB
-    right_gib = max([budget_gib] + [p.memory_gib for p in points]) * 1.04
-    fig.add_shape(
-        type="rect", xref="x", yref="paper", x0=budget_gib, x1=right_gib, y0=0, y1=1,
-        fillcolor="#D55E00", opacity=0.06, line={"width": 0}, layer="below",
-    )
-    fig.add_shape(
-        type="line", xref="x", yref="paper", x0=budget_gib, x1=budget_gib, y0=0, y1=1,
-        line={"color": "#B03A00", "width": 2, "dash": "dash"},
-    )
-    fig.add_annotation(
-        x=budget_gib, y=1.0, xref="x", yref="paper", yanchor="bottom", showarrow=False,
-        text=f"memory budget {budget_gib:.3g} GiB", font={"color": "#B03A00", "size": 12},
-    )
+    data_max_gib = max(p.memory_gib for p in points)
+    colour = "#B03A00"
+    if budget_gib > BUDGET_OFF_AXIS * data_max_gib:
+        layout["annotations"].append({
+            "x": 1.0, "y": 1.0, "xref": "paper", "yref": "paper", "xanchor": "right", "yanchor": "bottom",
+            "showarrow": False, "font": {"color": colour, "size": 12},
+            "text": f"memory budget {budget_gib:.3g} GiB lies beyond the axis: every plan fits →",
+        })
+        return
+    right_gib = max(budget_gib, data_max_gib) * 1.04
+    layout["shapes"] += [
+        {"type": "rect", "xref": "x", "yref": "paper", "x0": budget_gib, "x1": right_gib, "y0": 0, "y1": 1,
+         "fillcolor": colour, "opacity": 0.06, "line": {"width": 0}, "layer": "below"},
+        {"type": "line", "xref": "x", "yref": "paper", "x0": budget_gib, "x1": budget_gib, "y0": 0, "y1": 1,
+         "line": {"color": colour, "width": 2, "dash": "dash"}},
+    ]
+    layout["annotations"].append({
+        "x": budget_gib, "y": 1.0, "xref": "x", "yref": "paper", "yanchor": "bottom", "showarrow": False,
+        "text": f"memory budget {budget_gib:.3g} GiB", "font": {"color": colour, "size": 12},
+    })

@@ -45,19 +45,28 @@ def test_malformed_plan_names_the_field(frontier_json):
 def test_figure_series_budget_and_selection(frontier_json):
     budget = frontier_json["job"]["memory_budget"]
     fig = pareto_figure(page_points(frontier_json, budget), budget, "d8-p1")
-    series = [t for t in fig.data if t.meta["kind"] == "frontier"]
-    assert [t.meta["devices"] for t in series] == [1, 2, 4, 8, 16]
-    assert len({t.marker.color for t in series}) == 5 and len({t.marker.symbol for t in series}) == 5
+    series = [t for t in fig["data"] if t["meta"]["kind"] == "frontier"]
+    assert [t["meta"]["devices"] for t in series] == [1, 2, 4, 8, 16]
+    assert len({t["marker"]["color"] for t in series}) == 5
+    assert len({t["marker"]["symbol"] for t in series}) == 5
     for t in series:
-        for cd, opacity in zip(t.customdata, t.marker.opacity):
+        for cd, opacity in zip(t["customdata"], t["marker"]["opacity"]):
             assert opacity == (1.0 if cd[3] * GIB <= budget else DIMMED_OPACITY), cd[0]
-    (ring,) = [t for t in fig.data if t.meta["kind"] == "selected"]
-    assert [cd[0] for cd in ring.customdata] == ["d8-p1"]
-    lines = [s for s in fig.layout.shapes if s.type == "line"]
-    assert len(lines) == 1 and lines[0].x0 == lines[0].x1 == pytest.approx(budget / GIB)
-    assert "budget" in fig.layout.annotations[0].text
-    assert fig.layout.xaxis.title.text == "Memory per device (GiB)"
-    assert fig.layout.yaxis.title.text == "Step time (s)"
+    (ring,) = [t for t in fig["data"] if t["meta"]["kind"] == "selected"]
+    assert [cd[0] for cd in ring["customdata"]] == ["d8-p1"]
+    lines = [s for s in fig["layout"]["shapes"] if s["type"] == "line"]
+    assert len(lines) == 1 and lines[0]["x0"] == lines[0]["x1"] == pytest.approx(budget / GIB)
+    assert "budget" in fig["layout"]["annotations"][0]["text"]
+    assert fig["layout"]["xaxis"]["title"]["text"] == "Memory per device (GiB)"
+    assert fig["layout"]["yaxis"]["title"]["text"] == "Step time (s)"
+
+
+def test_far_budget_is_a_label_not_an_axis_stretch(frontier_json):
+    points = page_points(frontier_json, 64 * GIB)
+    fig = pareto_figure(points, 64 * GIB, None)
+    assert fig["layout"]["shapes"] == [] and all(p.fits for p in points)
+    (label,) = fig["layout"]["annotations"]
+    assert "64 GiB" in label["text"] and "every plan fits" in label["text"] and label["xref"] == "paper"
 
 
 def test_page_embeds_exact_plan_files_and_plotly(frontier_json):

@@ -102,7 +102,8 @@
   function setScales() {
     const logx = $("logx").checked;
     const cds = Object.values(pointData);
-    const xs = cds.map((cd) => cd[3]).concat(meta.budget_gib ? [meta.budget_gib] : []);
+    const budgetOnAxis = (gd.layout.shapes || []).length > 0;
+    const xs = cds.map((cd) => cd[3]).concat(budgetOnAxis ? [meta.budget_gib] : []);
     const update = Object.assign(axisScale("xaxis", logx, xs), axisScale("yaxis", $("logy").checked, cds.map(yValue)));
     // annotations on a log axis take log10 positions; shapes take data values
     (gd.layout.annotations || []).forEach((a, i) => {
