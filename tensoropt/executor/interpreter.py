@@ -1,17 +1,20 @@
 """Runs an exported graph on DTensors, node by node, exactly as a plan lays it out.
 
-For each node the plan names (a compute node), :class:`PlanInterpreter`
+For each node the plan names (a compute node of the OpGraph), :class:`PlanInterpreter`
 
-1. redistributes each tensor operand to the configuration's input layout (parameters to the
-   configuration's parameter layout),
-2. runs the op (through :mod:`tensoropt.executor.explicit_ops` where DTensor is wrong),
+1. lays out each operand: an activation to the configuration's input layout, a parameter to
+   its parameter layout. When views lie between the producer and the operand (folded into the
+   OpGraph edge), the producer's value is first redistributed to the layout whose image through
+   the views is the target (the views' ``dim_map``), then the views are replayed: DTensor never
+   gets to all-gather inside a view on its own;
+2. runs the op (through :mod:`tensoropt.executor.explicit_ops` where DTensor is wrong);
 3. checks the placement DTensor produced against the configuration's raw output layout
    (``output`` with ``"P"`` on ``partial_axes``) and raises :class:`PlacementMismatch` naming
-   the node when they differ, instead of letting a silent all-gather or a wrong shard through,
+   the node when they differ, instead of letting a silent all-gather or a wrong shard through;
 4. reduces the partial axes (Partial -> the configuration's output layout).
 
-Nodes the plan does not name (views folded into edges, ``getitem``, factory ops) run on the
-DTensors as they come; a plain tensor a node creates is wrapped as a replicated DTensor.
+View nodes are evaluated lazily (by their consumers); static nodes (built from buffers and
+constants only, e.g. ``arange``) run as they are, a plain tensor result wrapped as replicated.
 """
 
 from __future__ import annotations
@@ -22,82 +25,191 @@ import torch
 import torch.fx as fx
 from torch.distributed.tensor import DeviceMesh, DTensor, Replicate
 
-from tensoropt.configspace.configuration import Configuration
+from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
 from tensoropt.executor import explicit_ops
 from tensoropt.executor.placements import normalise, raw_output_layout, to_layout, to_placements
-from tensoropt.executor.program import Signature, op_name, packet_name, tensor_args
+from tensoropt.executor.program import arg_nodes, op_name, packet_name
 
 _CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 
 
 class PlacementMismatch(RuntimeError):
-    """DTensor produced a placement other than the one the plan names."""
+    """DTensor produced a placement other than the one the plan names, or the plan does not fit."""
+
+
+class _Lazy:
+    """Marker of a view node not evaluated yet."""
+
+
+_LAZY = _Lazy()
+
+
+def preimage(target: Layout, dim_map: list[int | None], ndim: int) -> Layout:
+    """The layout of a producer whose image through views with ``dim_map`` is ``target``.
+
+    Axes whose target shard dim no producer dim maps onto become ``"R"`` (the views cannot
+    carry that shard; it is cut after them, which is free).
+
+    Example:
+        >>> preimage(("S(1)", "S(2)"), [0, 1, None, None], 4)
+        ('S(1)', 'R')
+    """
+    out = []
+    for p in target:
+        d = shard_dim(p)
+        if d is None:
+            out.append("R" if p == "P" else p)
+            continue
+        sources = [i for i, m in enumerate(dim_map) if m == d and i < ndim]
+        out.append(f"S({sources[0]})" if sources else "R")
+    return tuple(out)
 
 
 class PlanInterpreter(fx.Interpreter):
     """An ``fx.Interpreter`` over an exported program's graph that follows a plan.
 
     Args:
-        gm: the exported program's ``graph_module`` (placeholders for parameters, buffers,
-            constants and user inputs).
-        sig: placeholder roles (:func:`tensoropt.executor.program.signature`).
+        gm: the exported program's ``graph_module``.
         placements: node name -> Configuration (empty for a plain single-device run).
-        mesh: the DeviceMesh, or None for a plain run.
+        mesh: the DeviceMesh, or None for a plain run (no DTensor at all).
+        operands: node name -> the OpGraph node's ``operands`` (role, index or key, dim_map of
+            each tensor argument in argument order).
+        lazy: names of the view nodes folded into edges (evaluated by their consumers).
 
     Example:
-        >>> out = PlanInterpreter(ep.graph_module, sig, placements, mesh).run(*values)  # doctest: +SKIP
+        >>> PlanInterpreter(ep.graph_module, placements, mesh, operands, lazy).run(*values)  # doctest: +SKIP
     """
 
-    def __init__(self, gm: fx.GraphModule, sig: Signature, placements: dict[str, Configuration],
-                 mesh: DeviceMesh | None):
+    def __init__(self, gm: fx.GraphModule, placements: dict[str, Configuration], mesh: DeviceMesh | None,
+                 operands: dict[str, list[dict]], lazy: set[str]):
         super().__init__(gm)
-        self.sig = sig
         self.placements = placements
         self.mesh = mesh
-        self.state_keys = {**sig.params, **sig.buffers}
+        self.operands = operands
+        self.lazy = lazy
+        self.user_to_last_uses = self._last_uses()
+        self._memo: dict[tuple, Any] = {}
+
+    def run(self, *args, **kwargs):
+        # Views and redistributions are memoised within one forward pass: q, k and v taken from
+        # one split must share that split (its backward needs every output's gradient).
+        self._memo = {}
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            self._memo = {}
+
+    def _last_uses(self) -> dict[fx.Node, list[fx.Node]]:
+        """When each value can be freed: a lazy view keeps its inputs alive until its consumers ran."""
+        order = list(self.graph.nodes)
+        last: dict[fx.Node, int] = {}
+
+        def touch(a: fx.Node, i: int) -> None:
+            last[a] = i
+            if a.name in self.lazy:
+                for b in a.all_input_nodes:
+                    touch(b, i)
+
+        for i, node in enumerate(order):
+            if node.name not in self.lazy:
+                for a in node.all_input_nodes:
+                    touch(a, i)
+        out: dict[fx.Node, list[fx.Node]] = {}
+        for a, i in last.items():
+            out.setdefault(order[i], []).append(a)
+        return out
 
     def run_node(self, n: fx.Node) -> Any:
         if self.mesh is None or n.op != "call_function":
             return super().run_node(n)
+        if n.name in self.lazy:
+            return _LAZY
         config = self.placements.get(n.name)
         if config is None:
-            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            args = fx.node.map_arg(n.args, self._value)
+            kwargs = fx.node.map_arg(n.kwargs, self._value)
             return self._wrap_plain(self.call_function(n.target, args, kwargs))
         args, kwargs = self._lay_out_operands(n, config)
         out, bias = self._compute(n, args, kwargs)
         return self._check_and_reduce(n, config, out, bias)
 
+    def fetch_args_kwargs_from_env(self, n: fx.Node):
+        return fx.node.map_arg(n.args, self._value), fx.node.map_arg(n.kwargs, self._value)
+
     # -- operands ---------------------------------------------------------------------------
 
+    def _value(self, a: fx.Node):
+        """The value of ``a``, replaying its view chain if it is lazy."""
+        value = self.env[a]
+        if value is not _LAZY:
+            return value
+        chain, root = self._chain(a)
+        return self._replay(chain, self.env[root])
+
+    def _chain(self, a: fx.Node) -> tuple[list[fx.Node], fx.Node]:
+        chain = []
+        while a.name in self.lazy:
+            chain.append(a)
+            a = a.args[0]
+        return chain[::-1], a
+
+    def _replay(self, chain: list[fx.Node], value):
+        for node in chain:
+            key = (node, id(value))
+            if key not in self._memo:
+                args = (value, *fx.node.map_arg(node.args[1:], self._value))
+                out = self.call_function(node.target, args, dict(node.kwargs))
+                self._memo[key] = (value, self._wrap_plain(out))
+            value = self._memo[key][1]
+        return value
+
     def _lay_out_operands(self, n: fx.Node, config: Configuration):
-        """Fetch ``n``'s arguments with every tensor operand laid out as ``config`` says."""
-        operands = tensor_args(n)
-        activations = [a for a in operands if a.name not in self.state_keys]
-        if len(config.inputs) != len(activations):
+        """Fetch ``n``'s arguments with every operand laid out as ``config`` says."""
+        nodes = arg_nodes(n)
+        operands = self.operands.get(n.name)
+        if operands is None or len(operands) != len(nodes):
+            raise PlacementMismatch(
+                f"node {n.name!r} ({op_name(n)}): the OpGraph lists "
+                f"{'no' if operands is None else len(operands)} operands but the exported node has "
+                f"{len(nodes)}; was the plan made for this model and torch version?"
+            )
+        num_inputs = sum(1 for o in operands if o["role"] == "input")
+        if len(config.inputs) != num_inputs:
             raise PlacementMismatch(
                 f"node {n.name!r} ({op_name(n)}): the plan gives {len(config.inputs)} input layouts "
-                f"but the node reads {len(activations)} tensor operands "
-                f"({[a.name for a in activations]}); was the plan made for this model?"
+                f"but the node reads {num_inputs} activations; was the plan made for this model?"
             )
         param_layouts = dict(config.params)
-        act_layouts = iter(config.inputs)
-        operand_set = set(operands)
+        placed = iter([self._operand(n, a, o, config, param_layouts) for a, o in zip(nodes, operands)])
 
         def load(a: fx.Node):
-            value = self.env[a]
-            if a not in operand_set or not isinstance(value, torch.Tensor):
-                return value
-            if a.name in self.state_keys:
-                return self._redistribute(n, value, param_layouts.get(self.state_keys[a.name]))
-            return self._redistribute(n, value, next(act_layouts))
+            return next(placed)
 
         return fx.node.map_arg(n.args, load), fx.node.map_arg(n.kwargs, load)
+
+    def _operand(self, n: fx.Node, a: fx.Node, operand: dict, config: Configuration, param_layouts: dict):
+        if operand["role"] == "input":
+            target = config.inputs[operand["index"]]
+        elif operand["role"] == "param":
+            target = param_layouts.get(operand["key"])
+        else:
+            target = None
+        chain, root = self._chain(a)
+        value = self.env[root]
+        if target is None or not isinstance(value, torch.Tensor):
+            return self._replay(chain, value)
+        if not chain:
+            return self._redistribute(n, value, target)
+        if operand["role"] == "input":
+            target_in = normalise(target, len(operand["shape"]))
+            value = self._redistribute(n, value, preimage(target_in, operand["dim_map"], value.dim()))
+            return self._redistribute(n, self._replay(chain, value), target_in)
+        # A parameter's layout is in its own dims: lay it out, then take the views.
+        return self._replay(chain, self._redistribute(n, value, target))
 
     def _redistribute(self, n: fx.Node, value: torch.Tensor, target) -> torch.Tensor:
         if not isinstance(value, DTensor):
             value = self._wrap_plain(value)
-        if target is None:
-            return value
         target = normalise(target, value.dim())
         if len(target) != self.mesh.ndim:
             raise PlacementMismatch(
@@ -112,7 +224,10 @@ class PlanInterpreter(fx.Interpreter):
                 f"node {n.name!r} ({op_name(n)}): an operand is {current} but the plan asks for the "
                 f"partial layout {tuple(target)}, which cannot be produced by redistribution"
             )
-        return value.redistribute(self.mesh, to_placements(target))
+        key = ("redistribute", id(value), tuple(target))
+        if key not in self._memo:
+            self._memo[key] = (value, value.redistribute(self.mesh, to_placements(target)))
+        return self._memo[key][1]
 
     def _wrap_plain(self, out):
         if isinstance(out, torch.Tensor) and not isinstance(out, DTensor) and self.mesh is not None:
@@ -139,8 +254,7 @@ class PlanInterpreter(fx.Interpreter):
     def _check_and_reduce(self, n: fx.Node, config: Configuration, out, bias):
         first = out[0] if isinstance(out, (tuple, list)) else out
         if isinstance(first, torch.Tensor):
-            if not isinstance(first, DTensor):
-                first = self._wrap_plain(first)
+            first = self._wrap_plain(first)
             expected = normalise(raw_output_layout(config), first.dim())
             actual = to_layout(first.placements, first.dim())
             if actual != expected:

@@ -11,14 +11,6 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-VIEW_OPS = {
-    "view", "reshape", "_unsafe_view", "flatten", "unflatten", "transpose", "t", "permute", "squeeze",
-    "unsqueeze", "expand", "contiguous", "clone", "alias", "split", "split_with_sizes", "chunk",
-    "unbind", "slice", "select", "narrow", "view_as", "expand_as", "dropout", "detach", "_to_copy",
-    "to", "type_as",
-}
-"""Op names (the aten overload packet name) that capture folds into edges when not in the plan."""
-
 
 def export_program(model: torch.nn.Module, example_inputs: tuple) -> torch.export.ExportedProgram:
     """Export ``model`` exactly as capture does (same node names as the plan).
@@ -45,7 +37,9 @@ def op_name(node: fx.Node) -> str:
         >>> op_name(g.call_function(torch.ops.aten.relu.default, (x,)))
         'aten.relu.default'
     """
-    return str(node.target)
+    from tensoropt.capture.graph import op_name as capture_op_name
+
+    return capture_op_name(node.target)
 
 
 def packet_name(node: fx.Node) -> str:
@@ -93,6 +87,55 @@ def signature(ep: torch.export.ExportedProgram) -> Signature:
         user_inputs=tuple(gs.user_inputs),
         buffer_mutations=dict(gs.buffers_to_mutate),
     )
+
+
+def arg_nodes(node: fx.Node) -> list[fx.Node]:
+    """Every fx node in a node's args then kwargs values (lists and tuples flattened), in order.
+
+    The same order as capture lists a node's ``operands``.
+
+    Example:
+        >>> g = fx.Graph(); x = g.placeholder("x")
+        >>> [a.name for a in arg_nodes(g.call_function(torch.ops.aten.cat.default, ([x, x],)))]
+        ['x', 'x']
+    """
+    out: list[fx.Node] = []
+
+    def visit(a):
+        if isinstance(a, fx.Node):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+
+    for a in node.args:
+        visit(a)
+    for a in node.kwargs.values():
+        visit(a)
+    return out
+
+
+def lazy_views(ep: torch.export.ExportedProgram, placements: dict) -> set[str]:
+    """Names of the view nodes capture folds into edges (views of data or parameters, not in the plan).
+
+    Example:
+        >>> ep = export_program(torch.nn.Flatten(), (torch.ones(2, 3, 4),))
+        >>> sorted(lazy_views(ep, {}))
+        ['flatten']
+    """
+    from tensoropt.capture.views import VIEW_OPS as CAPTURE_VIEW_OPS
+
+    sig = signature(ep)
+    dynamic: set[str] = set(sig.params) | set(sig.user_inputs)
+    out = set()
+    for n in ep.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if any(a.name in dynamic for a in arg_nodes(n)):
+            dynamic.add(n.name)
+            if op_name(n) in CAPTURE_VIEW_OPS and n.name not in placements:
+                out.add(n.name)
+    return out
 
 
 def tensor_args(node: fx.Node) -> list[fx.Node]:

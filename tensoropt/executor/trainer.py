@@ -16,13 +16,14 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DeviceMesh, DTensor, distribute_tensor
 
+from tensoropt.capture.graph import build_graph
 from tensoropt.configspace.configuration import Layout
 from tensoropt.executor.data import load_factory, synthetic_batch
 from tensoropt.executor.interpreter import PlanInterpreter
 from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
 from tensoropt.executor.placements import normalise, to_placements
 from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.program import export_program, signature, tensor_args
+from tensoropt.executor.program import export_program, lazy_views, signature
 from tensoropt.executor.spec import TrainSpec
 
 
@@ -66,24 +67,23 @@ def build_mesh(plan: ExecPlan) -> DeviceMesh | None:
     return init_device_mesh(device_type(), tuple(plan.mesh.shape), mesh_dim_names=names)
 
 
-def canonical_layouts(ep, plan: ExecPlan, ndim: int) -> dict[str, Layout]:
+def canonical_layouts(ep, plan: ExecPlan, operands: dict[str, list[dict]], ndim: int) -> dict[str, Layout]:
     """State-dict key -> layout it is stored in: that of the first node using it (R if none names it).
 
     A parameter used by several nodes (tied embeddings) is stored once and redistributed per use.
     """
     sig = signature(ep)
-    keys = {**sig.params, **sig.buffers}
     out: dict[str, Layout] = {}
     for node in ep.graph.nodes:
         config = plan.placements.get(node.name)
         if config is None:
             continue
         layouts = dict(config.params)
-        for a in tensor_args(node):
-            key = keys.get(a.name)
-            if key is not None and key not in out and key in layouts:
+        for o in operands.get(node.name, []):
+            key = o.get("key")
+            if o["role"] == "param" and key not in out and key in layouts:
                 out[key] = tuple(layouts[key])
-    for key in keys.values():
+    for key in [*sig.params.values(), *sig.buffers.values()]:
         out.setdefault(key, ("R",) * ndim)
     return out
 
@@ -117,7 +117,8 @@ class Trainer:
         state.update(model.named_parameters(remove_duplicate=False))
         state.update(model.named_buffers(remove_duplicate=False))
         ndim = len(plan.mesh.shape)
-        layouts = canonical_layouts(self.ep, plan, ndim)
+        self.operands = {n: d["operands"] for n, d in build_graph(self.ep).nx.nodes(data=True)}
+        layouts = canonical_layouts(self.ep, plan, self.operands, ndim)
         # Tied parameters (one tensor under several keys) stay one parameter.
         first_key_of: dict[int, str] = {}
         self.param_of = {key: first_key_of.setdefault(id(state[key]), key)
@@ -144,7 +145,8 @@ class Trainer:
             self.constants[key] = value
         self.grad_bytes = 0
         self.optimizer = spec.make_optimizer(list(self.params.values()))
-        self.interpreter = PlanInterpreter(self.ep.graph_module, self.sig, plan.placements, self.mesh)
+        self.interpreter = PlanInterpreter(self.ep.graph_module, plan.placements, self.mesh, self.operands,
+                                           lazy_views(self.ep, plan.placements))
         self.input_names = [n.name for n in self.ep.graph.nodes if n.op == "placeholder"
                             and n.name in self.sig.user_inputs]
 
@@ -213,11 +215,12 @@ class Trainer:
         opt_bytes = storage_bytes(optimizer_state_tensors(self.optimizer))
         return storage_bytes(self.params.values()) + self.grad_bytes + opt_bytes
 
-    def train(self, steps: int, start_step: int = 0) -> RunResult:
+    def train(self, steps: int, start_step: int = 0, after_step=None) -> RunResult:
         """Train ``steps`` steps from global step ``start_step``; measure time and memory.
 
         The memory figure is the maximum over ranks of parameters + gradients + optimizer
-        state + the saved activations of the largest step.
+        state + the saved activations of the largest step. ``after_step(done)``, when given, is
+        called after each step with the number of global steps done (checkpointing hooks in).
         """
         result = RunResult(self.plan.plan_id, self.plan.devices)
         peak_act = 0
@@ -225,6 +228,8 @@ class Trainer:
             loss, time_s, act = self.step(step)
             peak_act = max(peak_act, act)
             result.steps.append({"step": step, "loss": loss, "time_s": time_s})
+            if after_step is not None:
+                after_step(step + 1)
         result.memory_bytes = _max_over_ranks(self.state_bytes() + peak_act)
         return result
 

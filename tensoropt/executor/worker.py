@@ -3,6 +3,10 @@
 RUN.json: ``{"spec": TrainSpec.to_json(), "runs": [{"plan": plan.json dict, "metrics": path,
 "params_out": path or null, "spec": optional per-run TrainSpec}, ...], "steps": S,
 "start_step": 0, "fail_on_rank": null}``.
+A run may give ``"select": {"frontier": path, "job": Job dict}`` instead of ``"plan"`` (the plan for
+the current world size is selected, or planned, at start: :mod:`tensoropt.elastic`), and
+``"checkpoint": {"dir", "every", "keep"}`` to resume from and save checkpoints; ``steps`` is then
+the total step count.
 Several runs (plans) share one process group, so tests pay for one launch.
 
 An exception on any rank prints the traceback with the rank and exits non-zero; torchrun then
@@ -22,6 +26,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from tensoropt import elastic
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
 from tensoropt.executor.trainer import RunResult, Trainer, device_type
@@ -63,11 +68,15 @@ def run_all(config: dict) -> None:
     for run in config["runs"]:
         spec = TrainSpec.from_json(run.get("spec", config.get("spec")))
         steps = int(config.get("steps", spec.steps))
-        plan = ExecPlan.from_json(run["plan"])
+        # Without a fixed plan, select one for this world size (elastic: on every restart).
+        plan = ExecPlan.from_json(run["plan"] if "plan" in run else elastic.resolve_plan(run["select"]))
         if config.get("fail_on_rank") == rank:
             raise RuntimeError(f"injected failure on rank {rank} (test of error propagation)")
         trainer = Trainer(spec, plan)
-        result = trainer.train(steps, start_step=start)
+        if run.get("checkpoint"):  # resume from the newest checkpoint, train until step `steps`
+            result = elastic.train_with_checkpoints(trainer, spec, steps, run["checkpoint"])
+        else:
+            result = trainer.train(steps, start_step=start)
         params = trainer.full_params() if run.get("params_out") else None
         if rank == 0:
             if run.get("metrics"):

@@ -119,7 +119,7 @@ def _gpt_dp(b, plan_id, partial_extra=False):
     R = ["R"] * nd
     pl = {"idx": cfg([], b), "labels": cfg([], b),
           "embedding": cfg([b], b, [("head.weight", R)]),
-          "embedding_1": cfg([R], R, [("pos.weight", R)]),
+          "embedding_1": cfg([], R, [("pos.weight", R)]),
           "add": cfg([b, R], b), "add_1": cfg([b, b], b), "add_2": cfg([b, b], b), "gelu": cfg([b], b),
           "scaled_dot_product_attention": cfg([b, b, b], b),
           "linear_4": cfg([b], b, [("head.weight", R)]),
@@ -142,7 +142,7 @@ def _gpt_tp():
     S0, S1, S2, R = ["S(0)"], ["S(1)"], ["S(2)"], ["R"]
     pl = {"idx": cfg([], R), "labels": cfg([], R),
           "embedding": cfg([R], R, [("head.weight", S0)], partial=(0,)),
-          "embedding_1": cfg([R], R, [("pos.weight", R)]),
+          "embedding_1": cfg([], R, [("pos.weight", R)]),
           "add": cfg([R, R], R), "add_1": cfg([R, R], R), "add_2": cfg([R, R], R),
           "layer_norm": cfg([R], R, [("ln1.weight", R), ("ln1.bias", R)]),
           "layer_norm_1": cfg([R], R, [("ln2.weight", R), ("ln2.bias", R)]),
