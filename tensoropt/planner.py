@@ -163,6 +163,12 @@ def capture_job(job: Job, spec_and_model=None):
     model, spec = spec_and_model if spec_and_model is not None else build_job_model(job, "meta")
     batch = job.training.global_batch_size or spec.default_batch_size
     inputs = example_inputs(spec, batch, device="meta", model=model)
+    if job.training.dtype != "float32":
+        import torch
+
+        dtype = getattr(torch, job.training.dtype)
+        model = model.to(dtype)
+        inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
     return capture(model, inputs)
 
 
@@ -183,16 +189,20 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     from tensoropt.cost_graph import cost_graph
 
     start = time.perf_counter()
+    def graph_progress(done, total):
+        if progress is not None:
+            progress(f"cost graph for {_devices(num_devices)}", 0.3 * done / max(1, total))
+
     try:
-        G = cost_graph(
-            graph, cluster, num_devices, batch_size=job.training.global_batch_size, **_cost_options(job)
-        )
+        G = cost_graph(graph, cluster, num_devices, batch_size=job.training.global_batch_size,
+                       optimizer=job.training.optimizer, compute_mode=job.planner.compute,
+                       progress=graph_progress)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
 
     def solver_progress(*args):
         if progress is not None:
-            progress(f"solving {num_devices} devices", _fraction(args))
+            progress(f"solving {_devices(num_devices)}", 0.3 + 0.7 * _fraction(args))
 
     points = ft.solve(G, epsilon=job.planner.epsilon, progress=solver_progress)
     plans = []
@@ -222,21 +232,6 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         configurations=configurations,
         solve_time_s=time.perf_counter() - start,
     )
-
-
-def _cost_options(job: Job) -> dict:
-    """Keyword arguments of ``cost_graph`` that the job sets and the installed version accepts."""
-    import inspect
-
-    from tensoropt.cost_graph import cost_graph
-
-    wanted = {
-        "optimizer": job.training.optimizer,
-        "dtype": job.training.dtype,
-        "compute": job.planner.compute,
-    }
-    params = inspect.signature(cost_graph).parameters
-    return {k: v for k, v in wanted.items() if k in params}
 
 
 def _fraction(args: tuple) -> float:
@@ -286,8 +281,12 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
         def sub(message, fraction, base=done, width=0.95 * w / total):
             report(message, base + width * fraction)
 
-        sub(f"cost graph for {d} devices", 0.0)
+        sub(f"cost graph for {_devices(d)}", 0.0)
         frontiers.append(plan_devices(graph, job, cluster, d, sub))
         done += 0.95 * w / total
-        report(f"{d} devices: {len(frontiers[-1].plans)} plans", done)
+        report(f"{_devices(d)}: {len(frontiers[-1].plans)} plans", done)
     return FrontierFile(job=job.to_dict(), frontiers=frontiers)
+
+
+def _devices(n: int) -> str:
+    return f"{n} device" if n == 1 else f"{n} devices"

@@ -31,14 +31,14 @@ def summarize_split(ops: dict[str, str], nx_graph: nx.DiGraph, max_labels: int =
 
     Kinds in :data:`SHORT_KINDS` are listed in order of first appearance; when a kind's
     operators use several labels, each label gets its count, most used first, e.g.
-    ``"fc: out=8 x3, in=8 x3"``. A model with none of those kinds lists every kind.
+    ``"fc: out=8 x3 / in=8 x3"``. A model with none of those kinds lists every kind.
 
     Example:
         >>> import networkx as nx
         >>> g = nx.DiGraph()
         >>> for n in ("fc1", "fc2", "fc3"): g.add_node(n, kind="linear")
         >>> summarize_split({"fc1": "out=4", "fc2": "in=4", "fc3": "out=4"}, g)
-        'fc: out=4 x2, in=4 x1'
+        'fc: out=4 x2 / in=4 x1'
     """
     kinds = {n: nx_graph.nodes[n].get("kind", "opaque") for n in ops if n in nx_graph}
     named = {n: k for n, k in kinds.items() if k in SHORT_KINDS}
@@ -54,8 +54,8 @@ def summarize_split(ops: dict[str, str], nx_graph: nx.DiGraph, max_labels: int =
         if len(ranked) == 1:
             parts.append(f"{kind}: {ranked[0][0]}")
             continue
-        shown = ", ".join(f"{label} x{count}" for label, count in ranked[:max_labels])
-        more = f", +{len(ranked) - max_labels} more" if len(ranked) > max_labels else ""
+        shown = " / ".join(f"{label} x{count}" for label, count in ranked[:max_labels])
+        more = f" / +{len(ranked) - max_labels} more" if len(ranked) > max_labels else ""
         parts.append(f"{kind}: {shown}{more}")
     return "; ".join(parts)
 
@@ -68,29 +68,27 @@ def plan_summary(graph, ops: dict[str, str]) -> str:
 def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> list[Layer]:
     """Per-operator rows of a plan, in graph order (input nodes left out).
 
-    Compute and communication come from the cost graph's per-node breakdown when it has one
-    (node attribute ``"breakdown"``: a list, per configuration, of dicts with ``compute_s``,
-    ``comm_s`` and ``memory_bytes``); otherwise the node's whole time is reported as compute.
+    Compute, communication and memory come from the cost graph's per-configuration components
+    (node attributes ``compute_s``, ``comm_s``, ``memory_bytes``); a cost graph without them
+    reports the node's whole time as compute.
     """
     nx_graph = getattr(graph, "nx", graph)
     rows = []
     for node in nx.topological_sort(G):
         data = G.nodes[node]
         attrs = nx_graph.nodes[node] if node in nx_graph else {}
-        if attrs.get("kind") == "input" or node not in assignment:
+        if data.get("kind", attrs.get("kind")) == "input" or node not in assignment:
             continue
         c = assignment[node]
-        cost = data["cost"][c]
-        parts = data.get("breakdown")
-        if parts is not None:
-            compute_s, comm_s, memory = parts[c]["compute_s"], parts[c]["comm_s"], parts[c]["memory_bytes"]
+        if "compute_s" in data:
+            compute_s, comm_s, memory = data["compute_s"][c], data["comm_s"][c], data["memory_bytes"][c]
         else:
-            compute_s, comm_s, memory = float(cost[0]), 0.0, float(cost[1])
+            compute_s, comm_s, memory = data["cost"][c][0], 0.0, data["cost"][c][1]
         rows.append(
             Layer(
                 node=node,
                 op=str(data.get("op", attrs.get("op", ""))),
-                module=str(attrs.get("module", "")),
+                module=str(data.get("module", attrs.get("module", ""))),
                 config=str(data["configs"][c]),
                 compute_s=float(compute_s),
                 comm_s=float(comm_s),
