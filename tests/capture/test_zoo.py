@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
 
-from tensoropt.capture import capture
+from tensoropt.capture import CaptureWarning, capture
 from tensoropt.models import PRESETS, build_model, example_inputs
 
 
@@ -41,10 +42,18 @@ def test_bert_base_is_about_110m():
     assert 108e6 < n < 111e6
 
 
+# transformer presets are captured with 2 of their layers (same width, heads, vocabulary and
+# sequence length): every layer is the same subgraph, and the full parameter counts are checked above
+_DEPTH = {"gpt2-small": {"layers": 2}, "gpt-1.3b": {"layers": 2}, "bert-base": {"layers": 2}}
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_captures_on_meta(name):
-    model, spec = build_model(name, device="meta")
-    g = capture(model, example_inputs(spec, 2, device="meta"))
+    model, spec = build_model(name, device="meta", **_DEPTH.get(name, {}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CaptureWarning)  # every zoo operator has a parallel rule
+        g = capture(model, example_inputs(spec, 2, device="meta"))
+    assert "opaque" not in {d["kind"] for _, d in g.nx.nodes(data=True)}
     assert g.num_params() == sum(p.numel() for p in model.parameters())
     (loss,) = g.outputs
     assert g.nx.nodes[loss]["out_shape"] == ()
@@ -58,7 +67,6 @@ def test_every_preset_captures_on_meta(name):
         ("mlp", {"in_features": 16, "hidden": (32,), "num_classes": 5}, 4),
         ("gpt", {"layers": 2, "width": 32, "heads": 4, "seq_len": 16, "vocab_size": 64}, 2),
         ("bert-base", {"layers": 1, "width": 32, "heads": 4, "seq_len": 16, "vocab_size": 64}, 2),
-        ("resnet50", {"num_classes": 10, "input_shape": (3, 32, 32)}, 2),
     ],
 )
 def test_small_models_train_and_capture_on_cpu(name, overrides, batch):
@@ -70,6 +78,18 @@ def test_small_models_train_and_capture_on_cpu(name, overrides, batch):
     loss.backward()
     assert all(p.grad is not None for p in model.parameters())
     g = capture(model, inputs)
+    assert g.num_params() == sum(p.numel() for p in model.parameters())
+
+
+def test_small_resnet_with_downsampling_trains_and_captures():
+    from tensoropt.models.resnet import ResNet
+
+    model = ResNet(layers=(1, 1, 1, 1), num_classes=10)
+    inputs = (torch.randn(2, 3, 32, 32), torch.tensor([1, 7]))
+    model(*inputs).backward()
+    g = capture(model, inputs)
+    kinds = [d["kind"] for _, d in g.nx.nodes(data=True)]
+    assert kinds.count("conv2d") == 1 + 4 * 4  # stem, 3 per bottleneck, 4 projection shortcuts
     assert g.num_params() == sum(p.numel() for p in model.parameters())
 
 

@@ -18,13 +18,14 @@ from tensoropt.capture import capture
 from tensoropt.configspace import configurations
 from tensoropt.configspace.configuration import Mesh, local_shape, parse_label, shard_dim
 from tensoropt.models import build_model, example_inputs
+from tensoropt.models.resnet import ResNet
 
 MESHES = [Mesh.for_cluster(8, devices_per_node=4), Mesh.for_cluster(4, devices_per_node=4)]
 
 MODELS = {
     "gpt": ({"layers": 1}, 8),
     "bert-base": ({"layers": 1, "width": 64, "heads": 4, "seq_len": 32, "vocab_size": 128}, 8),
-    "resnet50": ({"input_shape": (3, 64, 64)}, 8),
+    "resnet": (None, 8),  # ResNet-50's bottlenecks, one per stage
     "vgg16": ({"input_shape": (3, 32, 32), "num_classes": 16}, 8),
     "mlp": ({"in_features": 64, "hidden": (64,), "num_classes": 16}, 16),
 }
@@ -35,8 +36,17 @@ _CACHE: dict = {}
 def _graph(name):
     if name not in _CACHE:
         overrides, batch = MODELS[name]
-        model, spec = build_model(name, device="meta", **overrides)
-        _CACHE[name] = capture(model, example_inputs(spec, batch, device="meta"))
+        if overrides is None:
+            with torch.device("meta"):
+                model = ResNet(layers=(1, 1, 1, 1), num_classes=16)
+            inputs = (
+                torch.empty(batch, 3, 64, 64, device="meta"),
+                torch.zeros(batch, dtype=torch.long, device="meta"),
+            )
+        else:
+            model, spec = build_model(name, device="meta", **overrides)
+            inputs = example_inputs(spec, batch, device="meta")
+        _CACHE[name] = capture(model, inputs)
     return _CACHE[name]
 
 
