@@ -27,7 +27,7 @@ from tensoropt.plot.plan_texts import all_plan_texts
 ASSETS = Path(__file__).with_name("assets")
 GZIP_LEVEL = 3
 """Compression of the embedded plans: level 6 is 1.5x smaller but 2x slower on 1,700 plans."""
-LOG_RATIO = 30.0
+LOG_RATIO = 8.0
 """A log axis is the default when the axis spans more than this factor."""
 
 
@@ -160,6 +160,8 @@ def _job_line(frontier_json: dict, points: list[PlotPoint], budget_bytes: int | 
     cluster = job.get("cluster")
     if isinstance(cluster, dict):
         cluster = cluster.get("name", "inline cluster")
+    elif isinstance(cluster, str) and cluster.endswith((".yaml", ".yml")):
+        cluster = Path(cluster).stem  # a profile path: its name is enough here
     parts = []
     if training.get("global_batch_size"):
         parts.append(f"global batch {training['global_batch_size']}")

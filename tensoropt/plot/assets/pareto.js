@@ -29,6 +29,12 @@
     return e;
   }
 
+  function breakable(text) {
+    // allow line breaks after "." and "," (long module paths and labels) without changing the text
+    const parts = String(text).split(/(?<=[.,])/);
+    return parts.flatMap((p, i) => (i ? [document.createElement("wbr"), p] : [p]));
+  }
+
   function num(x) {
     // 3 significant digits, short: 1234, 12.3, 0.0123, 2.45e-5
     if (x === null || x === undefined || !isFinite(x)) return "n/a";
@@ -173,8 +179,8 @@
     const rows = layers.map((l) => el("tr", { "data-node": l.node }, [
       el("td", { class: "op", title: `${l.op} (node ${l.node})` },
         String(l.op).replace(/^aten\./, "").replace(/\.default$/, "")),
-      el("td", { class: "module", title: l.module }, l.module),
-      el("td", { class: "config", title: l.config }, l.config),
+      el("td", { class: "module", title: l.module }, breakable(l.module)),
+      el("td", { class: "config", title: l.config }, breakable(l.config)),
       el("td", { class: "num compute" }, num(l.compute_s * 1e3)),
       el("td", { class: "num comm" }, num(l.comm_s * 1e3)),
       el("td", { class: "num memory" }, num(l.memory_bytes / 2 ** 20)),

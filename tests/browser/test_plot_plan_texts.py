@@ -1,0 +1,39 @@
+"""The page's fast plan.json texts equal tensoropt.plans.plan_file_text, whatever its format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tensoropt.plans
+from tensoropt.plans import plan_file_text
+from tensoropt.plot.plan_texts import all_plan_texts
+
+
+def _ids(frontier_json: dict) -> list[str]:
+    return [p["id"] for f in frontier_json["frontiers"] for p in f["plans"]]
+
+
+def test_every_plan_text_is_exact(frontier_json):
+    texts = all_plan_texts(frontier_json)
+    assert list(texts) == _ids(frontier_json)
+    for plan_id, text in texts.items():
+        assert text == plan_file_text(frontier_json, plan_id), plan_id
+
+
+@pytest.mark.parametrize("dumps", [
+    lambda obj: json.dumps(obj, indent=2, sort_keys=True),  # another indentation, sorted keys
+    lambda obj: json.dumps(obj),  # not indented: the fast path does not apply
+    lambda obj: json.dumps({**obj, "job": {"rewritten": True}}, indent=1),  # shared part changed
+])
+def test_a_changed_file_format_is_followed(frontier_json, monkeypatch, dumps):
+    original = tensoropt.plans.plan_file_text
+
+    def variant(fj: dict, plan_id: str) -> str:
+        return dumps(json.loads(original(fj, plan_id))) + "\n"
+
+    monkeypatch.setattr(tensoropt.plans, "plan_file_text", variant)
+    texts = all_plan_texts(frontier_json)
+    for plan_id in _ids(frontier_json):
+        assert texts[plan_id] == variant(frontier_json, plan_id), plan_id
