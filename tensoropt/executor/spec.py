@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from tensoropt.executor.data import InputSpec, load_factory
+from tensoropt.executor.data import _DTYPES, InputSpec, load_factory
 
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 
@@ -29,6 +29,9 @@ class TrainSpec:
         steps: number of training steps.
         dataset: optional ``"module:function"``; called as ``f(step, global_batch_size, seed)``,
             returns the global batch (a tuple of tensors) of that step.
+        dtype: ``float32``, ``bfloat16`` or ``float16`` (parameters and float inputs).
+        job: the planner's job (``Job.to_dict()``) when the model comes from a job: the model is
+            then built exactly as the planner built it (``tensoropt.planner.build_job_model``).
     """
 
     model: str
@@ -40,12 +43,16 @@ class TrainSpec:
     seed: int = 0
     steps: int = 3
     dataset: str | None = None
+    dtype: str = "float32"
+    job: dict | None = None
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"TrainSpec.optimizer: {self.optimizer!r} is not one of {OPTIMIZERS}")
         if self.global_batch_size < 1:
             raise ValueError(f"TrainSpec.global_batch_size must be >= 1, got {self.global_batch_size}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"TrainSpec.dtype: {self.dtype!r} is not float32, bfloat16 or float16")
         if self.steps < 0:
             raise ValueError(f"TrainSpec.steps must be >= 0, got {self.steps}")
 
@@ -59,13 +66,58 @@ class TrainSpec:
             torch.Size([1, 2])
         """
         torch.manual_seed(self.seed)
-        if ":" in self.model:
-            return load_factory(self.model)(**self.model_kwargs)
-        try:
-            from tensoropt import models
-        except ImportError as err:
-            raise ValueError(f"model {self.model!r}: the model zoo is not available ({err})") from err
-        return models.build(self.model, **self.model_kwargs)
+        if self.job is not None:
+            from tensoropt.config import Job
+            from tensoropt.planner import build_job_model
+
+            model = build_job_model(Job.from_dict(self.job), device=None)[0]
+        elif ":" in self.model:
+            model = load_factory(self.model)(**self.model_kwargs)
+        else:
+            from tensoropt.models import build_model
+
+            model = build_model(self.model, **self.model_kwargs)[0]
+        return model.to(_DTYPES[self.dtype]) if self.dtype != "float32" else model
+
+    @staticmethod
+    def from_job(job, steps: int | None = None, dataset: str | None = None) -> TrainSpec:
+        """The training run a planner job describes (model, synthetic inputs, optimizer, seed).
+
+        Example:
+            >>> from tensoropt.config import Job
+            >>> job = Job.from_dict({"model": {"name": "mlp", "kwargs": {"in_features": 8, "hidden": [16],
+            ...     "num_classes": 4}}, "cluster": "cpu-local", "devices": [2],
+            ...     "training": {"global_batch_size": 4}})
+            >>> spec = TrainSpec.from_job(job)
+            >>> [i.shape for i in spec.inputs], spec.inputs[1].high, spec.global_batch_size
+            ([(8,), ()], 4, 4)
+        """
+        from tensoropt.config import Job
+        from tensoropt.planner import build_job_model
+
+        if isinstance(job, dict):
+            job = Job.from_dict(job)
+        _, mspec = build_job_model(job, device="meta")
+        if mspec.task in ("image", "vector"):
+            inputs = (InputSpec(tuple(mspec.input_shape)), InputSpec((), "int64", mspec.num_classes))
+        elif mspec.task == "lm":
+            tokens = InputSpec((mspec.seq_len,), "int64", mspec.vocab_size)
+            inputs = (tokens, tokens)
+        elif dataset is None:
+            raise ValueError(
+                f"model {mspec.name!r}: give model.task (classification | language_model) in the job, "
+                "or a dataset factory, so the executor knows what inputs to feed"
+            )
+        else:
+            inputs = ()
+        t = job.training
+        name = job.model.name or job.model.factory
+        return TrainSpec(
+            model=name, inputs=inputs, global_batch_size=t.global_batch_size or mspec.default_batch_size,
+            model_kwargs=dict(job.model.kwargs), optimizer=t.optimizer, lr=t.learning_rate, seed=t.seed,
+            steps=steps if steps is not None else t.steps, dataset=dataset, dtype=t.dtype,
+            job=job.to_dict(),
+        )
 
     def make_optimizer(self, params: list[torch.Tensor]) -> torch.optim.Optimizer:
         """The spec's optimizer over ``params``."""

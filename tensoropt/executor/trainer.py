@@ -7,6 +7,7 @@ synchronisation and the optimizer step, measuring step time and memory.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -111,13 +112,12 @@ class Trainer:
             else torch.device("cpu")
         model = spec.build_model().to(self.device)
         self.example = self.batch(0)
-        self.ep = export_program(model, self.example)
+        self.ep, self.operands = _exported(spec, model, self.example)
         self.sig = signature(self.ep)
         state = dict(self.ep.state_dict)
         state.update(model.named_parameters(remove_duplicate=False))
         state.update(model.named_buffers(remove_duplicate=False))
         ndim = len(plan.mesh.shape)
-        self.operands = {n: d["operands"] for n, d in build_graph(self.ep).nx.nodes(data=True)}
         layouts = canonical_layouts(self.ep, plan, self.operands, ndim)
         # Tied parameters (one tensor under several keys) stay one parameter.
         first_key_of: dict[int, str] = {}
@@ -162,7 +162,8 @@ class Trainer:
             batch = load_factory(spec.dataset)(step, spec.global_batch_size, spec.seed)
         else:
             batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step)
-        return tuple(t.to(self.device) for t in batch)
+        dtype = getattr(torch, spec.dtype)
+        return tuple(t.to(self.device, dtype) if t.is_floating_point() else t.to(self.device) for t in batch)
 
     def _placeholder_values(self, batch: tuple) -> list:
         inputs = dict(zip(self.input_names, batch))
@@ -237,6 +238,23 @@ class Trainer:
         """Every parameter as a full plain tensor (a collective: call on all ranks)."""
         return {k: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
                 for k, p in self.params.items()}
+
+
+_EXPORTS: dict[str, tuple] = {}
+
+
+def _exported(spec: TrainSpec, model: torch.nn.Module, example: tuple):
+    """The exported program and OpGraph operands of a spec's model (cached per spec and device).
+
+    The graph is the same for every plan of one model; parameters always come from ``model``.
+    """
+    key = json.dumps(spec.to_json(), sort_keys=True, default=str) + str(example[0].device)
+    if key not in _EXPORTS:
+        ep = export_program(model, example)
+        operands = {n: d["operands"] for n, d in build_graph(ep).nx.nodes(data=True)}
+        _EXPORTS.clear()
+        _EXPORTS[key] = (ep, operands)
+    return _EXPORTS[key]
 
 
 def _sync() -> None:

@@ -10,10 +10,10 @@ import torch.nn.functional as F
 class MLP(nn.Module):
     """linear -> relu -> linear -> cross entropy."""
 
-    def __init__(self, d_in: int = 8, hidden: int = 16, classes: int = 4):
+    def __init__(self, in_features: int = 8, hidden: int = 16, num_classes: int = 4):
         super().__init__()
-        self.fc1 = nn.Linear(d_in, hidden)
-        self.fc2 = nn.Linear(hidden, classes)
+        self.fc1 = nn.Linear(in_features, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
 
     def forward(self, x, y):
         return F.cross_entropy(self.fc2(F.relu(self.fc1(x))), y)
@@ -22,11 +22,11 @@ class MLP(nn.Module):
 class CNN(nn.Module):
     """conv -> batch norm -> relu -> max pool -> flatten -> linear -> cross entropy."""
 
-    def __init__(self, channels: int = 4, classes: int = 4):
+    def __init__(self, channels: int = 4, num_classes: int = 4):
         super().__init__()
         self.conv = nn.Conv2d(3, channels, 3, padding=1)
         self.bn = nn.BatchNorm2d(channels)
-        self.fc = nn.Linear(channels * 4 * 4, classes)
+        self.fc = nn.Linear(channels * 4 * 4, num_classes)
 
     def forward(self, x, y):
         h = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
@@ -36,11 +36,12 @@ class CNN(nn.Module):
 class GPT(nn.Module):
     """One pre-norm transformer block with causal attention, tied embeddings."""
 
-    def __init__(self, vocab: int = 16, dim: int = 8, heads: int = 2, seq: int = 4):
+    def __init__(self, vocab_size: int = 16, width: int = 8, heads: int = 2, seq_len: int = 4):
         super().__init__()
+        vocab, dim = vocab_size, width
         self.heads = heads
         self.tok = nn.Embedding(vocab, dim)
-        self.pos = nn.Embedding(seq, dim)
+        self.pos = nn.Embedding(seq_len, dim)
         self.ln1 = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
