@@ -147,7 +147,13 @@ def conv2d_dims(node: dict) -> list[ParDim]:
 
 
 def norm_dims(node: dict) -> list[ParDim]:
-    """layer_norm/rms_norm: the dims before the normalised ones (batch, seq); batch/group norm: batch."""
+    """Norms split the dims they do not normalise over.
+
+    layer_norm/rms_norm: the dims before the normalised ones (``batch``, ``seq``). batch_norm:
+    ``batch`` (the executor's synchronised batch norm reduces the statistics across shards) and
+    channels as ``out`` (per-channel statistics, weight and bias split with them). group_norm:
+    ``batch``.
+    """
     out = node["out_shape"]
     if node["kind"] in ("layer_norm", "rms_norm"):
         first_norm = len(out) - len(node["attrs"].get("normalized_shape", [out[-1]]))
@@ -157,6 +163,9 @@ def norm_dims(node: dict) -> list[ParDim]:
     dims = _pointwise_dims(node, names)
     for d in dims:  # norm parameters are per-feature: never split by batch or seq
         d.param_dims.clear()
+    if node["kind"] == "batch_norm" and len(out) >= 2 and node["inputs"]:
+        params = {o["key"]: _param_dim(o, 0) for o in node["operands"] if o["role"] == "param"}
+        dims.append(ParDim("out", out[1], _only(node, 0, 1), params, out_dim=1, grad_sync=False))
     return dims
 
 
@@ -201,7 +210,9 @@ def sdpa_dims(node: dict) -> list[ParDim]:
 
 
 def cross_entropy_dims(node: dict) -> list[ParDim]:
-    """cross_entropy: batch (and a trailing seq dim of [N, C, T] logits); a mean/sum loss is partial."""
+    """cross_entropy: ``batch`` (+ ``seq`` of [N, C, T] logits), partial when the loss is reduced;
+    the class dim of 2-D logits as ``out`` (the executor runs it with DTensor's ``loss_parallel``,
+    whose output is the replicated loss)."""
     reduced = node["attrs"].get("reduction", "mean") != "none"
     logits = node["inputs"][0]["shape"] if node["inputs"] else ()
     if not logits:
@@ -215,6 +226,8 @@ def cross_entropy_dims(node: dict) -> list[ParDim]:
         dims.append(
             ParDim(name, logits[ld], operand_dims, out_dim=None if reduced else td, reduction=reduced)
         )
+    if len(logits) == 2 and node["op"] == "aten.cross_entropy_loss.default":
+        dims.append(ParDim("out", logits[1], _only(node, 0, 1), out_dim=None, grad_sync=False))
     return dims
 
 

@@ -115,6 +115,8 @@ def _local_args(fx_node, data, config, mesh):
             dtype = torch.float32
         else:
             dtype = _arg.meta["val"].dtype
+            if data["kind"] == "batch_norm" and params:  # running stats: per channel, like the weight
+                shape = local_shape(shape, next(iter(params.values())), mesh.shape)
         return torch.empty(shape, dtype=dtype, device="meta")
 
     return fx.node.map_arg(fx_node.args, make), fx.node.map_arg(fx_node.kwargs, make)

@@ -56,10 +56,23 @@ def test_softmax_skips_its_dim_and_cross_entropy_is_partial_over_batch():
     soft = _by_label(g, "softmax")
     assert set(soft) == {"replicate", "batch=2"}
     ce = _by_label(g, "cross_entropy_loss")
-    assert set(ce) == {"replicate", "batch=2"}
+    assert set(ce) == {"replicate", "batch=2", "out=2"}
     assert ce["batch=2"].inputs == (("S(0)",), ("S(0)",)) and ce["batch=2"].partial_axes == (0,)
+    # class-split logits (loss_parallel): labels replicated, the loss comes out replicated
+    assert ce["out=2"].inputs == (("S(1)",), ("R",)) and ce["out=2"].partial_axes == ()
+    assert ce["out=2"].output == ("R",)
     total = _by_label(g, "sum_1")
     assert total["batch=2"].partial_axes == (0,) and total["batch=2"].output == ("R",)
+
+
+def test_batch_norm_splits_batch_or_channels():
+    g = capture(nn.BatchNorm2d(4), (torch.randn(2, 4, 3, 3),))
+    cs = _by_label(g, "batch_norm")
+    assert set(cs) == {"replicate", "batch=2", "out=2"}
+    assert dict(cs["batch=2"].grad_sync_axes) == {"weight": (0,), "bias": (0,)}
+    assert dict(cs["out=2"].params) == {"weight": ("S(0)",), "bias": ("S(0)",)}
+    assert cs["out=2"].inputs == (("S(1)",),) and cs["out=2"].output == ("S(1)",)
+    assert cs["out=2"].grad_sync_axes == ()
 
 
 def test_sdpa_with_a_4d_mask_input_splits_it_with_batch_and_heads():
