@@ -28,6 +28,7 @@ ASSETS = Path(__file__).with_name("assets")
 GZIP_LEVEL = 3
 """Compression of the embedded plans: level 6 is 1.5x smaller but 2x slower on 1,700 plans."""
 LOG_RATIO = 8.0
+_META_OPEN = '<script type="application/json" id="tensoropt-meta">'
 """A log axis is the default when the axis spans more than this factor."""
 
 
@@ -86,6 +87,21 @@ def write_pareto_html(frontier_json: dict, path: str | os.PathLike, budget_bytes
     path = Path(path)
     write_text_atomic(path, pareto_html(frontier_json, budget_bytes, job_file))
     return path
+
+
+def with_selected(page: str, plan_id: str | None) -> str:
+    """The page with another plan marked as selected (cheap: only the small meta block changes).
+
+    Example:
+        >>> page = '<script type="application/json" id="tensoropt-meta">{"selected": "a"}</script>'
+        >>> with_selected(page, "b")
+        '<script type="application/json" id="tensoropt-meta">{"selected": "b"}</script>'
+    """
+    start = page.index(_META_OPEN) + len(_META_OPEN)
+    end = page.index("</script>", start)
+    meta = json.loads(page[start:end])
+    meta["selected"] = plan_id
+    return page[:start] + _script_json(json.dumps(meta)) + page[end:]
 
 
 def _render(frontier_json, budget_bytes, job_file, plan_text) -> str:

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tensoropt.plans import PlanFileError, load_frontier_file
-from tensoropt.plot.page import pareto_html
+from tensoropt.plot.page import pareto_html, with_selected
 
 MAX_BODY_BYTES = 4096
 """Largest request body accepted by /api/select."""
@@ -45,7 +45,9 @@ class ParetoServer(ThreadingHTTPServer):
         self.job_file = job_file
         self.budget_bytes = budget_bytes
         self.write_lock = threading.Lock()
+        self._cache: tuple[tuple[int, int], str] | None = None  # (frontier.json stat key, page)
         load_frontier_file(self.frontier_path)  # fail now, with the file named, if it is unusable
+        self.page()  # render now, so that the first GET is quick
         super().__init__(("127.0.0.1", port), _Handler)
         self._thread: threading.Thread | None = None
 
@@ -67,9 +69,13 @@ class ParetoServer(ThreadingHTTPServer):
         self.server_close()
 
     def page(self) -> str:
-        """The page for the frontier file as it is now (selection included)."""
-        frontier_json = load_frontier_file(self.frontier_path).to_json()
-        return pareto_html(frontier_json, self.budget_bytes, self.job_file)
+        """The page for the frontier file as it is now (re-rendered only when the file changed)."""
+        with self.write_lock:
+            key = _stat_key(self.frontier_path)
+            if self._cache is None or self._cache[0] != key:
+                frontier_json = load_frontier_file(self.frontier_path).to_json()
+                self._cache = (key, pareto_html(frontier_json, self.budget_bytes, self.job_file))
+            return self._cache[1]
 
     def select(self, plan_id: str) -> dict:
         """Write plan.json for ``plan_id`` and record it as selected (KeyError if no such plan)."""
@@ -77,10 +83,14 @@ class ParetoServer(ThreadingHTTPServer):
         from tensoropt.selector import Selection
 
         with self.write_lock:
+            before = _stat_key(self.frontier_path)
             frontier_file = load_frontier_file(self.frontier_path)
             frontier, plan = frontier_file.find(plan_id)
             write_selection(frontier_file, Selection(plan, frontier, rule="ui"), self.frontier_path,
                             self.plan_path)
+            if self._cache is not None and self._cache[0] == before:
+                # only `selected` changed: patch the cached page instead of re-rendering it
+                self._cache = (_stat_key(self.frontier_path), with_selected(self._cache[1], plan_id))
         job = self.job_file or "JOB.yaml"
         return {"plan_id": plan_id, "plan_path": str(self.plan_path),
                 "command": f"tensoropt run {job} --plan {self.plan_path} --nproc {frontier.devices}"}
@@ -166,3 +176,9 @@ def serve(server: ParetoServer) -> None:
         server.stop()
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _stat_key(path: Path) -> tuple[int, int]:
+    """(mtime in ns, size): changes whenever the file is rewritten."""
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size

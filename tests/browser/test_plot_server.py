@@ -45,6 +45,14 @@ def test_select_writes_plan_and_records_selection(server, run_dir, frontier_json
         assert '"selected": "d4-p3"' in resp.read().decode(), "the page must show the new selection"
 
 
+def test_page_follows_changes_made_elsewhere(server, run_dir, frontier_json):
+    """E.g. `tensoropt select` run while the server is up: the next page load shows its choice."""
+    frontier_json["selected"] = "d2-p3"
+    (run_dir / "frontier.json").write_text(json.dumps(frontier_json, indent=1) + "\n")
+    with urllib.request.urlopen(server.url, timeout=10) as resp:
+        assert '"selected": "d2-p3"' in resp.read().decode()
+
+
 @pytest.mark.parametrize(("body", "status", "message"), [
     (b'{"plan_id": "d3-p9"}', 404, "no plan 'd3-p9'"),
     (b"not json", 400, "plan_id"),

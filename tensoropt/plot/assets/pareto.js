@@ -30,8 +30,8 @@
   }
 
   function breakable(text) {
-    // allow line breaks after "." and "," (long module paths and labels) without changing the text
-    const parts = String(text).split(/(?<=[.,])/);
+    // allow line breaks after "." and "," and before "[" (module paths, labels); the text is unchanged
+    const parts = String(text).split(/(?<=[.,])|(?=\[)/);
     return parts.flatMap((p, i) => (i ? [document.createElement("wbr"), p] : [p]));
   }
 
@@ -242,6 +242,7 @@
       }
       $("logx").addEventListener("change", setScales);
       $("logy").addEventListener("change", setScales);
+      setRing("selected", state.selected); // meta is authoritative (the server patches it)
       return setScales();
     })
     .then(loadData)
