@@ -1,0 +1,79 @@
+"""Acceptance: two torchrun elastic agents; one dies, training goes on at world size 1, a new
+agent joins, training finishes at world size 2, and the result equals an uninterrupted run."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+import torch
+from elastic_helpers import TOTAL_STEPS, assert_params_close, free_port, newest, run_config, wait_until
+
+from tensoropt.elastic import read_events
+from tensoropt.launch import LaunchOptions
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_agent_dies_and_another_joins(tmp_path, agents, frontier_file, reference_params):
+    ckpt, hold = tmp_path / "ckpt", tmp_path / "hold"
+    hold.mkdir()
+    run_json = run_config(tmp_path, ckpt, frontier_file, TOTAL_STEPS, every=1)
+    port = free_port()
+    opts = LaunchOptions(1, nnodes="1:2", rdzv_endpoint=f"127.0.0.1:{port}", max_restarts=5,
+                         rdzv_conf="last_call_timeout=1,join_timeout=120", rdzv_id="elastic-test")
+    env = {"TENSOROPT_TEST_HOLD_DIR": str(hold)}
+
+    # Round 1: world size 2. Workers hold after step 1 (checkpoint 1 written) until released.
+    (hold / "hold-ws2").touch()
+    agents.start("a", opts, run_json, env)  # the first agent hosts the rendezvous store: it survives
+    wait_until(lambda: _listening(port), 120, agents, "the rendezvous store of agent a", alive=("a",))
+    time.sleep(0.5)
+    agents.start("b", opts, run_json, env)
+    first = wait_until(lambda: (c := newest(ckpt)) and c.manifest.world_size == 2 and c, 180, agents,
+                       "a checkpoint at world size 2", alive=("a", "b"))
+    assert first.manifest.plan_id.startswith("d2-")
+
+    # Agent b dies (agent and worker). The survivor's worker fails at its next collective and
+    # the agent restarts it at world size 1; it resumes, takes a step, checkpoints and holds.
+    agents.kill("b")
+    (hold / "hold-ws1").touch()
+    (hold / "hold-ws2").unlink()
+    second = wait_until(lambda: (c := newest(ckpt)) and c.manifest.world_size == 1 and c, 180, agents,
+                        "a checkpoint at world size 1", alive=("a",))
+    assert second.manifest.plan_id == "d1-p0"
+    assert second.manifest.step > first.manifest.step
+
+    # A new agent joins: everyone restarts at world size 2 and trains to the end.
+    agents.start("c", opts, run_json, env)
+    assert agents.wait("a", 240) == 0, agents.all_text()
+    assert agents.wait("c", 60) == 0, agents.all_text()
+
+    events = read_events(ckpt)
+    sizes = [e["world_size"] for e in events]
+    runs = [n for i, n in enumerate(sizes) if i == 0 or sizes[i - 1] != n]  # one event per start
+    assert runs == [2, 1, 2], events
+    last = [e for e in events if e["world_size"] == 2][-1]
+    assert last["resumed_from"] is not None and last["resumed_from"] >= second.manifest.step
+    one = [e for e in events if e["world_size"] == 1]
+    assert one[0]["plan_id"] == "d1-p0" and one[0]["resumed_from"] == first.manifest.step
+    log = agents.text("a")
+    assert "world size 2: plan d2-" in log and "world size 1: plan d1-p0" in log, log
+    assert f"resumed at step {first.manifest.step}" in log
+
+    metrics_steps = [s["step"] for s in _metrics(tmp_path)["steps"]]
+    assert metrics_steps == list(range(last["start_step"], TOTAL_STEPS))
+    assert_params_close(torch.load(tmp_path / "run-params.pt"), reference_params)
+
+
+def _metrics(tmp_path):
+    import json
+
+    return json.loads((tmp_path / "run-metrics.json").read_text())
