@@ -26,6 +26,9 @@ class LaunchOptions:
         node_rank: this machine's rank (multi-node, static).
         rdzv_endpoint: ``HOST:PORT`` of the rendezvous (multi-node).
         timeout_s: wall-clock limit for the whole launch (None: no limit).
+        max_restarts: torchrun's ``--max-restarts`` (elastic: worker failures tolerated).
+        rdzv_conf: torchrun's ``--rdzv-conf``, e.g. ``"last_call_timeout=1"``.
+        rdzv_id: torchrun's ``--rdzv-id`` (the same on every machine of one job).
     """
 
     nproc_per_node: int
@@ -33,6 +36,9 @@ class LaunchOptions:
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
     timeout_s: float | None = None
+    max_restarts: int | None = None
+    rdzv_conf: str | None = None
+    rdzv_id: str | None = None
 
     def __post_init__(self):
         if self.nproc_per_node < 1:
@@ -55,6 +61,10 @@ def torchrun_command(opts: LaunchOptions, module: str, args: list[str]) -> list[
         cmd += ["--nnodes", opts.nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", opts.rdzv_endpoint]
         if opts.node_rank is not None:
             cmd += ["--node-rank", str(opts.node_rank)]
+        for flag, value in (("--max-restarts", opts.max_restarts), ("--rdzv-conf", opts.rdzv_conf),
+                            ("--rdzv-id", opts.rdzv_id)):
+            if value is not None:
+                cmd += [flag, str(value)]
     cmd += ["--monitor-interval", "0.2", "-m", module, *args]
     return cmd
 
