@@ -32,6 +32,16 @@ def _load_command(name: str) -> tuple[ModuleType | None, str | None]:
         return None, f"{type(e).__name__}: {e}"
 
 
+def command_available(name: str) -> bool:
+    """Whether ``tensoropt <name>`` exists and imports.
+
+    Example:
+        >>> command_available("select"), command_available("no-such-command")
+        (True, False)
+    """
+    return _load_command(name)[0] is not None
+
+
 def _unavailable(name: str, error: str):
     def run(args: argparse.Namespace) -> int:
         print(f"tensoropt {name}: this command is unavailable here ({error})", file=sys.stderr)
