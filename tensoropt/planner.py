@@ -188,7 +188,9 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     import frontier as ft
     from tensoropt.cost_graph import cost_graph
 
+    timing: dict[str, float] = {}
     start = time.perf_counter()
+
     def graph_progress(done, total):
         if progress is not None:
             progress(f"cost graph for {_devices(num_devices)}", 0.3 * done / max(1, total))
@@ -199,39 +201,47 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
                        progress=graph_progress)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
+    timing["cost_graph"] = time.perf_counter() - start
 
     def solver_progress(*args):
         if progress is not None:
             progress(f"solving {_devices(num_devices)}", 0.3 + 0.7 * _fraction(args))
 
     points = ft.solve(G, epsilon=job.planner.epsilon, progress=solver_progress)
+    timing["solve"] = time.perf_counter() - start - timing["cost_graph"]
+    frontier = frontier_from_points(G, graph, points, job.training.global_batch_size)
+    timing["breakdown"] = time.perf_counter() - start - timing["cost_graph"] - timing["solve"]
+    frontier.timing_s = timing
+    return frontier
+
+
+def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:
+    """Turn solver points into plans (ids, labels, summary, breakdown) and record their configurations.
+
+    Args:
+        G: the cost graph the points were solved on (``mesh``, ``configs``, ``configurations``).
+        graph: the OpGraph (kinds and modules for the summary).
+        points: ``frontier.solve``'s points, sorted by time.
+        global_batch_size: for the throughput.
+
+    Returns:
+        The :class:`Frontier` of ``G.graph["num_devices"]`` devices.
+    """
+    num_devices = G.graph["mesh"].num_devices
     plans = []
     configurations: dict[str, dict[str, dict]] = {}
-    batch = job.training.global_batch_size
     for i, point in enumerate(points):
         ops = {n: G.nodes[n]["configs"][c] for n, c in point.assignment.items()}
         for n, c in point.assignment.items():
             configurations.setdefault(n, {}).setdefault(ops[n], G.nodes[n]["configurations"][c].to_json())
         time_s, memory_bytes = float(point.cost[0]), float(point.cost[1])
-        plans.append(
-            Plan(
-                id=plan_id(num_devices, i),
-                time_s=time_s,
-                memory_bytes=float(round(memory_bytes)),
-                ops=ops,
-                summary=plan_summary(graph, ops),
-                layers=plan_layers(G, graph, point.assignment),
-                redistributions=plan_redistributions(G, point.assignment),
-                throughput_samples_per_s=batch / time_s if time_s > 0 else None,
-            )
-        )
-    return Frontier(
-        devices=num_devices,
-        mesh=G.graph["mesh"],
-        plans=plans,
-        configurations=configurations,
-        solve_time_s=time.perf_counter() - start,
-    )
+        plans.append(Plan(
+            id=plan_id(num_devices, i), time_s=time_s, memory_bytes=float(round(memory_bytes)), ops=ops,
+            summary=plan_summary(graph, ops), layers=plan_layers(G, graph, point.assignment),
+            redistributions=plan_redistributions(G, point.assignment),
+            throughput_samples_per_s=global_batch_size / time_s if time_s > 0 else None,
+        ))
+    return Frontier(devices=num_devices, mesh=G.graph["mesh"], plans=plans, configurations=configurations)
 
 
 def _fraction(args: tuple) -> float:
@@ -264,6 +274,7 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
         [1, 2]
     """
     report = progress or (lambda message, fraction: None)
+    start = time.perf_counter()
     report("building the model", 0.0)
     cluster = load_job_cluster(job)
     model, spec = build_job_model(job, "meta")
@@ -273,6 +284,7 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
         graph = capture_job(job, (model, spec))
     except Exception as e:
         raise PlanningError(f"capture of model {job.model.name or job.model.factory!r}: {e}") from e
+    capture_s = time.perf_counter() - start
     weights = [d * d for d in job.devices]  # solve time grows with the device count
     done, total = 0.05, sum(weights)
     frontiers = []
@@ -285,7 +297,8 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
         frontiers.append(plan_devices(graph, job, cluster, d, sub))
         done += 0.95 * w / total
         report(f"{_devices(d)}: {len(frontiers[-1].plans)} plans", done)
-    return FrontierFile(job=job.to_dict(), frontiers=frontiers)
+    return FrontierFile(job=job.to_dict(), frontiers=frontiers,
+                        timing_s={"capture": capture_s, "total": time.perf_counter() - start})
 
 
 def _devices(n: int) -> str:

@@ -203,15 +203,15 @@ class Frontier:
     """Non-dominated plans sorted by time (fastest first)."""
     configurations: dict[str, dict[str, dict]] = field(default_factory=dict)
     """Node -> label -> Configuration.to_json() for every label a plan uses."""
-    solve_time_s: float | None = None
-    """Wall time spent building the cost graph and solving this frontier."""
+    timing_s: dict[str, float] = field(default_factory=dict)
+    """Wall time of each planning stage of this device count (cost_graph, solve, breakdown)."""
 
     def to_json(self) -> dict:
         """JSON form (an entry of frontier.json's "frontiers")."""
         out: dict[str, Any] = {"devices": self.devices, "mesh": list(self.mesh.shape),
                                "mesh_levels": list(self.mesh.levels)}
-        if self.solve_time_s is not None:
-            out["solve_time_s"] = self.solve_time_s
+        if self.timing_s:
+            out["timing_s"] = dict(self.timing_s)
         out["plans"] = [p.to_json() for p in self.plans]
         out["configurations"] = self.configurations
         return out
@@ -222,7 +222,7 @@ class Frontier:
         return Frontier(
             devices=int(data["devices"]), mesh=_mesh_of(data),
             plans=[Plan.from_json(p) for p in data["plans"]],
-            configurations=data.get("configurations", {}), solve_time_s=data.get("solve_time_s"),
+            configurations=data.get("configurations", {}), timing_s=dict(data.get("timing_s", {})),
         )
 
     def configuration(self, node: str, label: str) -> Configuration:
@@ -248,11 +248,16 @@ class FrontierFile:
     """Id of the plan last selected (by `tensoropt plan` or `tensoropt select`)."""
     version: int = SCHEMA_VERSION
     """Schema version."""
+    timing_s: dict[str, float] = field(default_factory=dict)
+    """Wall time of the stages shared by all device counts (capture) and of the whole planning."""
 
     def to_json(self) -> dict:
         """JSON form (the content of frontier.json)."""
-        return {"version": self.version, "job": self.job, "frontiers": [f.to_json() for f in self.frontiers],
-                "selected": self.selected}
+        out = {"version": self.version, "job": self.job, "frontiers": [f.to_json() for f in self.frontiers],
+               "selected": self.selected}
+        if self.timing_s:
+            out["timing_s"] = dict(self.timing_s)
+        return out
 
     @staticmethod
     def from_json(data: dict, source: str = "frontier.json") -> FrontierFile:
@@ -260,7 +265,8 @@ class FrontierFile:
         _check_version(data, source)
         try:
             return FrontierFile(job=data["job"], frontiers=[Frontier.from_json(f) for f in data["frontiers"]],
-                                selected=data.get("selected"), version=data["version"])
+                                selected=data.get("selected"), version=data["version"],
+                                timing_s=dict(data.get("timing_s", {})))
         except (KeyError, TypeError, ValueError) as e:
             raise PlanFileError(f"{source}: malformed frontier file ({type(e).__name__}: {e})") from None
 
