@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+
 import networkx as nx
 
 from tensoropt.configspace import rules
@@ -51,7 +53,12 @@ def parallel_dims(g: nx.DiGraph, node: str) -> list[ParDim]:
 
 
 def node_configurations(
-    g: nx.DiGraph, node: str, mesh: Mesh, max_split_dims: int | None = None, whole_levels: bool = False
+    g: nx.DiGraph,
+    node: str,
+    mesh: Mesh,
+    max_split_dims: int | None = None,
+    whole_levels: bool = False,
+    _cache: dict | None = None,
 ) -> list[Configuration]:
     """Configurations of one node; the first is always ``replicate`` (limits: see :func:`configurations`).
 
@@ -64,13 +71,51 @@ def node_configurations(
     """
     data = g.nodes[node]
     dims = parallel_dims(g, node)
-    return configurations_of(
-        dims,
-        mesh,
+    params = list(data["params"])
+    # operators of the same structure (a transformer's repeated layers) share one enumeration:
+    # it is built once with positional parameter names and renamed for each node
+    signature = (
         len(data["inputs"]),
-        list(data["params"]),
-        max_split_dims=max_split_dims,
-        whole_levels=whole_levels,
+        len(params),
+        tuple(
+            (
+                d.name,
+                d.size,
+                d.operand_dims,
+                tuple(d.param_dims.get(k) for k in params),
+                d.out_dim,
+                d.reduction,
+                d.grad_sync,
+            )
+            for d in dims
+        ),
+    )
+    cache = {} if _cache is None else _cache
+    if signature not in cache:
+        positional = [f"#{i}" for i in range(len(params))]
+        renamed = [
+            dataclasses.replace(d, param_dims={f"#{params.index(k)}": v for k, v in d.param_dims.items()})
+            for d in dims
+        ]
+        cache[signature] = configurations_of(
+            renamed,
+            mesh,
+            len(data["inputs"]),
+            positional,
+            max_split_dims=max_split_dims,
+            whole_levels=whole_levels,
+        )
+    return [_rename(c, params) for c in cache[signature]]
+
+
+def _rename(c: Configuration, params: list[str]) -> Configuration:
+    """Replace positional parameter names ``#i`` by the node's state-dict keys."""
+    if not params:
+        return c
+    return dataclasses.replace(
+        c,
+        params=tuple((params[int(k[1:])], v) for k, v in c.params),
+        grad_sync_axes=tuple((params[int(k[1:])], v) for k, v in c.grad_sync_axes),
     )
 
 
@@ -101,5 +146,5 @@ def configurations(
         {'input': 3, 'linear': 10}
     """
     g = graph.nx if hasattr(graph, "nx") else graph
-    limits = {"max_split_dims": max_split_dims, "whole_levels": whole_levels}
+    limits = {"max_split_dims": max_split_dims, "whole_levels": whole_levels, "_cache": {}}
     return {node: node_configurations(g, node, mesh, **limits) for node in g.nodes}
