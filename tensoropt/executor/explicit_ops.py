@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.experimental import local_map
 
 
@@ -180,22 +180,41 @@ def batch_norm(node_name: str, x: DTensor, weight, bias, running_mean, running_v
     return out
 
 
-def cross_entropy(node_name: str, op, logits, labels, *args, **kwargs):
-    """Cross entropy; logits split on the class dim (1) run through DTensor's ``loss_parallel``.
+def cross_entropy(node_name: str, op, logits, labels, weight=None, reduction: int = 1,
+                  ignore_index: int = -100, label_smoothing: float = 0.0):
+    """Cross entropy; logits split on the class dim (over any number of mesh axes) computed explicitly.
+
+    With the class dim sharded, the log-sum-exp and the target logit are partial sums over the
+    shards (a max, then two all-reduces), as in Megatron's vocabulary-parallel cross entropy;
+    DTensor's ``loss_parallel`` only handles one mesh axis. Other layouts run the op itself.
 
     Example:
         >>> ce = torch.ops.aten.cross_entropy_loss.default
         >>> cross_entropy("cross_entropy_loss", ce, z, y)  # doctest: +SKIP
     """
-    if isinstance(logits, DTensor) and any(isinstance(p, Shard) and p.dim in (1, logits.dim() - 1)
-                                           for p in logits.placements):
-        from torch.distributed.tensor.parallel import loss_parallel
-
-        if any(isinstance(p, Shard) for p in labels.placements) and logits.dim() != 2:
-            raise UnsupportedConfiguration(f"node {node_name!r}: class-split cross entropy needs 2-D logits")
-        with loss_parallel():
-            return op(logits, labels, *args, **kwargs)
-    return op(logits, labels, *args, **kwargs)
+    class_sharded = isinstance(logits, DTensor) and any(
+        isinstance(p, Shard) and p.dim in (1, logits.dim() - 1) and logits.dim() > 1
+        for p in logits.placements)
+    if not class_sharded:
+        return op(logits, labels, weight, reduction, ignore_index, label_smoothing)
+    if logits.dim() != 2 or weight is not None or reduction != 1 or label_smoothing:
+        raise UnsupportedConfiguration(
+            f"node {node_name!r} (aten.cross_entropy_loss): a class-split cross entropy needs 2-D logits, "
+            "mean reduction, no class weights and no label smoothing"
+        )
+    num_classes = logits.shape[1]
+    mesh = logits.device_mesh
+    class_placements = [Shard(0) if isinstance(p, Shard) and p.dim == 1 else Replicate()
+                        for p in logits.placements]
+    classes = distribute_tensor(torch.arange(num_classes, device=logits.to_local().device), mesh,
+                                class_placements, src_data_rank=None)
+    shift = _reduced(logits.detach().amax(dim=1, keepdim=True))
+    z = logits - shift
+    lse = _reduced(z.exp().sum(dim=1, keepdim=True)).log()
+    picked = _reduced((z * (classes.view(1, -1) == labels.view(-1, 1))).sum(dim=1, keepdim=True))
+    valid = (labels != ignore_index).view(-1, 1)
+    total = _reduced(((lse - picked) * valid).sum())
+    return total / _reduced(valid.sum())
 
 
 def _reduced(t: DTensor) -> DTensor:

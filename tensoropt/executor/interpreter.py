@@ -44,24 +44,29 @@ class _Lazy:
 _LAZY = _Lazy()
 
 
-def preimage(target: Layout, dim_map: list[int | None], ndim: int) -> Layout:
-    """The layout of a producer whose image through views with ``dim_map`` is ``target``.
+def preimage(target: Layout, dim_map: list[int | None], shape: tuple[int, ...],
+             mesh_shape: tuple[int, ...]) -> Layout:
+    """The layout of a producer of ``shape`` whose image through views with ``dim_map`` is ``target``.
 
-    Axes whose target shard dim no producer dim maps onto become ``"R"`` (the views cannot
-    carry that shard; it is cut after them, which is free).
+    Axes whose target shard dim no producer dim maps onto, or whose producer dim would split
+    unevenly, become ``"R"`` (the views cannot carry that shard; it is cut after them, free).
 
     Example:
-        >>> preimage(("S(1)", "S(2)"), [0, 1, None, None], 4)
+        >>> preimage(("S(1)", "S(2)"), [0, 1, None, None], (4, 8, 2, 2), (2, 2))
+        ('S(1)', 'R')
+        >>> preimage(("S(2)", "S(2)"), [0, 2, 1, None], (4, 2, 4, 4), (2, 2))
         ('S(1)', 'R')
     """
     out = []
-    for p in target:
+    splits = [1] * len(shape)
+    for p, axis_size in zip(target, mesh_shape):
         d = shard_dim(p)
-        if d is None:
-            out.append("R" if p == "P" else p)
-            continue
-        sources = [i for i, m in enumerate(dim_map) if m == d and i < ndim]
-        out.append(f"S({sources[0]})" if sources else "R")
+        sources = [i for i, m in enumerate(dim_map) if d is not None and m == d and i < len(shape)]
+        if sources and shape[sources[0]] % (splits[sources[0]] * axis_size) == 0:
+            splits[sources[0]] *= axis_size
+            out.append(f"S({sources[0]})")
+        else:
+            out.append("R")
     return tuple(out)
 
 
@@ -202,7 +207,8 @@ class PlanInterpreter(fx.Interpreter):
             return self._redistribute(n, value, target)
         if operand["role"] == "input":
             target_in = normalise(target, len(operand["shape"]))
-            value = self._redistribute(n, value, preimage(target_in, operand["dim_map"], value.dim()))
+            pre = preimage(target_in, operand["dim_map"], tuple(value.shape), tuple(self.mesh.shape))
+            value = self._redistribute(n, value, pre)
             return self._redistribute(n, self._replay(chain, value), target_in)
         # A parameter's layout is in its own dims: lay it out, then take the views.
         return self._replay(chain, self._redistribute(n, value, target))
