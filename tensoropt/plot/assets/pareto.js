@@ -154,7 +154,7 @@
         status.textContent = `Downloaded plan.json (${id}). Run it with:`;
         command.textContent = runCommand(plan.devices, "plan.json");
       }
-      command.classList.add("shown");
+      $("command-row").classList.add("shown");
     } catch (err) {
       status.textContent = `Could not use plan ${id}: ${err.message}`;
       status.classList.add("error");
@@ -209,6 +209,15 @@
     ];
     const button = el("button", { class: "primary", id: "use-plan", type: "button" }, "Use this plan");
     button.addEventListener("click", () => usePlan(id));
+    const copy = el("button", { type: "button", id: "copy-command", title: "copy the command" }, "Copy");
+    copy.addEventListener("click", async () => {
+      try {
+        await navigator.clipboard.writeText($("run-command").textContent);
+        copy.textContent = "Copied";
+      } catch (err) {
+        getSelection().selectAllChildren($("run-command")); // let the user press Ctrl-C
+      }
+    });
     const filter = el("input", { class: "filter", id: "layer-filter", type: "search",
       placeholder: "Filter layers (op, module, configuration)" });
     const table = layerTable(plan.layers);
@@ -220,7 +229,7 @@
       el("h2", {}, [el("span", {}, "Plan "), el("span", { class: "plan-id", id: "plan-id" }, id), ...badges]),
       el("dl", { class: "facts", id: "facts" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
       el("div", { class: "actions" }, [button, el("span", { class: "status", id: "use-status" })]),
-      el("pre", { class: "command", id: "run-command" }),
+      el("div", { class: "command-row", id: "command-row" }, [el("pre", { class: "command", id: "run-command" }), copy]),
       filter,
       table,
     );
