@@ -15,9 +15,17 @@ from collections.abc import Sequence
 import torch
 
 from tensoropt.capture.export import TraceError, export_program
-from tensoropt.capture.graph import CaptureWarning, OpGraph, build_graph, operand_roles
+from tensoropt.capture.graph import CaptureWarning, OpGraph, build_graph, operand_roles, tensor_args
 
-__all__ = ["capture", "export_program", "operand_roles", "OpGraph", "TraceError", "CaptureWarning"]
+__all__ = [
+    "capture",
+    "export_program",
+    "operand_roles",
+    "tensor_args",
+    "OpGraph",
+    "TraceError",
+    "CaptureWarning",
+]
 
 
 def capture(model: torch.nn.Module, example_inputs: Sequence) -> OpGraph:

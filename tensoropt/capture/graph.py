@@ -144,7 +144,17 @@ def _module(node) -> str:
     return list(stack.values())[-1][0]
 
 
-def _tensor_args(node) -> list:
+def tensor_args(node) -> list:
+    """Tensor operands of an fx node in order: args, then kwargs, lists and tuples flattened.
+
+    This is the order of the OpGraph ``operands`` attribute and of :func:`operand_roles`.
+
+    Example:
+        >>> import torch
+        >>> g = torch.fx.Graph(); x = g.placeholder("x")
+        >>> [a.name for a in tensor_args(g.call_function(torch.cat, ([x, x], 0)))]
+        ['x', 'x']
+    """
     out = []
 
     def visit(a):
@@ -183,7 +193,7 @@ def _classify(ep) -> tuple[dict, dict]:
             else:
                 role[n], key[n], dep[n] = "buffer", n.name, "static"
         elif n.op == "call_function":
-            d = max((dep[a] for a in _tensor_args(n)), key=_RANK.get, default="static")
+            d = max((dep[a] for a in tensor_args(n)), key=_RANK.get, default="static")
             dep[n] = d
             if d == "static":
                 role[n] = "static"
@@ -212,7 +222,7 @@ def _static_key(n, role, key) -> str:
         if role[cur] == "buffer":
             roots.add(key[cur])
         elif role[cur] == "static":
-            stack.extend(_tensor_args(cur))
+            stack.extend(tensor_args(cur))
     return roots.pop() if len(roots) == 1 else n.name
 
 
@@ -283,7 +293,7 @@ def build_graph(ep) -> OpGraph:
         elif r == "compute":
             _add_compute(g, n, role, key, seen_params, opaque)
         elif r == "output":
-            for a in _tensor_args(n):
+            for a in tensor_args(n):
                 root, _, _ = _resolve(a, role)
                 if role[root] in ("compute", "input") and root.name not in g.graph["outputs"]:
                     g.graph["outputs"].append(root.name)
@@ -318,7 +328,7 @@ def operand_roles(ep) -> dict[str, list[str]]:
     for n in ep.graph.nodes:
         if role[n] == "compute":
             roles = []
-            for a in _tensor_args(n):
+            for a in tensor_args(n):
                 root, _, _ = _resolve(a, role)
                 r = role[root]
                 roles.append("param" if r == "param" else "buffer" if r in ("buffer", "static") else "input")
@@ -330,7 +340,7 @@ def _add_compute(g, n, role, key, seen_params, opaque) -> None:
     op = op_name(n.target)
     kind = op_kind(op)
     inputs, operands, params, shared, buffers = [], [], {}, [], {}
-    for arg_index, a in enumerate(_tensor_args(n)):
+    for arg_index, a in enumerate(tensor_args(n)):
         root, views, dim_map = _resolve(a, role)
         r = role[root]
         entry = {"shape": _shape(a), "dim_map": dim_map, "views": views}

@@ -78,70 +78,32 @@ def _image(name: str, batch: int) -> ModelSpec:
     )
 
 
+def _lm(name: str, vocab: int, seq: int, batch: int, layers: int, width: int, heads: int) -> ModelSpec:
+    kwargs = {"vocab_size": vocab, "seq_len": seq, "layers": layers, "width": width, "heads": heads}
+    return ModelSpec(
+        name, "lm", (seq,), vocab_size=vocab, seq_len=seq, default_batch_size=batch, kwargs=kwargs
+    )
+
+
+_MLP = ModelSpec(
+    "mlp",
+    "vector",
+    (1024,),
+    num_classes=1000,
+    default_batch_size=64,
+    kwargs={"in_features": 1024, "hidden": (4096, 4096), "num_classes": 1000},
+)
+
 PRESETS: dict[str, tuple[str, ModelSpec]] = {
-    "mlp": (
-        "mlp",
-        ModelSpec(
-            "mlp",
-            "vector",
-            (1024,),
-            num_classes=1000,
-            default_batch_size=64,
-            kwargs={"in_features": 1024, "hidden": (4096, 4096), "num_classes": 1000},
-        ),
-    ),
+    "mlp": ("mlp", _MLP),
     "alexnet": ("alexnet", _image("alexnet", 128)),
     "vgg16": ("vgg16", _image("vgg16", 64)),
     "resnet50": ("resnet50", _image("resnet50", 64)),
     "wide-resnet": ("wide-resnet", _image("wide-resnet", 64)),
-    "gpt": (
-        "gpt",
-        ModelSpec(
-            "gpt",
-            "lm",
-            (256,),
-            vocab_size=8192,
-            seq_len=256,
-            default_batch_size=8,
-            kwargs={"vocab_size": 8192, "seq_len": 256, "layers": 4, "width": 256, "heads": 4},
-        ),
-    ),
-    "gpt2-small": (
-        "gpt",
-        ModelSpec(
-            "gpt2-small",
-            "lm",
-            (1024,),
-            vocab_size=50304,
-            seq_len=1024,
-            default_batch_size=8,
-            kwargs={"vocab_size": 50304, "seq_len": 1024, "layers": 12, "width": 768, "heads": 12},
-        ),
-    ),
-    "gpt-1.3b": (
-        "gpt",
-        ModelSpec(
-            "gpt-1.3b",
-            "lm",
-            (2048,),
-            vocab_size=50304,
-            seq_len=2048,
-            default_batch_size=8,
-            kwargs={"vocab_size": 50304, "seq_len": 2048, "layers": 24, "width": 2048, "heads": 16},
-        ),
-    ),
-    "bert-base": (
-        "bert",
-        ModelSpec(
-            "bert-base",
-            "lm",
-            (512,),
-            vocab_size=30522,
-            seq_len=512,
-            default_batch_size=16,
-            kwargs={"vocab_size": 30522, "seq_len": 512, "layers": 12, "width": 768, "heads": 12},
-        ),
-    ),
+    "gpt": ("gpt", _lm("gpt", 8192, 256, 8, layers=4, width=256, heads=4)),
+    "gpt2-small": ("gpt", _lm("gpt2-small", 50304, 1024, 8, layers=12, width=768, heads=12)),
+    "gpt-1.3b": ("gpt", _lm("gpt-1.3b", 50304, 2048, 8, layers=24, width=2048, heads=16)),
+    "bert-base": ("bert", _lm("bert-base", 30522, 512, 16, layers=12, width=768, heads=12)),
 }
 """name -> (factory, spec).
 
