@@ -17,7 +17,9 @@ Each rule below was checked on torch 2.13 with ``torch.autograd.graph.saved_tens
     layer_norm                        input + mean, rstd (rows x float32 each)
     rms_norm                          input + rstd; on CPU also x*rstd (full size)
     batch_norm (training)             input + save_mean, save_invstd (C x float32 each) + the
-                                      running_mean/var buffers (saved by reference; C each)
+                                      running_mean/var buffers (saved by reference; C each);
+                                      "decomposed" (the executor's synchronised BN on a mesh):
+                                      centred and normalised input (new, full size) + 1/std
     group_norm                        input + mean, rstd (N x G x float32 each)
     dropout (training, p > 0)         mask: CPU a float tensor of the input's size (input*noise
                                       path); CUDA a bool mask (native_dropout)
@@ -26,10 +28,14 @@ Each rule below was checked on torch 2.13 with ``torch.autograd.graph.saved_tens
     embedding                         the indices (operand)
     cross_entropy                     log_softmax of the logits (new) + target (operand) + a
                                       4-byte total weight
-    sdpa (math path, explicit mask)   q*scale and k*scale (new, q and k sized), the attention
-                                      weights b*h*t*s (new), v (operand); with dropout in
+    sdpa, math path                   q*scale and k*scale (new, q and k sized), the attention
+      (CPU with dropout, or forced)   weights b*h*t*s (new), v (operand); with dropout in
                                       training two more b*h*t*s tensors on CPU (mask + dropped
                                       weights), one float + one bool mask on CUDA
+    sdpa, fused path (flash /         q, k, v (operands), its output (b,t,h,d-contiguous: the
+      efficient: the default)         next transpose + reshape is a view of it) and the
+                                      logsumexp b*h*t float32; with an explicit mask also the
+                                      mask as a float t*s bias
     opaque                            assumed: every activation operand (conservative)
 
 An operator none of whose operands needs a gradient and that has no parameters saves nothing.
@@ -108,17 +114,58 @@ class SavedSpec:
     output: bool = False
 
 
+@dataclass(frozen=True)
+class SavingRules:
+    """How the executor runs the ops whose saved tensors depend on it.
+
+    Attributes:
+        device_kind: "cpu" or "gpu" (dropout masks, rms_norm, the attention kernel differ).
+        sdpa: attention kernel: "auto" (torch's choice), "math" or "fused" (see :func:`sdpa_path`).
+        batch_norm: "native" (aten batch_norm: input + per-channel stats) or "decomposed" (a
+            synchronised batch norm written with tensor ops, as tensoropt's executor runs it on a
+            mesh: the centred input and the normalised output, full size, + 1/std per channel).
+    """
+
+    device_kind: str = "gpu"
+    sdpa: str = "auto"
+    batch_norm: str = "native"
+
+    def __post_init__(self):
+        if self.sdpa not in ("auto", "math", "fused"):
+            raise ValueError(f"sdpa backend must be 'auto', 'math' or 'fused', got {self.sdpa!r}")
+        if self.batch_norm not in ("native", "decomposed"):
+            raise ValueError(f"batch_norm must be 'native' or 'decomposed', got {self.batch_norm!r}")
+
+
 def _short(op: str) -> str:
     """``"aten.relu.default"`` -> ``"relu"``."""
     parts = op.split(".")
     return parts[1] if len(parts) > 2 and parts[0] == "aten" else parts[-1]
 
 
-def saved_spec(node: dict) -> SavedSpec:
+def sdpa_path(node: dict, rules: SavingRules) -> str:
+    """Which attention kernel autograd records: ``"math"`` or ``"fused"`` (flash / efficient).
+
+    ``rules.sdpa`` "math" or "fused" forces it; "auto" follows torch 2.13's dispatch: the fused
+    kernels unless on CPU with dropout (the CPU flash kernel has no dropout).
+
+    Example:
+        >>> cpu = SavingRules("cpu")
+        >>> sdpa_path({"attrs": {"dropout_p": 0.1}}, cpu), sdpa_path({"attrs": {}}, cpu)
+        ('math', 'fused')
+    """
+    if rules.sdpa != "auto":
+        return rules.sdpa
+    dropout = (node.get("attrs") or {}).get("dropout_p", 0.0) > 0
+    return "math" if rules.device_kind == "cpu" and dropout else "fused"
+
+
+def saved_spec(node: dict, rules: SavingRules = SavingRules()) -> SavedSpec:
     """Which operands and whether the output a node's autograd saves (see the module table).
 
     Args:
         node: OpGraph node attributes (``op``, ``kind``, ``inputs``, ``operands``).
+        rules: how the executor runs attention and batch norm (:class:`SavingRules`).
 
     Example:
         >>> saved_spec({"op": "aten.relu.default", "kind": "elementwise", "inputs": [{}], "operands": []})
@@ -149,6 +196,8 @@ def saved_spec(node: dict) -> SavedSpec:
         and list(attrs.get("output_size", [])) == [1, 1]
     ):
         return SavedSpec()  # becomes a mean: nothing saved
+    if kind == "batch_norm" and rules.batch_norm == "decomposed" and attrs.get("training", True):
+        return SavedSpec()
     if kind in ("layer_norm", "rms_norm", "batch_norm", "group_norm", "pool", "adaptive_pool"):
         return SavedSpec(at(0))
     if kind in ("embedding", "dropout"):
@@ -156,7 +205,11 @@ def saved_spec(node: dict) -> SavedSpec:
     if kind == "cross_entropy":
         return SavedSpec(at(1))
     if kind == "sdpa":
-        return SavedSpec(at(2))
+        if sdpa_path(node, rules) == "math":
+            return SavedSpec(at(2))
+        # the fused kernels keep their output (allocated b,t,h,d-contiguous, so the usual
+        # transpose + reshape into the output projection is a view of this same storage)
+        return SavedSpec(at(0, 1, 2), output=True)
     if name in ("amax", "amin"):
         return SavedSpec(at(0), output=True)
     # elementwise
@@ -179,7 +232,10 @@ def saved_spec(node: dict) -> SavedSpec:
 
 
 def extra_saved_bytes(
-    node: dict, in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], device_kind: str = "gpu"
+    node: dict,
+    in_shapes: list[tuple[int, ...]],
+    out_shape: tuple[int, ...],
+    rules: SavingRules = SavingRules(),
 ) -> int:
     """Bytes of the *new* tensors a node saves (statistics, masks, indices), at local shapes.
 
@@ -187,7 +243,7 @@ def extra_saved_bytes(
         node: OpGraph node attributes (``op``, ``kind``, ``attrs``, ``inputs``, ``out_dtype``).
         in_shapes: local shapes of the node's ``inputs`` (activation operands), in order.
         out_shape: local shape of the node's output.
-        device_kind: ``"cpu"`` or ``"gpu"`` (dropout masks and rms_norm differ).
+        rules: device kind and how attention / batch norm run (:class:`SavingRules`).
 
     Example:
         >>> node = {"op": "aten.layer_norm.default", "kind": "layer_norm", "attrs": {"normalized_shape": [8]},
@@ -195,7 +251,7 @@ def extra_saved_bytes(
         >>> extra_saved_bytes(node, [(4, 8)], (4, 8))  # mean + rstd, 4 rows x 4 bytes each
         32
     """
-    kind, attrs = node["kind"], node.get("attrs") or {}
+    kind, attrs, device_kind = node["kind"], node.get("attrs") or {}, rules.device_kind
     dtype = node.get("out_dtype", "float32")
     size = itemsize(dtype)
     stat = max(4, size)  # statistics are kept in the accumulation type (float32 for half types)
@@ -210,6 +266,9 @@ def extra_saved_bytes(
     if kind == "batch_norm":
         if not attrs.get("training", True) or len(x) < 2:
             return 0
+        if rules.batch_norm == "decomposed":  # centred x, normalised x (when scaled), rsqrt(var + eps)
+            has_weight = any(k.endswith("weight") for k in node.get("params", {}))
+            return (1 + int(has_weight)) * numel(x) * size + x[1] * stat
         running = 2 * x[1] * size if node.get("buffers") else 0  # running_mean/var are saved too
         return 2 * x[1] * stat + running
     if kind == "group_norm":
@@ -231,6 +290,12 @@ def extra_saved_bytes(
         return 0
     if kind == "cross_entropy":
         return numel(x) * size + 4
+    if kind == "sdpa" and sdpa_path(node, rules) == "fused":
+        q, k = in_shapes[0], in_shapes[1]
+        extra = numel(q[:-1]) * 4  # logsumexp (float32); the output is charged as the node's output
+        if attrs.get("has_mask"):
+            extra += q[-2] * k[-2] * size  # the boolean mask, converted to an additive float bias
+        return extra
     if kind == "sdpa":
         q, k = in_shapes[0], in_shapes[1]
         attn = numel(q[:-1]) * k[-2]

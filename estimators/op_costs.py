@@ -38,12 +38,13 @@ import networkx as nx
 
 from estimators.collectives import CommModel
 from estimators.compute import LocalOp, optimizer_time_s, roofline_time_s
-from estimators.memory import extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
+from estimators.memory import SavingRules, extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
 from estimators.profiles import Cluster
 from estimators.redistribution import edge_time_s, redistribution_steps, redistribution_time_s, through_view
 from tensoropt.configspace.configuration import Configuration, Mesh, local_shape
 
 FLOATING = ("float", "bfloat", "complex")
+DEFAULT_RULES = SavingRules()
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,15 @@ class CostModel:
         optimizer: "sgd" | "momentum" | "adam" | "adamw" (optimizer-state memory, step time).
         compute_time: optional ``(name, node, config, op: LocalOp) -> (fwd_s, bwd_s)`` replacing the
             roofline (profiled mode); return None to fall back to the roofline.
+        rules: how the executor runs attention and batch norm (what they save); its device kind
+            should be the cluster's.
     """
 
     cluster: Cluster
     mesh: Mesh
     optimizer: str = "adamw"
     compute_time: Callable | None = None
+    rules: SavingRules = field(default_factory=SavingRules)
     comm: CommModel = field(init=False)
 
     def __post_init__(self):
@@ -99,8 +103,8 @@ class GraphInfo:
     """Node -> whether its output storage is charged at the node."""
 
     @staticmethod
-    def of(g: nx.DiGraph) -> GraphInfo:
-        """Derive the facts from an OpGraph's networkx graph.
+    def of(g: nx.DiGraph, rules: SavingRules = DEFAULT_RULES) -> GraphInfo:
+        """Derive the facts from an OpGraph's networkx graph (under the executor's ``rules``).
 
         Example:
             >>> g = nx.DiGraph()
@@ -119,9 +123,11 @@ class GraphInfo:
             d = g.nodes[v]
             if not computes[v]:
                 continue
-            for u in {d["inputs"][i]["source"] for i in saved_spec(d).inputs}:
+            for u in {d["inputs"][i]["source"] for i in saved_spec(d, rules).inputs}:
                 saving[u] += 1
-        charged = {n: computes[n] and (saved_spec(g.nodes[n]).output or saving[n] >= 2) for n in g.nodes}
+        charged = {
+            n: computes[n] and (saved_spec(g.nodes[n], rules).output or saving[n] >= 2) for n in g.nodes
+        }
         # A consumer-saved output of a node outside backward (e.g. an input) is still stored.
         charged.update({n: saving[n] >= 2 for n in g.nodes if not computes[n]})
         return GraphInfo(needs, computes, saving, charged)
@@ -253,7 +259,7 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
             node,
             list(op.in_shapes),
             local_shape(tuple(node["out_shape"]), config.output, mesh.shape),
-            model.cluster.device.kind,
+            model.rules,
         )
     return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer))
 
@@ -272,7 +278,7 @@ def edge_cost(
     du, dv = g.nodes[u], g.nodes[v]
     edge = g.edges[u, v]
     operands = edge.get("operands") or [i for i, e in enumerate(dv["inputs"]) if e["source"] == u]
-    saved = set(saved_spec(dv).inputs) if info.computes_grad.get(v, True) else set()
+    saved = set(saved_spec(dv, model.rules).inputs) if info.computes_grad.get(v, True) else set()
     split_axes = _split_axes(cv)
     out_shape = tuple(du["out_shape"])
     size = itemsize(du.get("out_dtype", "float32"))

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 import numpy as np
 
+from estimators.memory import SavingRules
 from estimators.op_costs import Cost, CostModel, GraphInfo, edge_cost, node_cost
 from estimators.profiles import Cluster, load_cluster
 from tensoropt.configspace.configuration import Configuration, Mesh
@@ -78,6 +79,8 @@ def cost_graph(
     configurations: dict[str, list[Configuration]] | None = None,
     mesh: Mesh | None = None,
     cache_dir: str | os.PathLike | None = None,
+    sdpa_backend: str = "auto",
+    batch_norm: str = "auto",
     progress: Callable[[int, int], None] | None = None,
 ) -> nx.DiGraph:
     """Price every configuration of every operator of ``graph`` on ``num_devices`` devices of ``cluster``.
@@ -95,6 +98,10 @@ def cost_graph(
         configurations: node -> configurations; default ``tensoropt.configurations(graph, mesh)``.
         mesh: override the mesh (default from the cluster).
         cache_dir: profiled-mode cache directory.
+        sdpa_backend: the attention kernel the executor will use ("auto": torch's choice on the
+            cluster's device; "math"; "fused"): it decides what attention saves for backward.
+        batch_norm: "native", "decomposed" (tensoropt's executor's synchronised batch norm, which
+            saves more) or "auto" (decomposed on more than one device, as the executor runs it).
         progress: called as ``progress(done, total)`` while nodes and edges are priced.
 
     Returns:
@@ -130,8 +137,11 @@ def cost_graph(
         from estimators.profiled import ProfiledCompute
 
         timer = ProfiledCompute(cl.device, program=getattr(graph, "program", None), cache_dir=cache_dir)
-    model = CostModel(cl, mesh, optimizer, compute_time=timer)
-    info = GraphInfo.of(g)
+    if batch_norm == "auto":
+        batch_norm = "decomposed" if mesh.num_devices > 1 else "native"
+    rules = SavingRules(cl.device.kind, sdpa_backend, batch_norm)
+    model = CostModel(cl, mesh, optimizer, compute_time=timer, rules=rules)
+    info = GraphInfo.of(g, rules)
     out = nx.DiGraph()
     out.graph.update(
         mesh=mesh,

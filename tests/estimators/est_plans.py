@@ -100,9 +100,9 @@ def cnn_inputs(batch=8, size=8, classes=10):
 class Block(nn.Module):
     """Pre-norm transformer block: attention (sdpa, explicit causal mask, dropout) + GELU MLP."""
 
-    def __init__(self, d=32, heads=4, seq=8, p=0.1):
+    def __init__(self, d=32, heads=4, seq=8, p=0.1, causal=False):
         super().__init__()
-        self.heads, self.p = heads, p
+        self.heads, self.p, self.causal = heads, p, causal
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
         self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
@@ -115,7 +115,10 @@ class Block(nn.Module):
         q, k, v = (
             m(h).view(b, t, self.heads, d // self.heads).transpose(1, 2) for m in (self.q, self.k, self.v)
         )
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask[:t, :t], dropout_p=self.p)
+        if self.causal:  # the form tensoropt's executor runs on a mesh
+            a = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p, is_causal=True)
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask[:t, :t], dropout_p=self.p)
         x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
         return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
 
@@ -123,10 +126,11 @@ class Block(nn.Module):
 class TinyGPT(nn.Module):
     """Token + position embedding, one block, final norm, LM head, cross entropy."""
 
-    def __init__(self, vocab=64, d=32, heads=4, seq=8):
+    def __init__(self, vocab=64, d=32, heads=4, seq=8, p_attn=0.1, causal=False):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Parameter(torch.zeros(seq, d))
-        self.block, self.ln, self.head = Block(d, heads, seq), nn.LayerNorm(d), nn.Linear(d, vocab)
+        self.block = Block(d, heads, seq, p_attn, causal)
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
 
     def forward(self, idx, y):
         x = self.block(self.tok(idx) + self.pos[: idx.shape[1]])

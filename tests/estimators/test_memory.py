@@ -40,12 +40,19 @@ def plan_memory(cg) -> float:
     )
 
 
-def priced(graph, plan, optimizer="adamw"):
-    return plan_memory(
-        cost_graph(
-            graph, "cpu-local", 2, configurations={k: [v] for k, v in plan.items()}, optimizer=optimizer
-        )
+def priced(graph, plan, optimizer="adamw", sdpa_backend="auto", batch_norm="native"):
+    """Predicted memory of one plan on 2 devices (native aten batch norm, like the local-shard run)."""
+    confs = {k: [v] for k, v in plan.items()}
+    cg = cost_graph(
+        graph,
+        "cpu-local",
+        2,
+        configurations=confs,
+        optimizer=optimizer,
+        sdpa_backend=sdpa_backend,
+        batch_norm=batch_norm,
     )
+    return plan_memory(cg)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adamw"])
@@ -109,8 +116,10 @@ class Attention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, dropout_p=self.p)
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.1])
-def test_attention_per_configuration(dropout):
+@pytest.mark.parametrize("backend, dropout", [("math", 0.0), ("math", 0.1), ("auto", 0.1), ("auto", 0.0)])
+def test_attention_per_configuration(backend, dropout):
+    """Math path (forced, or CPU with dropout): q*s, k*s, weights, v (+ mask and dropped weights).
+    Fused path (CPU without dropout): q, k, v, the output, logsumexp and the mask as a float bias."""
     b, t, d, h = 4, 8, 16, 4
     g = capture(Attention(d, h, t, dropout), (torch.randn(b, t, d),))
     lin = ["linear", "linear_1", "linear_2"]
@@ -136,10 +145,13 @@ def test_attention_per_configuration(dropout):
             x_saved, p_local = b * t * d, params
         qkv = b * t * d // div  # one local q (or k, v)
         attn = b * h * t * t // div  # local attention weights
-        sdpa = 2 * qkv + attn + qkv  # q*scale, k*scale, weights, v (v is linear_2's output)
-        sdpa += 2 * attn if dropout else 0  # CPU: float mask + dropped weights
+        if backend == "math" or dropout:
+            sdpa = 2 * qkv + attn + qkv  # q*scale, k*scale, weights, v (v is linear_2's output)
+            sdpa += 2 * attn if dropout else 0  # CPU: float mask + dropped weights
+        else:
+            sdpa = 3 * qkv + qkv + b * h * t // div + t * t  # q, k, v, output, logsumexp, float mask
         expected = 4 * (2 * p_local + 3 * x_saved // 3 + sdpa)  # x saved once by the three linears
-        assert priced(g, plan, "sgd") == expected, label
+        assert priced(g, plan, "sgd", backend) == expected, label
 
 
 MODELS = {

@@ -7,6 +7,7 @@ backward); the estimate (cost graph on 1 device) must equal the bytes measured w
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -38,17 +39,33 @@ class Pre(nn.Module):
         return self.fn(self.lin(x))
 
 
-def _attn(p):
-    mask = torch.ones(6, 6, dtype=torch.bool).tril()
+def _attn(p, causal=False):
+    mask = None if causal else torch.ones(6, 6, dtype=torch.bool).tril()
 
     def f(h):  # h: (2, 6, 16) -> heads 2 x 8
         q = h.view(2, 6, 2, 8).transpose(1, 2)
-        return F.scaled_dot_product_attention(q, q * 2.0, q + 1.0, attn_mask=mask, dropout_p=p)
+        return F.scaled_dot_product_attention(
+            q, q * 2.0, q + 1.0, attn_mask=mask, dropout_p=p, is_causal=causal
+        )
 
     return f
 
 
+class AttnProj(nn.Module):
+    """Fused causal attention whose output feeds an output projection through transpose + reshape."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.o = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        q = self.qkv(x).view(2, 6, 2, 8).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return self.o(a.transpose(1, 2).reshape(2, 6, 16))
+
+
 CASES = {
+    "sdpa_fused_output_shared_with_projection": (AttnProj(), (2, 6, 16)),
     "relu": (Pre(torch.relu), (4, 8)),
     "gelu": (Pre(F.gelu), (4, 8)),
     "silu": (Pre(F.silu), (4, 8)),
@@ -77,6 +94,9 @@ CASES = {
     "adaptive_avg_2x2": (nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(2)), (2, 3, 8, 8)),
     "sdpa_math_mask": (Pre(_attn(0.0), d=16, out=16), (2, 6, 16)),
     "sdpa_math_mask_dropout": (Pre(_attn(0.2), d=16, out=16), (2, 6, 16)),
+    "sdpa_fused_mask": (Pre(_attn(0.0), d=16, out=16), (2, 6, 16)),
+    "sdpa_fused_causal": (Pre(_attn(0.0, causal=True), d=16, out=16), (2, 6, 16)),
+    "sdpa_auto_causal_dropout": (Pre(_attn(0.2, causal=True), d=16, out=16), (2, 6, 16)),
     "bmm": (Pre(lambda h: torch.bmm(h, h.transpose(1, 2))), (2, 4, 8)),
 }
 
@@ -89,8 +109,11 @@ def test_saved_bytes_match_autograd(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         g = capture(model, (x,))
-    cg = cost_graph(g, "cpu-local", 1, configurations={}, optimizer="adamw")
-    with sdpa_kernel(SDPBackend.MATH):
+    math = "_math_" in name
+    cg = cost_graph(
+        g, "cpu-local", 1, configurations={}, optimizer="adamw", sdpa_backend="math" if math else "auto"
+    )
+    with sdpa_kernel(SDPBackend.MATH) if math else contextlib.nullcontext():
         measured = measure_model_memory(model, (x,), "adamw")
     assert plan_memory(cg) == measured["total"], (name, measured)
 
