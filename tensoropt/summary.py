@@ -65,15 +65,37 @@ def plan_summary(graph, ops: dict[str, str]) -> str:
     return summarize_split(ops, getattr(graph, "nx", graph))
 
 
-def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> list[Layer]:
-    """Per-operator rows of a plan, in graph order (input nodes left out).
+def plan_breakdown(
+    G: nx.DiGraph, graph, assignment: dict[str, int]
+) -> tuple[list[Layer], list[Redistribution]]:
+    """Per-operator rows and the redistributions of a plan, in graph order (input nodes left out).
 
-    Compute, communication and memory come from the cost graph's per-configuration components
-    (node attributes ``compute_s``, ``comm_s``, ``memory_bytes``); a cost graph without them
-    reports the node's whole time as compute.
+    A layer's compute, communication and memory are its node's cost components for the chosen
+    configuration (node attributes ``compute_s``, ``comm_s``, ``memory_bytes``), plus the memory
+    the cost graph charges to its incoming edges (its inputs saved for backward in the layout it
+    computes with). A redistribution is an edge whose chosen layouts differ or whose time is not
+    zero; the layouts are the producer's ``output`` and the consumer's ``inputs[i]`` for the
+    operand the edge feeds. Layer times plus redistribution times add up to the plan's time,
+    layer memory to its memory.
+
+    Returns:
+        ``(layers, redistributions)``.
     """
     nx_graph = getattr(graph, "nx", graph)
-    rows = []
+    objectives = list(G.graph.get("objectives", ("time_s", "memory_bytes")))
+    t_col, m_col = objectives.index("time_s"), objectives.index("memory_bytes")
+    edge_memory: dict[str, float] = {}
+    redistributions = []
+    for u, v in nx.edge_dfs(G):
+        a, b = assignment[u], assignment[v]
+        cost = G.edges[u, v]["cost"][a, b]
+        from_layout, to_layout = _layouts(G, nx_graph, u, v, a, b)
+        edge_memory[v] = edge_memory.get(v, 0.0) + float(cost[m_col])
+        if float(cost[t_col]) > 0 or from_layout != to_layout:
+            redistributions.append(
+                Redistribution(u, v, from_layout, to_layout, float(cost[t_col]), float(cost[m_col]))
+            )
+    layers = []
     for node in nx.topological_sort(G):
         data = G.nodes[node]
         attrs = nx_graph.nodes[node] if node in nx_graph else {}
@@ -83,8 +105,8 @@ def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> list[Layer]
         if "compute_s" in data:
             compute_s, comm_s, memory = data["compute_s"][c], data["comm_s"][c], data["memory_bytes"][c]
         else:
-            compute_s, comm_s, memory = data["cost"][c][0], 0.0, data["cost"][c][1]
-        rows.append(
+            compute_s, comm_s, memory = data["cost"][c][t_col], 0.0, data["cost"][c][m_col]
+        layers.append(
             Layer(
                 node=node,
                 op=str(data.get("op", attrs.get("op", ""))),
@@ -92,30 +114,26 @@ def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> list[Layer]
                 config=str(data["configs"][c]),
                 compute_s=float(compute_s),
                 comm_s=float(comm_s),
-                memory_bytes=float(memory),
+                memory_bytes=float(memory) + edge_memory.get(node, 0.0),
             )
         )
-    return rows
+    return layers, redistributions
 
 
-def plan_redistributions(G: nx.DiGraph, assignment: dict[str, int]) -> list[Redistribution]:
-    """Edges of a plan whose redistribution costs time or memory, in graph order.
-
-    The layouts come from the configurations: the producer's ``output`` and the consumer's
-    ``inputs[i]`` for the operand the edge feeds (edge attribute ``operands``, first one).
-    """
-    out = []
-    for u, v in nx.edge_dfs(G):
-        cost = G.edges[u, v]["cost"][assignment[u], assignment[v]]
-        if not any(float(x) > 0 for x in cost):
-            continue
-        confs_u, confs_v = G.nodes[u].get("configurations"), G.nodes[v].get("configurations")
-        from_layout, to_layout = [], []
-        if confs_u is not None and confs_v is not None:
-            from_layout = list(confs_u[assignment[u]].output)
-            operands = G.edges[u, v].get("operands") or [0]
-            inputs = confs_v[assignment[v]].inputs
-            to_layout = list(inputs[operands[0]]) if operands[0] < len(inputs) else []
-        memory = float(cost[1]) if len(cost) > 1 else 0.0
-        out.append(Redistribution(u, v, from_layout, to_layout, float(cost[0]), memory))
-    return out
+def _layouts(
+    G: nx.DiGraph, nx_graph: nx.DiGraph, u: str, v: str, a: int, b: int
+) -> tuple[list[str], list[str]]:
+    """The producer's output layout and the layout the consumer reads that edge's tensor in."""
+    confs_u, confs_v = G.nodes[u].get("configurations"), G.nodes[v].get("configurations")
+    if confs_u is None or confs_v is None:
+        return [], []
+    edge = (
+        G.edges[u, v]
+        if "operands" in G.edges[u, v]
+        else nx_graph.edges[u, v]
+        if nx_graph.has_edge(u, v)
+        else {}
+    )
+    operand = (edge.get("operands") or [0])[0]
+    inputs = confs_v[b].inputs
+    return list(confs_u[a].output), list(inputs[operand]) if operand < len(inputs) else []

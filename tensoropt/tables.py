@@ -36,9 +36,11 @@ def format_time(seconds: float) -> str:
     """Seconds with a readable unit.
 
     Example:
-        >>> format_time(0.01234), format_time(2.5), format_time(3e-6)
-        ('12.34 ms', '2.500 s', '3.0 us')
+        >>> format_time(0.01234), format_time(2.5), format_time(3e-6), format_time(0)
+        ('12.34 ms', '2.500 s', '3.0 us', '-')
     """
+    if seconds == 0:
+        return "-"
     if seconds >= 1:
         return f"{seconds:.3f} s"
     if seconds >= 1e-3:
@@ -116,5 +118,5 @@ def redistributions_table(plan_file: PlanFile) -> str:
         True
     """
     rows = [[r.src, r.dst, f"{','.join(r.from_layout) or '-'} -> {','.join(r.to_layout) or '-'}",
-             format_time(r.time_s), format_size(r.memory_bytes)] for r in plan_file.plan.redistributions]
-    return format_table(["from node", "to node", "placements", "time", "memory"], rows, right=[3, 4])
+             format_time(r.time_s)] for r in plan_file.plan.redistributions]
+    return format_table(["from node", "to node", "placements", "time"], rows, right=[3])

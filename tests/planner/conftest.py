@@ -75,7 +75,9 @@ def synthetic_frontier_file(
                     throughput_samples_per_s=global_batch_size / float(t),
                 )
             )
-        frontiers.append(Frontier(d, mesh, plans, configurations, timing_s={"cost_graph": 0.01, "solve": 0.02}))
+        frontiers.append(
+            Frontier(d, mesh, plans, configurations, timing_s={"cost_graph": 0.01, "solve": 0.02})
+        )
     job = {
         "model": {"name": "mlp"},
         "cluster": "cpu-local",
