@@ -23,11 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from frontier.bounded import bounded_sum_union
 from frontier.pareto import pareto_select, ragged_arange
 from frontier.table import Table
 
 #: Most candidate points expanded at once; larger combines are split by output group.
 CHUNK_POINTS = 4_000_000
+#: Combines with more candidates than this use the bounded kernel (two objectives).
+BOUNDED_MIN = 50_000
 
 
 @dataclass
@@ -65,6 +68,8 @@ class Combiner:
     """Epsilon-box factor applied when a variable is dropped (0 = exact)."""
     reuse: bool = True
     """Memoise results of identical combines."""
+    bounded: bool = True
+    """Skip blocks of candidates that a partial frontier already dominates (K = 2)."""
     stats: CombineStats = field(default_factory=CombineStats)
     _memo: dict = field(default_factory=dict, repr=False)
 
@@ -135,6 +140,12 @@ class Combiner:
 
     def _compute_range(self, tables, groups, counts, x_lo, x_hi, width, out_lo, boxed):
         """Sum and prune the candidates of the joint configurations x_lo <= x < x_hi."""
+        box_eps = self.box_eps if boxed else 0.0
+        if self.bounded and tables[0].cost.shape[1] == 2 and len(tables) >= 2:
+            total = float(np.prod(np.stack([c[x_lo:x_hi] for c in counts]).astype(np.float64), axis=0).sum())
+            if total > BOUNDED_MIN:
+                cost, x, rows = bounded_sum_union(tables, groups, x_lo, x_hi, width, box_eps)
+                return cost, x // width, np.stack(rows, axis=1), x % width
         x = np.arange(x_lo, x_hi, dtype=np.int64)
         n = counts[0][x]
         x = np.repeat(x, n)
@@ -152,7 +163,7 @@ class Combiner:
                 keep = pareto_select(cost, x - x_lo)
                 x, cost, rows = x[keep], cost[keep], [r[keep] for r in rows]
         out = x // width - out_lo
-        keep = pareto_select(cost, out, self.box_eps if boxed else 0.0)
+        keep = pareto_select(cost, out, box_eps)
         return (
             cost[keep],
             out[keep] + out_lo,

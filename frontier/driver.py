@@ -12,6 +12,8 @@ distinct non-dominated vector. FT is variable elimination in the semiring whose 
 the Minkowski sum of Pareto sets and whose "min" is their union
 (:func:`frontier.pareto.pareto_select` prunes after both):
 
+- configurations beaten by another of the same node are dropped first (exact):
+  :func:`frontier.dominance.drop_dominated_configs`;
 - ``F(v)``, ``F(u, v)``: frontier tables, one Pareto set per configuration (pair)
   (:class:`frontier.table.Table`, built by :func:`frontier.components.component_tables`);
 - ``F (+) F'`` and ``U_{s_v}``: :meth:`frontier.combine.Combiner.combine`, memoised so
@@ -39,6 +41,7 @@ import numpy as np
 
 from frontier.combine import CombineStats, Combiner
 from frontier.components import component_tables, sum_components
+from frontier.dominance import drop_dominated_configs
 from frontier.linear_dp import linear_dp
 from frontier.pareto import pareto_select
 from frontier.plan import reconstruct
@@ -94,7 +97,8 @@ def solve(
         >>> [(p.cost.tolist(), p.assignment) for p in solve(G)]
         [([2.0, 5.0], {'a': 0, 'b': 0}), ([4.0, 4.0], {'a': 0, 'b': 1}), ([5.0, 1.0], {'a': 1, 'b': 1})]
     """
-    problem = load_problem(G, epsilon)
+    original = load_problem(G, epsilon)
+    problem, kept = drop_dominated_configs(original)
     n = len(problem.names)
     components = component_tables(problem)
     depth = max(len({v for t in comp for v in t.scope}) for comp in components)
@@ -128,9 +132,10 @@ def solve(
     if root.size == 0:
         return []
     configs = reconstruct(root, np.arange(root.size), n)
-    costs = problem.costs(configs)
+    configs = np.stack([kept[v][configs[:, v]] for v in range(n)], axis=1)
+    costs = original.costs(configs)
     keep = pareto_select(costs)
     return [
-        Point(cost=costs[i], assignment={name: int(s) for name, s in zip(problem.names, configs[i])})
+        Point(cost=costs[i], assignment={name: int(s) for name, s in zip(original.names, configs[i])})
         for i in keep
     ]

@@ -48,8 +48,8 @@ def pareto_select(cost: np.ndarray, group: np.ndarray | None = None, box_eps: fl
         group = np.zeros(n, dtype=np.int64)
     else:
         group = np.asarray(group, dtype=np.int64)
-    feasible = np.isfinite(cost).all(axis=1)
-    if not feasible.all():
+    feasible = np.logical_and.reduce([np.isfinite(cost[:, j]) for j in range(cost.shape[1])]) if n else None
+    if n and not feasible.all():
         base = np.flatnonzero(feasible)
         return base[pareto_select(cost[base], group[base], box_eps)]
     if n == 0:
@@ -57,7 +57,7 @@ def pareto_select(cost: np.ndarray, group: np.ndarray | None = None, box_eps: fl
     if box_eps > 0.0:
         base = box_representatives(cost, group, box_eps)
         return base[pareto_select(cost[base], group[base])]
-    if n > _PREFILTER_MIN:
+    if n > _PREFILTER_MIN and cost.shape[1] >= 3:
         base = _pivot_filter(cost, group)
         if len(base) < n:
             return base[pareto_select(cost[base], group[base])]
@@ -72,19 +72,42 @@ def pareto_select(cost: np.ndarray, group: np.ndarray | None = None, box_eps: fl
 
 
 def _prune2(c0: np.ndarray, c1: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """K = 2 prune: keep a row iff its c1 is below every earlier c1 of its group (sorted by c0, c1)."""
+    """K = 2 prune: keep a row iff its c1 is below every earlier c1 of its group (sorted by c0).
+
+    Rows are ordered by c0 (quicksort) and then stably by group (a radix sort when the group
+    ids fit 16 bits); a row with a c0 equal to the next kept row's is dropped afterwards,
+    which settles ties without sorting by c1.
+    """
     n = len(c0)
-    order = np.lexsort((c1, c0, group))
+    order = np.argsort(c0)
     g = group[order]
-    # Rank of c1 (ties broken by position, so a later equal c1 ranks higher and is dropped).
-    rank = np.empty(n, dtype=np.int64)
-    rank[np.argsort(c1[order], kind="stable")] = np.arange(n, dtype=np.int64)
-    # Later groups get smaller keys, so a global running minimum restarts at each group.
-    key = (g[-1] - g) * n + rank
-    running = np.minimum.accumulate(key)
-    keep = np.ones(n, dtype=bool)
-    keep[1:] = key[1:] < running[:-1]
-    return order[keep]
+    if g[-1] != g[0] or (g[1:] != g[:-1]).any():
+        gmax = int(group.max())
+        narrow = g.astype(np.uint16) if gmax < 65536 else g
+        regroup = np.argsort(narrow, kind="stable")
+        order, g = order[regroup], g[regroup]
+    a = c1[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    if len(starts) <= 4096:
+        running = np.empty(n)
+        for lo, hi in zip(starts, np.r_[starts[1:], n]):
+            np.minimum.accumulate(a[lo:hi], out=running[lo:hi])
+        keep = np.ones(n, dtype=bool)
+        keep[1:] = a[1:] < running[:-1]
+        keep[starts] = True
+    else:
+        rank = np.empty(n, dtype=np.int64)
+        rank[np.argsort(a, kind="stable")] = np.arange(n, dtype=np.int64)
+        key = (g[-1] - g) * n + rank
+        running = np.minimum.accumulate(key)
+        keep = np.ones(n, dtype=bool)
+        keep[1:] = key[1:] < running[:-1]
+    kept = order[keep]
+    # Equal c0 in a group: only the last kept row (smallest c1) survives.
+    kg, k0 = g[keep], c0[kept]
+    last = np.ones(len(kept), dtype=bool)
+    last[:-1] = (kg[1:] != kg[:-1]) | (k0[1:] != k0[:-1])
+    return kept[last]
 
 
 def _prune_general(cost: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -122,20 +145,27 @@ def _pivot_filter(cost: np.ndarray, group: np.ndarray) -> np.ndarray:
     if (group[1:] < group[:-1]).any():
         order = np.argsort(group, kind="stable")
         return order[_pivot_filter(cost[order], group[order])]
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    gid = np.cumsum(np.r_[False, group[1:] != group[:-1]])
-    span = cost.max(axis=0) - cost.min(axis=0)
-    scaled = (cost - cost.min(axis=0)) / np.where(span > 0, span, 1.0)
+    boundary = np.flatnonzero(group[1:] != group[:-1]) + 1
+    starts = np.r_[0, boundary]
+    sizes = np.diff(np.r_[starts, n])
+    cols = [np.ascontiguousarray(cost[:, j]) for j in range(k)]
+    lo = np.array([c.min() for c in cols])
+    span = np.array([c.max() for c in cols]) - lo
+    span = np.where(span > 0, span, 1.0)
+    scaled = [(cols[j] - lo[j]) / span[j] for j in range(k)]
     index = np.arange(n)
     keep = np.ones(n, dtype=bool)
     for w in _directions(k):
-        value = scaled @ w
-        best = np.minimum.reduceat(value, starts)[gid]
-        pivot = np.minimum.reduceat(np.where(value == best, index, n), starts)[gid]
-        pc = cost[pivot]
-        le = (pc <= cost).all(axis=1)
-        lt = (pc < cost).any(axis=1)
-        keep &= ~(le & (lt | (pivot < index)))
+        value = sum(w[j] * scaled[j] for j in range(k))
+        best = np.repeat(np.minimum.reduceat(value, starts), sizes)
+        pivot = np.repeat(np.minimum.reduceat(np.where(value == best, index, n), starts), sizes)
+        le = np.ones(n, dtype=bool)
+        lt = pivot < index
+        for j in range(k):
+            pj = cols[j][pivot]
+            le &= pj <= cols[j]
+            lt |= pj < cols[j]
+        keep &= ~(le & lt)
     return np.flatnonzero(keep)
 
 

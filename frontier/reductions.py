@@ -33,6 +33,9 @@ import numpy as np
 from frontier.combine import Combiner
 from frontier.table import Table
 
+#: Most candidates a local (non-sweep) elimination may generate before the sweep goes first.
+LOCAL_LIMIT = 1_000_000
+
 
 class Reducer:
     """The tables of one component and the reductions applied to them.
@@ -54,6 +57,8 @@ class Reducer:
         self.tables: dict[frozenset, Table] = {}
         self.incident: dict[int, set[frozenset]] = {}
         self.variables: set[int] = set()
+        self.swept: set[frozenset] = set()
+        """Scopes of the tables that carry an accumulated frontier (see :meth:`pick`)."""
         self.applied: Counter = Counter()
         """How many times each reduction was applied."""
         self._estimate: dict[int, float] = {}
@@ -65,13 +70,18 @@ class Reducer:
         for v in self.variables:
             self._refresh(v)
 
-    def add(self, table: Table) -> None:
+    def add(self, table: Table, swept: bool = False) -> None:
         """Insert a table; a table over an existing scope is merged into it (edge elimination)."""
         key = frozenset(table.scope)
         old = self.tables.get(key)
         if old is not None:
             table = self.combiner.combine([old, table])
             self.applied["edge elimination"] += 1
+            swept = swept or key in self.swept
+        if swept:
+            self.swept.add(key)
+        else:
+            self.swept.discard(key)
         self.tables[key] = table
         for v in table.scope:
             self.incident.setdefault(v, set()).add(key)
@@ -79,6 +89,7 @@ class Reducer:
     def pop(self, key: frozenset) -> Table:
         """Remove and return the table over ``key``."""
         table = self.tables.pop(key)
+        self.swept.discard(key)
         for v in key:
             self.incident[v].discard(key)
         return table
@@ -101,21 +112,55 @@ class Reducer:
     def eliminate(self, v: int) -> None:
         """Eliminate variable ``v``: sum its tables and take the union over its configurations."""
         self.applied[self.kind(v)] += 1
-        tables = [self.pop(key) for key in list(self.incident[v])]
+        keys = list(self.incident[v])
+        swept = any(key in self.swept for key in keys)
+        tables = [self.pop(key) for key in keys]
         new = self.combiner.combine(tables, drop=v)
         self.variables.discard(v)
         self._estimate.pop(v, None)
-        self.add(new)
+        self.add(new, swept=swept or (len(new.scope) == 1 and new.counts.max(initial=0) > 1))
         for u in new.scope:
             self._refresh(u)
         if self._on_eliminate is not None:
             self._on_eliminate()
 
     def pick(self) -> int | None:
-        """The cheapest variable with at most two neighbours, or None when there is none."""
+        """The next variable to eliminate (at most two neighbours), or None when there is none.
+
+        Order: memoised eliminations first (free), then *local* ones -- not touching a swept
+        table and generating at most ``LOCAL_LIMIT`` candidates (block interiors, reused
+        across identical blocks) -- then sweep steps. A *swept* table carries an accumulated
+        frontier (a one-variable table with several points per configuration, or anything
+        computed from one). A degree-one sink with a swept table waits while anything else
+        is reducible, so the graph is swept from its sources and two large frontiers never
+        meet in the middle (a costly Minkowski sum). Ties go to the cheapest estimate.
+        """
         if not self._estimate:
             return None
-        return min(self._estimate, key=lambda v: (self._estimate[v], v))
+        est = self._estimate
+        best = lambda vs: min(vs, key=lambda v: (est[v], v))
+        hits = [v for v in est if est[v] == 0.0]
+        if hits:
+            return min(hits)
+        local = [v for v in est if est[v] <= LOCAL_LIMIT and not self._touches_swept(v)]
+        if local:
+            return best(local)
+        sweep = [v for v in est if self._touches_swept(v) and not self._waits(v)]
+        if sweep:
+            return best(sweep)
+        allowed = [v for v in est if not self._waits(v)]
+        return best(allowed or list(est))
+
+    def _touches_swept(self, v: int) -> bool:
+        """Whether any table of ``v`` is swept."""
+        return any(key in self.swept for key in self.incident[v])
+
+    def _waits(self, v: int) -> bool:
+        """Whether ``v`` is a degree-one sink with a swept table."""
+        nbrs = self.neighbours(v)
+        if len(nbrs) != 1 or next(iter(nbrs)) > v:
+            return False
+        return self._touches_swept(v)
 
     def result(self) -> Table:
         """The table with an empty scope left once every variable is eliminated."""
