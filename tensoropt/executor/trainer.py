@@ -144,6 +144,7 @@ class Trainer:
                 value = _distribute(value, self.mesh, ("R",) * ndim)
             self.constants[key] = value
         self.grad_bytes = 0
+        self.fail_at_step: int | None = None
         self.optimizer = spec.make_optimizer(list(self.params.values()))
         self.interpreter = PlanInterpreter(self.ep.graph_module, plan.placements, self.mesh, self.operands,
                                            lazy_views(self.ep, plan.placements))
@@ -189,6 +190,8 @@ class Trainer:
     def step(self, step: int) -> tuple[float, float, int]:
         """One training step; returns (loss, time_s, saved activation bytes)."""
         batch = self.batch(step)
+        if self.fail_at_step == step:
+            raise RuntimeError(f"injected failure at step {step} on this rank (test of error propagation)")
         _sync()
         start = time.perf_counter()
         with SavedTensors() as saved:

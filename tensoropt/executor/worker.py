@@ -2,7 +2,8 @@
 
 RUN.json: ``{"spec": TrainSpec.to_json(), "runs": [{"plan": plan.json dict, "metrics": path,
 "params_out": path or null, "spec": optional per-run TrainSpec}, ...], "steps": S,
-"start_step": 0, "fail_on_rank": null}``.
+"start_step": 0, "fail_at": null or {"rank": r, "step": s}}`` (``fail_at`` injects an error on one
+rank, to test that every rank then ends promptly).
 A run may give ``"select": {"frontier": path, "job": Job dict}`` instead of ``"plan"`` (the plan for
 the current world size is selected, or planned, at start: :mod:`tensoropt.elastic`), and
 ``"checkpoint": {"dir", "every", "keep"}`` to resume from and save checkpoints; ``steps`` is then
@@ -70,9 +71,10 @@ def run_all(config: dict) -> None:
         steps = int(config.get("steps", spec.steps))
         # Without a fixed plan, select one for this world size (elastic: on every restart).
         plan = ExecPlan.from_json(run["plan"] if "plan" in run else elastic.resolve_plan(run["select"]))
-        if config.get("fail_on_rank") == rank:
-            raise RuntimeError(f"injected failure on rank {rank} (test of error propagation)")
         trainer = Trainer(spec, plan)
+        fail = config.get("fail_at")  # {"rank": r, "step": s}: a test of error propagation
+        if fail and fail.get("rank") == rank:
+            trainer.fail_at_step = int(fail.get("step", 0))
         if run.get("checkpoint"):  # resume from the newest checkpoint, train until step `steps`
             result = elastic.train_with_checkpoints(trainer, spec, steps, run["checkpoint"])
         else:
