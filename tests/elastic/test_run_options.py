@@ -1,0 +1,55 @@
+"""The elastic/checkpoint options of `tensoropt run`: parsing, checks, torchrun command, RUN.json."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from tensoropt.elastic import add_run_arguments, check_run_arguments, launch_options, run_entry
+from tensoropt.launch import torchrun_command
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _parse(*argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--plan", default=None)
+    parser.add_argument("--nnodes", default="1")  # defined by the run command already: kept
+    add_run_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_elastic_command_line_becomes_a_c10d_torchrun():
+    args = _parse("--elastic", "--nnodes", "1:2", "--nproc-per-node", "1",
+                  "--rdzv-endpoint", "127.0.0.1:29400", "--rdzv-conf", "last_call_timeout=1",
+                  "--checkpoint-dir", "ck", "--checkpoint-every", "5")
+    assert check_run_arguments(args) is None
+    cmd = torchrun_command(launch_options(args, 4, {"model": "mlp"}), "tensoropt.executor.worker", ["r.json"])
+    text = " ".join(cmd)
+    assert "--standalone" not in cmd
+    for part in ("--nproc-per-node 1", "--nnodes 1:2", "--rdzv-backend c10d",
+                 "--rdzv-endpoint 127.0.0.1:29400", "--max-restarts 3",
+                 "--rdzv-conf last_call_timeout=1", "--rdzv-id tensoropt-"):
+        assert part in text, text
+    entry = run_entry(args, "out/frontier.json", None)
+    assert entry["select"] == {"frontier": "out/frontier.json", "job": None}
+    assert entry["checkpoint"]["every"] == 5 and entry["checkpoint"]["dir"].endswith("/ck")
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (("--elastic", "--nnodes", "1:2", "--checkpoint-dir", "ck"), "--rdzv-endpoint"),
+    (("--elastic", "--nnodes", "1:2", "--rdzv-endpoint", "h:1"), "--checkpoint-dir"),
+    (("--elastic", "--rdzv-endpoint", "h:1", "--checkpoint-dir", "ck", "--plan", "p.json"), "drop --plan"),
+    (("--checkpoint-every", "5",), "needs --checkpoint-dir"),
+    (("--checkpoint-dir", "ck", "--checkpoint-every", "-1"), ">= 0"),
+])
+def test_bad_option_combinations_are_explained(argv, problem):
+    assert problem in check_run_arguments(_parse(*argv))
+
+
+def test_fixed_plan_with_checkpoints_keeps_its_plan():
+    args = _parse("--plan", "p.json", "--checkpoint-dir", "ck")
+    assert sorted(run_entry(args, None, None)) == ["checkpoint"]
+    assert run_entry(_parse(), None, None) == {}
+    assert launch_options(_parse(), 2, {}).nproc_per_node == 2
