@@ -161,7 +161,7 @@ def train_with_checkpoints(trainer, spec, total_steps: int, options: dict):
     root = Path(options["dir"])
     every = int(options.get("every") or 0)
     keep = int(options.get("keep", 2))
-    description = spec.to_json()
+    description = {k: v for k, v in spec.to_json().items() if k != "job"}  # the planner job is bulky
     hash_ = job_hash(description)
     rank, size = world()
     manifest = resume(trainer, root, hash_, bool(options.get("verify_checksums", True)))

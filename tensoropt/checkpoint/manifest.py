@@ -29,6 +29,9 @@ MANIFEST = "manifest.json"
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
+IGNORED_IN_HASH = ("steps", "job")
+"""Keys of a training description that do not make checkpoints incompatible."""
+
 
 class CheckpointWarning(UserWarning):
     """A checkpoint was skipped (incomplete or corrupt)."""
@@ -46,17 +49,18 @@ class CheckpointMismatch(RuntimeError):
 def job_hash(job: dict) -> str:
     """A short stable hash of what makes checkpoints of a job interchangeable.
 
-    ``job`` is the training description (model, inputs, batch, optimizer, learning rate, seed,
-    dataset); its total ``steps`` and anything about devices are left out, so a run may be
-    extended or moved to another device count and still resume.
+    ``job`` is the training description (``TrainSpec.to_json()``: model, inputs, batch,
+    optimizer, learning rate, seed, dtype, dataset). Its total ``steps`` and the planner ``job``
+    it came from (device counts, memory budget, selection rule) are left out, so a run may be
+    extended, re-planned or moved to another device count and still resume.
 
     Example:
-        >>> job_hash({"model": "mlp", "steps": 3}) == job_hash({"model": "mlp", "steps": 10})
+        >>> job_hash({"model": "mlp", "steps": 3}) == job_hash({"model": "mlp", "steps": 10, "job": {}})
         True
         >>> len(job_hash({"model": "mlp"}))
         16
     """
-    core = {k: v for k, v in job.items() if k != "steps"}
+    core = {k: v for k, v in job.items() if k not in IGNORED_IN_HASH}
     text = json.dumps(core, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -97,8 +97,9 @@ def test_checkpoint_of_another_job_is_refused(saved):
     assert job_hash(mlp_spec().to_json()) in text and "lr=0.05" in text
 
 
-def test_job_hash_ignores_total_steps_only():
+def test_job_hash_ignores_total_steps_and_the_planner_job_only():
     spec = mlp_spec().to_json()
-    assert job_hash(spec) == job_hash({**spec, "steps": 1000})
+    assert job_hash(spec) == job_hash({**spec, "steps": 1000, "job": {"devices": [1, 2, 4, 8]}})
+    assert job_hash(spec) != job_hash({**spec, "lr": 0.1})
     assert job_hash(spec) != job_hash({**spec, "seed": 1})
     assert job_hash(spec) == job_hash(json.loads(json.dumps(spec)))
