@@ -2,8 +2,9 @@
 
 ``dim_names[d]`` is ``"batch"``, ``"seq"``, ``"heads"``, ``"out"``, ``"spatial"``, ... or ``None``
 when the dim has no parallel meaning. Inputs name dim 0 ``batch`` (and dim 1 ``seq`` for 2-D
-integer token ids); each kind derives its names from its operands' names mapped through the
-edges' dim maps. The configuration space uses them to name the splits of shape-preserving ops.
+integer token ids and for 3-D inputs ``[B, T, C]``); each kind derives its names from its
+operands' names mapped through the edges' dim maps. The configuration space uses them to name
+the splits of shape-preserving ops.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def output_dim_names(g: nx.DiGraph, node: str) -> list[str | None]:
         return []
     if kind == "input":
         names: list[str | None] = ["batch"] + [None] * (rank - 1)
-        if rank == 2 and data["out_dtype"].startswith(("int", "uint")):
-            names[1] = "seq"
+        if (rank == 2 and data["out_dtype"].startswith(("int", "uint"))) or rank == 3:
+            names[1] = "seq"  # token ids [B, T], or embedded sequences [B, T, C]
         return names
     if kind in ("conv2d", "pool", "adaptive_pool", "batch_norm", "group_norm") and rank == 4:
         return ["batch", "out", "spatial", "spatial"]

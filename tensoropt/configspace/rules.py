@@ -66,7 +66,7 @@ def _only(node: dict, index: int, dim: int) -> tuple:
 
 
 def input_dims(node: dict) -> list[ParDim]:
-    """User inputs: ``batch`` (dim 0) and ``seq`` (dim 1 of 2-D integer token ids)."""
+    """User inputs: ``batch`` (dim 0) and ``seq`` (dim 1 of token ids [B, T] and of [B, T, C] inputs)."""
     return _pointwise_dims(node, [n if n in ("batch", "seq") else None for n in node["dim_names"]])
 
 

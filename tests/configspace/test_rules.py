@@ -110,10 +110,13 @@ def test_residual_add_aligns_broadcast_operands():
 
     g = capture(Net(), (torch.randn(4, 6, 8),))
     dims = {d.name: d for d in parallel_dims(g.nx, "add")}
-    assert set(dims) == {"batch"}  # a float input names only its batch dim
+    assert set(dims) == {"batch", "seq"}  # a float [B, T, C] input names batch and seq
     cs = _by_label(g, "add")
     assert dict(cs["batch=2"].params) == {"pos": ("R",)}
     assert dict(cs["batch=2"].grad_sync_axes) == {"pos": (0,)}
+    # the [T, C] parameter broadcasts over batch: a seq split shards its dim 0, no gradient sync
+    assert dict(cs["seq=2"].params) == {"pos": ("S(0)",)} and cs["seq=2"].grad_sync_axes == ()
+    assert cs["seq=2"].inputs == (("S(1)",),)
 
 
 def test_opaque_offers_batch_only_where_shape_safe_and_sample_local():
