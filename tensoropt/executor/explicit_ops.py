@@ -213,8 +213,8 @@ def cross_entropy(node_name: str, op, logits, labels, weight=None, reduction: in
     lse = _reduced(z.exp().sum(dim=1, keepdim=True)).log()
     picked = _reduced((z * (classes.view(1, -1) == labels.view(-1, 1))).sum(dim=1, keepdim=True))
     valid = (labels != ignore_index).view(-1, 1)
-    total = _reduced(((lse - picked) * valid).sum())
-    return total / _reduced(valid.sum())
+    # Partial over the batch-split axes, like the op itself: the caller reduces them.
+    return ((lse - picked) * valid).sum() / _reduced(valid.sum())
 
 
 def _reduced(t: DTensor) -> DTensor:

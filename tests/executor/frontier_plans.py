@@ -10,7 +10,8 @@ from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
 
 JOBS = {
-    "mlp": {"model": {"factory": "toy_models:MLP", "task": "classification", "input_shape": [8], "num_classes": 4},
+    "mlp": {"model": {"factory": "toy_models:MLP", "task": "classification", "input_shape": [8],
+                      "num_classes": 4},
             "training": {"global_batch_size": 8, "optimizer": "adamw", "learning_rate": 0.01, "steps": 3}},
     "cnn": {"model": {"factory": "toy_models:CNN", "task": "classification", "input_shape": [3, 8, 8],
                       "num_classes": 4},

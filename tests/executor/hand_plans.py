@@ -21,8 +21,8 @@ def cfg(inputs, output, params=(), partial=(), sync=(), label="hand"):
 
 def plan(plan_id, shape, placements):
     """A plan.json dict on a mesh of ``shape`` (all axes of level gpu)."""
-    return {"id": plan_id, "devices": _prod(shape), "mesh": {"shape": list(shape), "levels": ["gpu"] * len(shape)},
-            "placements": placements}
+    mesh = {"shape": list(shape), "levels": ["gpu"] * len(shape)}
+    return {"id": plan_id, "devices": _prod(shape), "mesh": mesh, "placements": placements}
 
 
 def _prod(shape):
@@ -33,7 +33,8 @@ def _prod(shape):
 
 
 SPECS = {
-    "mlp": TrainSpec("toy_models:MLP", (InputSpec((8,)), InputSpec((), "int64", 4)), 8, optimizer="adamw", lr=0.01),
+    "mlp": TrainSpec("toy_models:MLP", (InputSpec((8,)), InputSpec((), "int64", 4)), 8,
+                     optimizer="adamw", lr=0.01),
     "cnn": TrainSpec("toy_models:CNN", (InputSpec((3, 8, 8)), InputSpec((), "int64", 4)), 8,
                      optimizer="momentum", lr=0.05),
     "gpt": TrainSpec("toy_models:GPT", (InputSpec((4,), "int64", 16), InputSpec((4,), "int64", 16)), 4,
@@ -53,7 +54,8 @@ def mlp_plans(n: int) -> list[dict]:
         tp = plan("mlp-tp", (2,), {
             "x": cfg([], R), "y": cfg([], R),
             "linear": cfg([R], S1, [("fc1.weight", S0), ("fc1.bias", S0)]),
-            "relu": cfg([S1], S1), "linear_1": cfg([S1], R, [("fc2.weight", S1), ("fc2.bias", R)], partial=(0,)),
+            "relu": cfg([S1], S1),
+            "linear_1": cfg([S1], R, [("fc2.weight", S1), ("fc2.bias", R)], partial=(0,)),
             "cross_entropy_loss": cfg([R, R], R)})
         return [dp, tp]
     a, b = ["S(0)", "R"], ["S(0)", "S(1)"]

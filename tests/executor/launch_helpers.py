@@ -1,0 +1,69 @@
+"""Run executor workers from tests: one torchrun launch for many plans, outputs in a folder."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from tensoropt.executor.plan import ExecPlan
+from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.trainer import Trainer
+from tensoropt.launch import LaunchOptions, launch_workers
+
+HERE = Path(__file__).resolve().parent
+ENV = {"PYTHONPATH": str(HERE), "TENSOROPT_COLLECTIVE_TIMEOUT_S": "60"}
+STEPS = 3
+
+
+def run_plans(runs: list[tuple[str, TrainSpec, dict]], nproc: int, out: Path, timeout_s: float = 400,
+              **extra) -> tuple[int, float]:
+    """Train every (name, spec, plan) for STEPS steps in one launch; returns (exit code, seconds)."""
+    config = {"steps": STEPS, "runs": [
+        {"spec": spec.to_json(), "plan": plan, "metrics": str(out / f"{name}-{plan['id']}.json"),
+         "params_out": str(out / f"{name}-{plan['id']}.pt")} for name, spec, plan in runs], **extra}
+    start = time.perf_counter()
+    rc = launch_workers(config, LaunchOptions(nproc, timeout_s=timeout_s), env=ENV)
+    return rc, time.perf_counter() - start
+
+
+def outputs(out: Path, name: str, plan_id: str) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(metrics, final parameters) a run wrote."""
+    metrics = json.loads((out / f"{name}-{plan_id}.json").read_text())
+    return metrics, torch.load(out / f"{name}-{plan_id}.pt")
+
+
+def single_process(spec: TrainSpec) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Losses and final parameters of the plain 1-process run (no mesh, no DTensor)."""
+    trainer = Trainer(spec, ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []},
+                                                "placements": {}}))
+    result = trainer.train(STEPS)
+    return [s["loss"] for s in result.steps], trainer.full_params()
+
+
+def parity_errors(name: str, plan_id: str, out: Path, reference, loss_rtol: float = 1e-5,
+                  param_rtol: float = 1e-5) -> list[str]:
+    """What differs between a run's outputs and the 1-process reference (empty: parity holds)."""
+    ref_losses, ref_params = reference
+    try:
+        metrics, params = outputs(out, name, plan_id)
+    except FileNotFoundError:
+        return [f"{name} {plan_id}: no outputs (the launch failed before or during this plan)"]
+    errors = []
+    losses = [s["loss"] for s in metrics["steps"]]
+    if [s["step"] for s in metrics["steps"]] != list(range(STEPS)):
+        errors.append(f"{name} {plan_id}: steps {metrics['steps']}")
+    for i, (a, b) in enumerate(zip(losses, ref_losses)):
+        if abs(a - b) > loss_rtol * abs(b):
+            errors.append(f"{name} {plan_id}: loss at step {i} is {a}, 1 process gives {b}")
+    if set(params) != set(ref_params):
+        errors.append(f"{name} {plan_id}: parameters {sorted(params)} != {sorted(ref_params)}")
+    for key, ref in ref_params.items():
+        if key in params:
+            diff = float((params[key] - ref).abs().max())
+            scale = float(ref.abs().max())
+            if diff > param_rtol * scale:
+                errors.append(f"{name} {plan_id}: parameter {key} differs by {diff:.3g} (scale {scale:.3g})")
+    return errors
