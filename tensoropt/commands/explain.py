@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tensoropt.commands import CommandError
+from tensoropt.commands import CommandError, command_parser
 from tensoropt.config import format_size
 from tensoropt.plans import FrontierFile, PlanFile, PlanFileError, plan_file_text
 from tensoropt.tables import format_time, layers_table, redistributions_table
@@ -17,8 +17,8 @@ from tensoropt.tables import format_time, layers_table, redistributions_table
 
 def add_parser(subparsers) -> None:
     """Add the ``explain`` subcommand."""
-    p = subparsers.add_parser("explain", help="per-operator table of a plan (configs, times, memory)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = command_parser(subparsers, "explain", __doc__,
+                       help="per-operator table of a plan (configs, times, memory)")
     p.add_argument("plan", help="plan.json (from `tensoropt plan` or `select`), or a frontier.json with --id")
     p.add_argument("--id", dest="plan_id", default=None, help="plan id when PLAN is a frontier.json")
     p.add_argument("--sort", choices=("graph", "time", "memory"), default="graph",

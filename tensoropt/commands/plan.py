@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from tensoropt.commands import CommandError
+from tensoropt.commands import CommandError, command_parser
 from tensoropt.config import SELECT_RULES, Job, load_job
 from tensoropt.plans import FrontierFile, plan_file_text, write_text_atomic
 from tensoropt.selector import EXIT_NO_FEASIBLE_PLAN, NoFeasiblePlan, Selection, select
@@ -24,12 +24,8 @@ from tensoropt.tables import frontier_table
 
 def add_parser(subparsers) -> None:
     """Add the ``plan`` subcommand."""
-    p = subparsers.add_parser(
-        "plan",
-        help="plan the Pareto frontier of a job for every device count",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(subparsers, "plan", __doc__,
+                       help="plan the Pareto frontier of a job for every device count")
     p.add_argument("job", help="job YAML (see docs/user-guide.md)")
     p.add_argument("--out", default=None, help="output folder (default: out/<job file name>)")
     p.add_argument("--devices", default=None, help="override the job's device counts, e.g. 1,2,4,8")

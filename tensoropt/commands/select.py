@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tensoropt.commands import CommandError
+from tensoropt.commands import CommandError, command_parser
 from tensoropt.config import SELECT_RULES, SIZE_FORM, format_size, parse_size
 from tensoropt.plans import FrontierFile, load_frontier_file, plan_file_text, write_text_atomic
 from tensoropt.selector import Selection, select
@@ -19,8 +19,8 @@ from tensoropt.tables import format_time, throughput
 
 def add_parser(subparsers) -> None:
     """Add the ``select`` subcommand."""
-    p = subparsers.add_parser("select", help="select a plan from a frontier file under a memory budget",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = command_parser(subparsers, "select", __doc__,
+                       help="select a plan from a frontier file under a memory budget")
     p.add_argument("frontier", help="frontier.json written by `tensoropt plan` (or its folder)")
     p.add_argument("--devices", default=None,
                    help="device count N, or 'auto' (visible GPUs, else --nproc); default: any planned count")
