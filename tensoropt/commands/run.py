@@ -1,0 +1,162 @@
+"""``tensoropt run JOB.yaml --plan DIR/plan.json --nproc N [--steps S] [--metrics FILE]``: train a plan.
+
+Launches N workers with torchrun (standalone on this machine; ``--nnodes``, ``--node-rank`` and
+``--rdzv-endpoint`` for several machines). Each worker builds the job's model with the job's
+seed, lays its parameters out as the plan says, and trains S steps on synthetic data (the same
+global batch per step at every world size) or on the job's dataset factory.
+
+Without ``--plan`` the plan for N devices is selected from ``--frontier`` (default
+``out/frontier.json``) under the job's budget and rule, or planned on the spot when that file
+has no frontier for N. ``--metrics FILE`` receives the measured step times and memory beside
+the planner's predictions.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tensoropt.commands import CommandError, command_parser
+
+
+def add_parser(subparsers) -> None:
+    """Add the ``run`` subcommand."""
+    from tensoropt.elastic import add_run_arguments
+
+    p = command_parser(subparsers, "run", __doc__, help="train a selected plan on N processes (torchrun)")
+    p.add_argument("job", help="the job YAML file (the model, optimizer and seed to train)")
+    p.add_argument("--plan", default=None, help="plan.json written by `tensoropt select`")
+    p.add_argument("--frontier", default=None,
+                   help="frontier.json (or its folder) to select from without --plan (default: out/)")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="worker processes (default: the plan's device count)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the job's)")
+    p.add_argument("--metrics", default=None, help="write the metrics JSON here (rank 0)")
+    p.add_argument("--dataset", default=None,
+                   help='dataset factory "package.module:function", called as '
+                        "f(step, global_batch_size, seed)")
+    p.add_argument("--node-rank", type=int, default=None, help="this machine's rank (several machines)")
+    p.add_argument("--timeout-s", type=float, default=None, help="stop the workers after this many seconds")
+    add_run_arguments(p)
+
+
+def run(args) -> int:
+    """Run the ``run`` subcommand; returns the exit code."""
+    from tensoropt import elastic
+    from tensoropt.config import ConfigError, load_job
+    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.launch import launch_workers
+
+    problem = elastic.check_run_arguments(args)
+    if problem:
+        raise CommandError(problem)
+    if args.steps is not None and args.steps < 0:
+        raise CommandError(f"--steps must be >= 0, got {args.steps}")
+    try:
+        job = load_job(args.job)
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
+    try:
+        spec = TrainSpec.from_job(job, steps=args.steps, dataset=args.dataset)
+    except ValueError as e:
+        raise CommandError(f"{args.job}: {e}") from None
+    nnodes = _fixed_nodes(args.nnodes)
+    entry = elastic.run_entry(args, _frontier_path(args), job.to_dict())
+    plan = None
+    if "select" not in entry:
+        plan = _load_plan(args) if args.plan else _select(args, job, nnodes)
+        entry["plan"] = plan
+    nproc = _nproc(args, plan, nnodes)
+    if args.metrics:
+        entry["metrics"] = str(Path(args.metrics).resolve())
+    config = {"spec": spec.to_json(), "steps": spec.steps, "runs": [entry]}
+    print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc * nnodes} process(es)"
+          + (f", plan {plan['id']} ({plan.get('summary') or 'no summary'})" if plan else ""), flush=True)
+    rc = launch_workers(config, elastic.launch_options(args, nproc, spec.to_json(), args.timeout_s))
+    if rc != 0:
+        print(f"tensoropt run: the workers failed (exit code {rc}); see the messages above", file=sys.stderr)
+        return rc
+    if args.metrics and Path(args.metrics).is_file():
+        print(format_metrics(json.loads(Path(args.metrics).read_text())))
+    return 0
+
+
+def format_metrics(metrics: dict) -> str:
+    """Predicted vs measured step time and memory, one line each.
+
+    Example:
+        >>> print(format_metrics({"plan_id": "d2-p0", "devices": 2, "steps": [],
+        ...     "predicted": {"time_s": 0.010, "memory_bytes": 2**20},
+        ...     "measured": {"time_s": 0.012, "memory_bytes": 2**20}}))
+        plan d2-p0 on 2 devices: step time predicted 10.0 ms, measured 12.0 ms (+20%)
+        memory per device predicted 1.00 MiB, measured 1.00 MiB (+0%)
+    """
+    pred, meas = metrics.get("predicted", {}), metrics.get("measured", {})
+
+    def rel(m, p):
+        return f" ({(m - p) / p:+.0%})" if p else ""
+
+    lines = [f"plan {metrics.get('plan_id')} on {metrics.get('devices')} devices: step time predicted "
+             + (f"{pred['time_s'] * 1e3:.1f} ms" if pred.get("time_s") is not None else "n/a")
+             + f", measured {meas['time_s'] * 1e3:.1f} ms" + rel(meas["time_s"], pred.get("time_s"))]
+    predicted_mib = pred.get("memory_bytes")
+    lines.append("memory per device predicted "
+                 + (f"{predicted_mib / 2**20:.2f} MiB" if predicted_mib is not None else "n/a")
+                 + f", measured {meas['memory_bytes'] / 2**20:.2f} MiB"
+                 + rel(meas["memory_bytes"], pred.get("memory_bytes")))
+    return "\n".join(lines)
+
+
+def _fixed_nodes(nnodes: str) -> int:
+    try:
+        return int(str(nnodes).split(":")[-1])
+    except ValueError:
+        raise CommandError(f"--nnodes must be N or MIN:MAX, got {nnodes!r}") from None
+
+
+def _frontier_path(args) -> Path | None:
+    path = Path(args.frontier) if args.frontier else Path("out")
+    if path.is_dir():
+        path = path / "frontier.json"
+    return path if (args.frontier or path.is_file()) else None
+
+
+def _load_plan(args) -> dict:
+    from tensoropt.executor.plan import ExecPlan
+
+    try:
+        ExecPlan.load(args.plan)  # validates
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+    return json.loads(Path(args.plan).read_text())
+
+
+def _select(args, job, nnodes: int) -> dict:
+    from tensoropt.elastic import ElasticPlanError, select_for_world_size
+    from tensoropt.planner import PlanningError
+
+    devices = args.nproc * nnodes if args.nproc else None
+    if devices is None:
+        raise CommandError("without --plan, give the device count with --nproc N")
+    frontier = _frontier_path(args)
+    try:
+        plan, line = select_for_world_size(devices, frontier, job.to_dict())
+    except (ElasticPlanError, PlanningError) as e:
+        raise CommandError(str(e)) from None
+    print(f"tensoropt run: {line}", flush=True)
+    return plan
+
+
+def _nproc(args, plan: dict | None, nnodes: int) -> int:
+    nproc = args.nproc or args.nproc_per_node
+    if plan is not None:
+        devices = int(plan.get("devices") or 1)
+        if nproc is None:
+            nproc = max(1, devices // nnodes)
+        if nproc * nnodes != devices:
+            raise CommandError(f"the plan {plan.get('id')} is for {devices} devices but --nproc {nproc} "
+                               f"x --nnodes {nnodes} gives {nproc * nnodes}; select a plan for that count")
+    if nproc is None:
+        raise CommandError("give the process count with --nproc N")
+    return nproc
