@@ -36,12 +36,12 @@
   }
 
   function num(x) {
-    // 3 significant digits, short: 1234, 12.3, 0.0123, 2.45e-5
+    // at most 6 characters: 3 significant digits (12.3, 0.0123, 1234), 2 for tiny values (2.5e-5)
     if (x === null || x === undefined || !isFinite(x)) return "n/a";
     if (x === 0) return "0";
     const a = Math.abs(x);
+    if (a >= 1e5 || a < 0.01) return x.toExponential(1).replace("e+", "e");
     if (a >= 1000) return Math.round(x).toString();
-    if (a < 0.001) return x.toExponential(2);
     return Number(x.toPrecision(3)).toString();
   }
 
