@@ -19,13 +19,13 @@ STEPS = 3
 
 
 def run_plans(runs: list[tuple[str, TrainSpec, dict]], nproc: int, out: Path, timeout_s: float = 400,
-              **extra) -> tuple[int, float]:
+              env: dict | None = None, **extra) -> tuple[int, float]:
     """Train every (name, spec, plan) for STEPS steps in one launch; returns (exit code, seconds)."""
     config = {"steps": STEPS, "runs": [
         {"spec": spec.to_json(), "plan": plan, "metrics": str(out / f"{name}-{plan['id']}.json"),
          "params_out": str(out / f"{name}-{plan['id']}.pt")} for name, spec, plan in runs], **extra}
     start = time.perf_counter()
-    rc = launch_workers(config, LaunchOptions(nproc, timeout_s=timeout_s), env=ENV)
+    rc = launch_workers(config, LaunchOptions(nproc, timeout_s=timeout_s), env={**ENV, **(env or {})})
     return rc, time.perf_counter() - start
 
 

@@ -41,7 +41,7 @@ def references():
     return refs
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=["2proc", "4proc"])
+@pytest.fixture(scope="module", params=[2, pytest.param(4, marks=pytest.mark.slow)], ids=["2proc", "4proc"])
 def launched(request, tmp_path_factory):
     nproc = request.param
     out = tmp_path_factory.mktemp(f"parity{nproc}")
