@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import sys
 import traceback
@@ -107,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m tensoropt.executor.worker RUN.json", file=sys.stderr)
         return 2
     rank = int(os.environ.get("RANK", "0"))
+    # DTensor warns on every multi-axis all-gather of a plan's layout; the plan chose it.
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     try:
         config = json.loads(Path(argv[0]).read_text())
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
