@@ -283,8 +283,18 @@ class FrontierFile:
         raise KeyError(plan_id)
 
     def write(self, path: str | Path) -> None:
-        """Write atomically as JSON."""
-        write_text_atomic(path, json.dumps(self.to_json(), indent=1) + "\n")
+        """Write atomically as JSON (:func:`frontier_file_text`)."""
+        write_text_atomic(path, frontier_file_text(self.to_json()))
+
+
+def frontier_file_text(frontier_json: dict) -> str:
+    """The text of frontier.json: compact JSON (frontiers of thousands of plans stay small).
+
+    Example:
+        >>> frontier_file_text({"version": 1, "job": {}, "frontiers": [], "selected": None})
+        '{"version":1,"job":{},"frontiers":[],"selected":null}\\n'
+    """
+    return json.dumps(frontier_json, separators=(",", ":")) + "\n"
 
 
 def load_frontier_file(path: str | Path) -> FrontierFile:

@@ -10,14 +10,13 @@ code 2 when no plan fits the budget (frontier.json and the plot are still writte
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 from tensoropt.commands import CommandError, command_parser
 from tensoropt.config import SELECT_RULES, Job, load_job
-from tensoropt.plans import FrontierFile, plan_file_text, write_text_atomic
+from tensoropt.plans import FrontierFile, frontier_file_text, plan_file_text, write_text_atomic
 from tensoropt.selector import EXIT_NO_FEASIBLE_PLAN, NoFeasiblePlan, Selection, select
 from tensoropt.tables import frontier_table
 
@@ -83,7 +82,7 @@ def write_outputs(ff: FrontierFile, out: Path, job_path: str, plot: bool) -> lis
     """Write frontier.json, plan.json (when a plan is selected) and pareto.html; return the paths."""
     data = ff.to_json()
     written = [out / "frontier.json"]
-    write_text_atomic(written[0], json.dumps(data, indent=1) + "\n")
+    write_text_atomic(written[0], frontier_file_text(data))
     plan_path = out / "plan.json"
     if ff.selected is not None:
         write_text_atomic(plan_path, plan_file_text(data, ff.selected))

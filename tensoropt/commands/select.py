@@ -7,12 +7,17 @@ file) and records it as ``selected`` in the frontier file. Exit code 2 when no p
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from tensoropt.commands import CommandError, command_parser
 from tensoropt.config import SELECT_RULES, SIZE_FORM, format_size, parse_size
-from tensoropt.plans import FrontierFile, load_frontier_file, plan_file_text, write_text_atomic
+from tensoropt.plans import (
+    FrontierFile,
+    frontier_file_text,
+    load_frontier_file,
+    plan_file_text,
+    write_text_atomic,
+)
 from tensoropt.selector import Selection, select
 from tensoropt.tables import format_time, throughput
 
@@ -89,7 +94,7 @@ def write_selection(frontier_file: FrontierFile, selection: Selection, frontier_
     data = frontier_file.to_json()
     text = plan_file_text(data, selection.plan.id)
     write_text_atomic(plan_path, text)
-    write_text_atomic(frontier_file_path, json.dumps(data, indent=1) + "\n")
+    write_text_atomic(frontier_file_path, frontier_file_text(data))
     return text
 
 
