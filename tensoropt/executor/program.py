@@ -92,27 +92,16 @@ def signature(ep: torch.export.ExportedProgram) -> Signature:
 def arg_nodes(node: fx.Node) -> list[fx.Node]:
     """Every fx node in a node's args then kwargs values (lists and tuples flattened), in order.
 
-    The same order as capture lists a node's ``operands``.
+    Capture's own walk, so the order is exactly that of the OpGraph node's ``operands``.
 
     Example:
         >>> g = fx.Graph(); x = g.placeholder("x")
         >>> [a.name for a in arg_nodes(g.call_function(torch.ops.aten.cat.default, ([x, x],)))]
         ['x', 'x']
     """
-    out: list[fx.Node] = []
+    from tensoropt.capture.graph import tensor_args as capture_tensor_args
 
-    def visit(a):
-        if isinstance(a, fx.Node):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            for x in a:
-                visit(x)
-
-    for a in node.args:
-        visit(a)
-    for a in node.kwargs.values():
-        visit(a)
-    return out
+    return capture_tensor_args(node)
 
 
 def lazy_views(ep: torch.export.ExportedProgram, placements: dict) -> set[str]:
