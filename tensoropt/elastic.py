@@ -161,8 +161,9 @@ def train_with_checkpoints(trainer, spec, total_steps: int, options: dict):
     root = Path(options["dir"])
     every = int(options.get("every") or 0)
     keep = int(options.get("keep", 2))
-    description = {k: v for k, v in spec.to_json().items() if k != "job"}  # the planner job is bulky
-    hash_ = job_hash(description)
+    spec_json = spec.to_json()
+    hash_ = job_hash(spec_json)
+    description = {k: v for k, v in spec_json.items() if k != "job"}  # the planner job is bulky
     rank, size = world()
     manifest = resume(trainer, root, hash_, bool(options.get("verify_checksums", True)))
     start = manifest.step if manifest is not None else 0

@@ -30,7 +30,7 @@ MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 IGNORED_IN_HASH = ("steps", "job")
-"""Keys of a training description that do not make checkpoints incompatible."""
+"""Keys of a training description left out of the job hash (only ``job["model"]`` counts)."""
 
 
 class CheckpointWarning(UserWarning):
@@ -50,9 +50,10 @@ def job_hash(job: dict) -> str:
     """A short stable hash of what makes checkpoints of a job interchangeable.
 
     ``job`` is the training description (``TrainSpec.to_json()``: model, inputs, batch,
-    optimizer, learning rate, seed, dtype, dataset). Its total ``steps`` and the planner ``job``
-    it came from (device counts, memory budget, selection rule) are left out, so a run may be
-    extended, re-planned or moved to another device count and still resume.
+    optimizer, learning rate, seed, dtype, dataset). Its total ``steps`` and, of the planner
+    ``job`` it came from, everything but the ``model`` section (device counts, memory budget,
+    selection rule) are left out, so a run may be extended, re-planned or moved to another
+    device count and still resume.
 
     Example:
         >>> job_hash({"model": "mlp", "steps": 3}) == job_hash({"model": "mlp", "steps": 10, "job": {}})
@@ -61,6 +62,8 @@ def job_hash(job: dict) -> str:
         16
     """
     core = {k: v for k, v in job.items() if k not in IGNORED_IN_HASH}
+    if isinstance(job.get("job"), dict) and "model" in job["job"]:
+        core["job.model"] = job["job"]["model"]  # the model is built from it
     text = json.dumps(core, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

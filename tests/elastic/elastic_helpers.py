@@ -7,11 +7,11 @@ or leaves workers behind.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -20,31 +20,44 @@ import pytest
 import torch
 
 from tensoropt.checkpoint import CheckpointWarning, latest_checkpoint
-from tensoropt.executor.data import InputSpec
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
-from tensoropt.launch import LaunchOptions, torchrun_command
 
 MODEL_KWARGS = {"in_features": 64, "hidden": [256, 256], "num_classes": 16}
 BATCH = 1024  # large enough that the planner prefers sharded plans at 2 and 4 devices on cpu-local
 TOTAL_STEPS = 8
 
 
-def mlp_spec(lr: float = 0.05) -> TrainSpec:
-    """The training run: the zoo MLP (through its class), SGD, synthetic data per step."""
-    return TrainSpec("tensoropt.models.mlp:MLP", (InputSpec((64,)), InputSpec((), "int64", 16)), BATCH,
-                     dict(MODEL_KWARGS), optimizer="sgd", lr=lr, seed=0, steps=TOTAL_STEPS)
-
-
-def mlp_job(devices: list[int]) -> dict:
-    """The planner job of the same model and training (Job.to_dict() form)."""
+def mlp_job(devices: list[int], lr: float = 0.05) -> dict:
+    """The job: the zoo MLP, SGD, synthetic data per step, on cpu-local (Job.to_dict() form)."""
     from tensoropt.config import Job
 
     return Job(model={"name": "mlp", "kwargs": dict(MODEL_KWARGS), "task": "classification",
                       "input_shape": [64], "num_classes": 16},
                cluster="cpu-local", devices=devices, memory_budget="16MiB", select="fastest",
-               training={"global_batch_size": BATCH, "optimizer": "sgd", "learning_rate": 0.05,
+               training={"global_batch_size": BATCH, "optimizer": "sgd", "learning_rate": lr,
                          "seed": 0, "steps": TOTAL_STEPS}).to_dict()
+
+
+def mlp_spec(lr: float = 0.05) -> TrainSpec:
+    """The training run of the job, as `tensoropt run` makes it."""
+    from tensoropt.config import Job
+
+    return TrainSpec.from_job(Job.from_dict(mlp_job([1, 2], lr)))
+
+
+def job_yaml(tmp: Path) -> Path:
+    """The job as a YAML file (for `tensoropt run`)."""
+    from tensoropt.config import Job
+
+    path = tmp / "job.yaml"
+    path.write_text(Job.from_dict(mlp_job([1, 2])).to_yaml())
+    return path
+
+
+def run_cli(*args) -> list[str]:
+    """The command line of ``tensoropt run ARGS``."""
+    return [sys.executable, "-m", "tensoropt.cli", "run", *map(str, args)]
 
 
 @pytest.fixture(scope="session")
@@ -58,14 +71,29 @@ def frontier_file(tmp_path_factory) -> Path:
     return path
 
 
+ONE_DEVICE = ExecPlan.from_json({"id": "d1-p0", "mesh": {"shape": [], "levels": []}, "placements": {}})
+
+
 @pytest.fixture(scope="session")
 def reference_params() -> dict[str, torch.Tensor]:
     """Final parameters of an uninterrupted 1-process run of TOTAL_STEPS steps (in this process)."""
     from tensoropt.executor.trainer import Trainer
 
-    plan = ExecPlan.from_json({"id": "reference", "mesh": {"shape": [], "levels": []}, "placements": {}})
-    trainer = Trainer(mlp_spec(), plan)
+    trainer = Trainer(mlp_spec(), ONE_DEVICE)
     trainer.train(TOTAL_STEPS)
+    return trainer.full_params()
+
+
+def checkpoint_params(ckpt: Path, step: int) -> dict[str, torch.Tensor]:
+    """The parameters of the newest checkpoint (which must be at ``step``), loaded in this process."""
+    from tensoropt.checkpoint import job_hash, resume
+    from tensoropt.executor.trainer import Trainer
+
+    trainer = Trainer(mlp_spec(), ONE_DEVICE)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled")
+        manifest = resume(trainer, ckpt, job_hash(mlp_spec().to_json()))
+    assert manifest is not None and manifest.step == step, manifest
     return trainer.full_params()
 
 
@@ -85,26 +113,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_config(tmp: Path, ckpt: Path, frontier: Path, steps: int, every: int, name: str = "run") -> Path:
-    """Write a worker RUN.json: select per world size from ``frontier``, checkpoint to ``ckpt``."""
-    config = {"spec": mlp_spec().to_json(), "steps": steps,
-              "runs": [{"select": {"frontier": str(frontier), "job": None},
-                        "checkpoint": {"dir": str(ckpt), "every": every, "keep": 3},
-                        "metrics": str(tmp / f"{name}-metrics.json"),
-                        "params_out": str(tmp / f"{name}-params.pt")}]}
-    path = tmp / f"{name}.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
 class Agents:
     """torchrun processes started by a test, each in its own process group, with logs."""
 
     def __init__(self, tmp: Path):
         self.tmp, self.procs, self.logs = tmp, {}, {}
 
-    def start(self, name: str, opts: LaunchOptions, run_json: Path, env: dict | None = None):
-        cmd = torchrun_command(opts, "tensoropt.executor.worker", [str(run_json)])
+    def start(self, name: str, cmd: list[str], env: dict | None = None):
         full_env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
                     "TENSOROPT_COLLECTIVE_TIMEOUT_S": "60", **(env or {})}
         log = open(self.tmp / f"{name}.log", "w")
@@ -120,7 +135,7 @@ class Agents:
         return "\n".join(f"===== {n} =====\n{self.text(n)[-6000:]}" for n in self.procs)
 
     def kill(self, name: str) -> None:
-        """SIGKILL an agent and its workers (torchrun starts each worker in a session of its own)."""
+        """SIGKILL a command, its torchrun agent and the workers (each in a session of its own)."""
         proc = self.procs[name]
         for pid in [proc.pid, *descendants(proc.pid)]:
             for kill in (os.killpg, os.kill):

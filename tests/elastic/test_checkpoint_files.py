@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from elastic_helpers import assert_params_close, mlp_spec
+from elastic_helpers import ONE_DEVICE, assert_params_close, mlp_spec
 
 from tensoropt.checkpoint import (
     CheckpointMismatch,
@@ -19,13 +19,12 @@ from tensoropt.checkpoint import (
     save_checkpoint,
     step_dir,
 )
-from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.trainer import Trainer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(200),
               pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]
 
-PLAN = ExecPlan.from_json({"id": "d1-p0", "mesh": {"shape": [], "levels": []}, "placements": {}})
+PLAN = ONE_DEVICE
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +98,10 @@ def test_checkpoint_of_another_job_is_refused(saved):
 
 def test_job_hash_ignores_total_steps_and_the_planner_job_only():
     spec = mlp_spec().to_json()
-    assert job_hash(spec) == job_hash({**spec, "steps": 1000, "job": {"devices": [1, 2, 4, 8]}})
+    replanned = {**spec["job"], "devices": [1, 2, 4, 8], "memory_budget": 1 << 30, "select": "fewest_devices"}
+    assert job_hash(spec) == job_hash({**spec, "steps": 1000, "job": replanned})
+    assert job_hash(spec) != job_hash({**spec, "job": {**spec["job"], "model": {**spec["job"]["model"],
+                                                                                "num_classes": 10}}})
     assert job_hash(spec) != job_hash({**spec, "lr": 0.1})
     assert job_hash(spec) != job_hash({**spec, "seed": 1})
     assert job_hash(spec) == job_hash(json.loads(json.dumps(spec)))
