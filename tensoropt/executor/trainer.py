@@ -56,9 +56,9 @@ def build_mesh(plan: ExecPlan) -> DeviceMesh | None:
     Example:
         >>> build_mesh(plan)  # doctest: +SKIP
     """
-    if not plan.mesh.shape:
-        return None
     world = dist.get_world_size() if dist.is_initialized() else 1
+    if not plan.mesh.shape and world == 1:
+        return None
     if plan.devices != world:
         raise ValueError(
             f"plan {plan.plan_id} needs {plan.devices} processes but {world} are running; "
