@@ -4,12 +4,12 @@ The sum-and-union of :mod:`frontier.combine` generates every sum of one row per 
 Most are dominated. Here each table's groups (sorted by objective 0) are cut into chunks
 of ``CHUNK`` rows, and:
 
-1. the *representatives* (first and last row of every chunk) are summed and pruned: a
-   real, partial frontier ``U`` for every output group;
-2. every combination of chunks gets the sum of the chunks' per-objective minima -- a
+1. every combination of chunks gets the sum of the chunks' per-objective minima -- a
    corner below every candidate the combination can make;
-3. a combination whose corner is (weakly) dominated by a point of ``U`` is skipped --
-   each of its candidates is dominated by, or equal to, that real point;
+2. the combinations whose corners are non-dominated are expanded and pruned: a real,
+   partial frontier ``U`` for every output group;
+3. any other combination whose corner is (weakly) dominated by a point of ``U`` is
+   skipped -- each of its candidates is dominated by, or equal to, that real point;
 4. the remaining combinations are expanded in full and pruned together with ``U``.
 
 The result is exactly the prune of all candidates (same rows, same order).
@@ -22,7 +22,7 @@ import numpy as np
 from frontier.pareto import pareto_select, ragged_arange
 
 #: Chunk length relative to the square root of the mean group size.
-SCALE = 0.25
+SCALE = 0.5
 
 
 def expand(starts, costs, groups, x_lo: int, x_hi: int):
@@ -62,22 +62,19 @@ def bounded_sum_union(tables, groups, x_lo: int, x_hi: int, width: int, box_eps:
         (cost, x, rows): the kept sums, their joint configuration, and one row per table.
     """
     chunks = [_chunks(t) for t in tables]
-    # 1. representatives -> partial frontier U (real candidates)
-    rep_rows = [_representatives(t) for t in tables]
-    rep_starts = [np.searchsorted(rr, t.start) for rr, t in zip(rep_rows, tables)]
-    x_u, cost_u, idx = expand(rep_starts, [t.cost[rr] for t, rr in zip(tables, rep_rows)], groups, x_lo, x_hi)
-    rows_u = [rr[i] for rr, i in zip(rep_rows, idx)]
-    keep = pareto_select(cost_u, x_u // width)
-    x_u, cost_u, rows_u = x_u[keep], cost_u[keep], [r[keep] for r in rows_u]
-    out_u = x_u // width
-    # 2. chunk combinations and their corners
+    # chunk combinations and their corners (a lower bound on each of their candidates)
     x_c, corner, chunk_ids = expand([c[2] for c in chunks], [c[3] for c in chunks], groups, x_lo, x_hi)
     out_c = x_c // width
-    # 3. skip combinations whose corner U dominates
-    alive = ~_dominated_by_staircase(corner, out_c, cost_u, out_u)
-    x_c, chunk_ids = x_c[alive], [c[alive] for c in chunk_ids]
-    # 4. expand the survivors
-    x, cost, rows = _expand_chunks(tables, chunks, x_c, chunk_ids)
+    # 1. expand the combinations with non-dominated corners -> partial frontier U (real points)
+    front = np.zeros(len(x_c), dtype=bool)
+    front[pareto_select(corner, out_c)] = True
+    x_u, cost_u, rows_u = _expand_chunks(tables, chunks, x_c[front], [c[front] for c in chunk_ids])
+    keep = pareto_select(cost_u, x_u // width)
+    x_u, cost_u, rows_u = x_u[keep], cost_u[keep], [r[keep] for r in rows_u]
+    # 2. skip the other combinations whose corner U dominates; expand the rest
+    rest = np.flatnonzero(~front)
+    alive = rest[~_dominated_by_staircase(corner[rest], out_c[rest], cost_u, x_u // width)]
+    x, cost, rows = _expand_chunks(tables, chunks, x_c[alive], [c[alive] for c in chunk_ids])
     x = np.r_[x_u, x]
     cost = np.concatenate([cost_u, cost])
     rows = [np.r_[a, b] for a, b in zip(rows_u, rows)]
@@ -101,21 +98,12 @@ def _chunks(table):
     length = np.minimum(CHUNK, counts[group] - j * CHUNK)
     start = np.r_[0, np.cumsum(n_chunks)].astype(np.int64)
     if len(first):
-        corner = np.stack([np.minimum.reduceat(table.cost[:, k], first) for k in range(table.cost.shape[1])], 1)
+        corner = np.stack(
+            [np.minimum.reduceat(table.cost[:, k], first) for k in range(table.cost.shape[1])], 1
+        )
     else:
         corner = np.zeros((0, table.cost.shape[1]))
     return first, length, start, corner
-
-
-def _representatives(table) -> np.ndarray:
-    """Every ~sqrt(rows per group)-th row of each group, plus each group's last row."""
-    counts = table.counts
-    nonempty = counts[counts > 0]
-    stride = int(np.clip(np.sqrt(nonempty.mean()), 1, 64)) if len(nonempty) else 1
-    n_rep = -(-counts // stride)
-    group = np.repeat(np.arange(len(counts)), n_rep)
-    rows = table.start[group] + ragged_arange(n_rep) * stride
-    return np.unique(np.r_[rows, table.start[1:][counts > 0] - 1])
 
 
 def _expand_chunks(tables, chunks, x, chunk_ids):
@@ -141,11 +129,8 @@ def _dominated_by_staircase(points, group, stair, stair_group):
     """
     if len(points) == 0 or len(stair) == 0:
         return np.zeros(len(points), dtype=bool)
-    _, rank = np.unique(np.r_[stair[:, 0], points[:, 0]], return_inverse=True)
-    m = len(rank) + 1
-    key_s = stair_group * m + rank[: len(stair)]
-    key_p = group * m + rank[len(stair) :]
-    i = np.searchsorted(key_s, key_p, side="right") - 1
+    # complex keys compare lexicographically: (group, objective 0), exactly
+    i = np.searchsorted(stair_group + 1j * stair[:, 0], group + 1j * points[:, 0], side="right") - 1
     ok = i >= 0
     i = np.maximum(i, 0)
     return ok & (stair_group[i] == group) & (stair[i, 1] <= points[:, 1])

@@ -128,7 +128,9 @@ class Combiner:
         parts = []
         for lo, hi in _chunks(per_out):
             parts.append(
-                self._compute_range(tables, groups, counts, lo * width, hi * width, width, lo, drop is not None)
+                self._compute_range(
+                    tables, groups, counts, lo * width, hi * width, width, lo, drop is not None
+                )
             )
         cost = np.concatenate([p[0] for p in parts])
         out_group = np.concatenate([p[1] for p in parts])

@@ -38,13 +38,16 @@ def component_tables(problem: Problem) -> list[list[Table]]:
     return list(comps.values())
 
 
-def sum_components(combiner: Combiner, results: list[Table], progress: Callable[[], None] | None = None) -> Table:
+def sum_components(
+    combiner: Combiner, results: list[Table], progress: Callable[[], None] | None = None
+) -> Table:
     """Minkowski sum (then prune) of the empty-scope frontiers of the components.
 
     Example:
         >>> import numpy as np
         >>> c = Combiner(sizes=[2, 2])
-        >>> parts = [c.combine([leaf_table((v,), np.array([[0.0, 1.0], [1.0, 0.0]]))], drop=v) for v in (0, 1)]
+        >>> unit = np.array([[0.0, 1.0], [1.0, 0.0]])
+        >>> parts = [c.combine([leaf_table((v,), unit)], drop=v) for v in (0, 1)]
         >>> sum_components(c, parts).cost.tolist()
         [[0.0, 2.0], [1.0, 1.0], [2.0, 0.0]]
     """

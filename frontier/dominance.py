@@ -41,7 +41,11 @@ def drop_dominated_configs(problem: Problem) -> tuple[Problem, list[np.ndarray]]
         parts = [problem.node_cost[v][kept[v]]]
         for e, other, is_src in incident[v]:
             c = problem.edge_cost[e]
-            sub = c[np.ix_(kept[v], kept[other])] if is_src else c[np.ix_(kept[other], kept[v])].transpose(1, 0, 2)
+            sub = (
+                c[np.ix_(kept[v], kept[other])]
+                if is_src
+                else c[np.ix_(kept[other], kept[v])].transpose(1, 0, 2)
+            )
             parts.append(sub.reshape(len(kept[v]), -1))
         rows = np.concatenate(parts, axis=1)
         alive = _undominated_rows(rows)

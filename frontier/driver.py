@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from frontier.combine import CombineStats, Combiner
+from frontier.combine import Combiner, CombineStats
 from frontier.components import component_tables, sum_components
 from frontier.dominance import drop_dominated_configs
 from frontier.linear_dp import linear_dp
@@ -134,6 +134,9 @@ def solve(
     configs = reconstruct(root, np.arange(root.size), n)
     configs = np.stack([kept[v][configs[:, v]] for v in range(n)], axis=1)
     costs = original.costs(configs)
+    scale = np.maximum(np.abs(root.cost), np.abs(costs)).max(initial=0.0)
+    if not np.allclose(costs, root.cost, rtol=1e-9, atol=1e-12 * max(scale, 1.0)):
+        raise RuntimeError("internal error: a reconstructed plan's cost differs from its frontier point")
     keep = pareto_select(costs)
     return [
         Point(cost=costs[i], assignment={name: int(s) for name, s in zip(original.names, configs[i])})

@@ -74,18 +74,16 @@ def pareto_select(cost: np.ndarray, group: np.ndarray | None = None, box_eps: fl
 def _prune2(c0: np.ndarray, c1: np.ndarray, group: np.ndarray) -> np.ndarray:
     """K = 2 prune: keep a row iff its c1 is below every earlier c1 of its group (sorted by c0).
 
-    Rows are ordered by c0 (quicksort) and then stably by group (a radix sort when the group
-    ids fit 16 bits); a row with a c0 equal to the next kept row's is dropped afterwards,
-    which settles ties without sorting by c1.
+    Rows are ordered by (group, c0) in one sort of the complex keys ``group + 1j * c0``; a
+    row with a c0 equal to the next kept row's is dropped afterwards, which settles ties
+    without sorting by c1.
     """
     n = len(c0)
-    order = np.argsort(c0)
+    if group[0] == group[-1] and not (group[1:] != group[:-1]).any():
+        order = np.argsort(c0)
+    else:  # complex numbers sort lexicographically: (group, c0), exactly
+        order = np.argsort(group + 1j * c0)
     g = group[order]
-    if g[-1] != g[0] or (g[1:] != g[:-1]).any():
-        gmax = int(group.max())
-        narrow = g.astype(np.uint16) if gmax < 65536 else g
-        regroup = np.argsort(narrow, kind="stable")
-        order, g = order[regroup], g[regroup]
     a = c1[order]
     starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
     if len(starts) <= 4096:
@@ -185,7 +183,8 @@ def box_representatives(cost: np.ndarray, group: np.ndarray, eps: float) -> np.n
 
     Example:
         >>> import numpy as np
-        >>> box_representatives(np.array([[1.0, 1.0], [1.001, 1.0], [2.0, 1.0]]), np.zeros(3, int), 0.01).tolist()
+        >>> cost = np.array([[1.0, 1.0], [1.001, 1.0], [2.0, 1.0]])
+        >>> box_representatives(cost, np.zeros(3, int), 0.01).tolist()
         [0, 2]
     """
     with np.errstate(divide="ignore"):

@@ -33,6 +33,8 @@ import numpy as np
 from frontier.combine import Combiner
 from frontier.table import Table
 
+#: Sweep from sources and sinks at once, meeting in the middle (else from sources only).
+BOTH_ENDS = True
 #: Most candidates a local (non-sweep) elimination may generate before the sweep goes first.
 LOCAL_LIMIT = 1_000_000
 
@@ -52,7 +54,9 @@ class Reducer:
         [[0.0, 2.0], [1.0, 1.0], [2.0, 0.0]]
     """
 
-    def __init__(self, combiner: Combiner, tables: list[Table], on_eliminate: Callable[[], None] | None = None):
+    def __init__(
+        self, combiner: Combiner, tables: list[Table], on_eliminate: Callable[[], None] | None = None
+    ):
         self.combiner = combiner
         self.tables: dict[frozenset, Table] = {}
         self.incident: dict[int, set[frozenset]] = {}
@@ -145,7 +149,7 @@ class Reducer:
         local = [v for v in est if est[v] <= LOCAL_LIMIT and not self._touches_swept(v)]
         if local:
             return best(local)
-        sweep = [v for v in est if self._touches_swept(v) and not self._waits(v)]
+        sweep = [v for v in est if self._touches_swept(v) and (BOTH_ENDS or not self._waits(v))]
         if sweep:
             return best(sweep)
         allowed = [v for v in est if not self._waits(v)]

@@ -34,7 +34,9 @@ def load_problem(graph: nx.DiGraph, epsilon: float = 0.0) -> Problem:
         ValueError: node 'x': "cost" has 0 configurations; give every node at least one configuration
     """
     if not isinstance(graph, nx.DiGraph) or graph.is_multigraph():
-        raise ValueError(f"expected a networkx.DiGraph, got {type(graph).__name__}; merge parallel edges first")
+        raise ValueError(
+            f"expected a networkx.DiGraph, got {type(graph).__name__}; merge parallel edges first"
+        )
     if graph.number_of_nodes() == 0:
         raise ValueError("the graph has no nodes; there is nothing to plan")
     if not (np.isfinite(epsilon) and epsilon >= 0):
@@ -51,7 +53,7 @@ def load_problem(graph: nx.DiGraph, epsilon: float = 0.0) -> Problem:
     for n, c in zip(names, node_cost):
         if c.shape[1] != k:
             raise ValueError(
-                f"node {n!r}: \"cost\" has {c.shape[1]} objectives but node {names[0]!r} has {k}; "
+                f'node {n!r}: "cost" has {c.shape[1]} objectives but node {names[0]!r} has {k}; '
                 "every cost vector needs the same objectives"
             )
     edges, edge_cost = [], []
@@ -64,7 +66,9 @@ def load_problem(graph: nx.DiGraph, epsilon: float = 0.0) -> Problem:
             (f"edge {e!r}", c) for e, c in zip(graph.edges, edge_cost)
         ]:
             if (c < 0).any():
-                raise ValueError(f"{where}: negative cost; epsilon > 0 needs non-negative costs (use epsilon=0)")
+                raise ValueError(
+                    f"{where}: negative cost; epsilon > 0 needs non-negative costs (use epsilon=0)"
+                )
     return Problem(names=names, node_cost=node_cost, edges=edges, edge_cost=edge_cost)
 
 
@@ -76,7 +80,9 @@ def _node_cost(graph: nx.DiGraph, n) -> np.ndarray:
     if c.ndim != 2:
         raise ValueError(f'node {n!r}: "cost" has shape {c.shape}; expected (configurations, objectives)')
     if c.shape[0] == 0:
-        raise ValueError(f'node {n!r}: "cost" has 0 configurations; give every node at least one configuration')
+        raise ValueError(
+            f'node {n!r}: "cost" has 0 configurations; give every node at least one configuration'
+        )
     if c.shape[1] == 0:
         raise ValueError(f'node {n!r}: "cost" has 0 objectives; give at least one objective')
     _check_values(c, f"node {n!r}")
@@ -114,4 +120,6 @@ def _check_values(c: np.ndarray, where: str) -> None:
         raise ValueError(f'{where}: "cost" has NaN at index {idx}; every cost must be a number')
     if np.isneginf(c).any():
         idx = tuple(int(i) for i in np.argwhere(np.isneginf(c))[0])
-        raise ValueError(f'{where}: "cost" has -inf at index {idx}; use +inf to mark an infeasible configuration')
+        raise ValueError(
+            f'{where}: "cost" has -inf at index {idx}; use +inf to mark an infeasible configuration'
+        )

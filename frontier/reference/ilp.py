@@ -63,7 +63,9 @@ def ilp_min_cost(
     h.setOptionValue("mip_rel_gap", 0.0)
     h.setOptionValue("time_limit", float(time_limit_s))
     empty_i, empty_f = np.zeros(0, np.int32), np.zeros(0)
-    h.addCols(n_cols, coef[:, objective], np.zeros(n_cols), upper, 0, np.zeros(n_cols, np.int32), empty_i, empty_f)
+    h.addCols(
+        n_cols, coef[:, objective], np.zeros(n_cols), upper, 0, np.zeros(n_cols, np.int32), empty_i, empty_f
+    )
     n_x = int(x_off[-1])
     h.changeColsIntegrality(n_x, np.arange(n_x, dtype=np.int32), np.ones(n_x, dtype=np.uint8))
     rows: list[tuple[np.ndarray, np.ndarray, float, float]] = []

@@ -44,7 +44,9 @@ def mcmc_frontier(
     for (u, v), c in zip(problem.edges, problem.edge_cost):
         incident[u].append((c, v, True))
         incident[v].append((c, u, False))
-    config = np.array([int(np.argmin(np.where(np.isfinite(c).all(1), c.sum(1), np.inf))) for c in problem.node_cost])
+    config = np.array(
+        [int(np.argmin(np.where(np.isfinite(c).all(1), c.sum(1), np.inf))) for c in problem.node_cost]
+    )
     total = problem.costs(config[None])[0]
     scale = np.where(np.isfinite(total) & (np.abs(total) > 0), np.abs(total), 1.0)
     weights = np.linspace(0.0, 1.0, 9) if k == 2 else rng.dirichlet(np.ones(k), size=16)

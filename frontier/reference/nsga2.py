@@ -41,7 +41,11 @@ def nsga2_frontier(G: nx.DiGraph, time_budget_s: float, pop_size: int = 100, see
     class Plans(PymooProblem):
         def __init__(self):
             super().__init__(
-                n_var=len(sizes), n_obj=problem.num_objectives, xl=np.zeros(len(sizes)), xu=sizes - 1.0, vtype=int
+                n_var=len(sizes),
+                n_obj=problem.num_objectives,
+                xl=np.zeros(len(sizes)),
+                xu=sizes - 1.0,
+                vtype=int,
             )
 
         def _evaluate(self, x, out, *args, **kwargs):

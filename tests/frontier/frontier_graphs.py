@@ -38,7 +38,9 @@ def _structure(rng: np.random.Generator, family: str, n: int) -> nx.DiGraph:
         g.add_edges_from((i, j) for i in range(sources) for j in range(sources, n) if rng.random() < 0.5)
         g.add_edges_from((i, j) for i in range(sources, n) for j in range(i + 1, n) if rng.random() < 0.4)
     elif family == "disconnected":
-        g.add_edges_from((i, j) for i in range(n) for j in range(i + 1, n) if (i % 2 == j % 2) and rng.random() < 0.6)
+        g.add_edges_from(
+            (i, j) for i in range(n) for j in range(i + 1, n) if (i % 2 == j % 2) and rng.random() < 0.6
+        )
     else:
         p = 0.75 if family == "dense" else 0.4
         g.add_edges_from((i, j) for i in range(n) for j in range(i + 1, n) if rng.random() < p)
