@@ -4,7 +4,7 @@ For the common case :func:`plan_job` does everything; the steps are public for f
 
     model, spec = build_job_model(job, device="meta")       # the zoo preset or the user factory
     graph = capture_job(job)                                 # OpGraph (captured on meta: no memory)
-    cluster = load_cluster(job.cluster)
+    cluster = load_job_cluster(job)
     frontier = plan_devices(graph, job, cluster, 8)          # cost graph -> FT solve -> plans
 
 Example:
@@ -29,9 +29,6 @@ from tensoropt.summary import plan_breakdown, plan_summary
 
 Progress = Callable[[str, float], None]
 """A progress callback: ``progress(message, fraction_done)`` with fraction in [0, 1]."""
-
-_TASKS = {"language_model": "lm"}
-
 
 class PlanningError(RuntimeError):
     """A stage of planning failed; the message names the stage, the device count and the fix."""
@@ -207,7 +204,10 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         if progress is not None:
             progress(f"solving {_devices(num_devices)}", 0.3 + 0.7 * _fraction(args))
 
-    points = ft.solve(G, epsilon=job.planner.epsilon, progress=solver_progress)
+    try:
+        points = ft.solve(G, epsilon=job.planner.epsilon, progress=solver_progress)
+    except ValueError as e:
+        raise PlanningError(f"solving the frontier for {num_devices} devices: {e}") from None
     timing["solve"] = time.perf_counter() - start - timing["cost_graph"]
     frontier = frontier_from_points(G, graph, points, job.training.global_batch_size)
     timing["breakdown"] = time.perf_counter() - start - timing["cost_graph"] - timing["solve"]
