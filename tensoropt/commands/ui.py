@@ -12,8 +12,10 @@ import webbrowser
 from pathlib import Path
 
 from tensoropt.commands import CommandError
+from tensoropt.commands.plot import _limit_bytes
 from tensoropt.commands.select import budget_bytes
 from tensoropt.plans import load_frontier_file
+from tensoropt.plot.details import EMBED_LIMIT_BYTES
 from tensoropt.plot.server import ParetoServer, serve
 
 
@@ -27,6 +29,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--memory-budget", default=None,
                    help="per-device budget to draw, e.g. 16GiB (default: the job's memory_budget)")
     p.add_argument("--job", default=None, help="job YAML named in the page's `tensoropt run` command")
+    p.add_argument("--embed-limit-mib", type=float, default=EMBED_LIMIT_BYTES / 2**20,
+                   help="plan files embedded in the page, in MiB of JSON (default %(default)g); beyond it "
+                        "only an even subset of plans carries its per-layer details (the server sends the "
+                        "others on request)")
     p.add_argument("--open", action="store_true", help="also open the page in the default web browser")
 
 
@@ -39,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise CommandError(f"--port must be in 0..65535, got {args.port}")
     try:
-        server = ParetoServer(path, port=args.port, job_file=args.job, budget_bytes=budget)
+        server = ParetoServer(path, port=args.port, job_file=args.job, budget_bytes=budget,
+                              embed_limit_bytes=_limit_bytes(args.embed_limit_mib))
     except OSError as e:
         raise CommandError(f"cannot listen on 127.0.0.1:{args.port}: {e.strerror}; "
                            "pick another --port or omit it for a free one") from None

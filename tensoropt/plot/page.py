@@ -21,8 +21,8 @@ from plotly.offline import get_plotlyjs
 
 from tensoropt.plans import write_text_atomic
 from tensoropt.plot.data import GIB, PlotPoint, global_batch_size, job_budget_bytes, page_points
+from tensoropt.plot.details import EMBED_LIMIT_BYTES, details_payload, embedded_ids
 from tensoropt.plot.figure import pareto_figure
-from tensoropt.plot.plan_texts import all_plan_texts
 
 ASSETS = Path(__file__).with_name("assets")
 GZIP_LEVEL = 3
@@ -43,6 +43,7 @@ def pareto_html(
     budget_bytes: int | None = None,
     job_file: str | None = None,
     plan_text: Callable[[dict, str], str] | None = None,
+    embed_limit_bytes: float = EMBED_LIMIT_BYTES,
 ) -> str:
     """The page's HTML text for a frontier.json dict.
 
@@ -53,9 +54,12 @@ def pareto_html(
             ``job_file`` from frontier.json, else the placeholder ``JOB.yaml``.
         plan_text: ``(frontier_json, plan_id) -> plan.json text``; None uses
             :func:`tensoropt.plans.plan_file_text` (what ``tensoropt select`` writes).
+        embed_limit_bytes: limit on the plan.json text embedded for the panel and the download;
+            above it only a thinned subset of plans carries details (see
+            :mod:`tensoropt.plot.details`).
 
     Returns:
-        A complete HTML document (about 5 MB: plotly.js is inlined).
+        A complete HTML document (about 5 MB for plotly.js, plus the compressed plans).
 
     Example:
         >>> fj = {"job": {}, "frontiers": [{"devices": 1, "mesh": [], "plans": [
@@ -63,11 +67,11 @@ def pareto_html(
         >>> "<!DOCTYPE html>" in pareto_html(fj, plan_text=lambda fj, pid: "{}")
         True
     """
-    return _render(frontier_json, budget_bytes, job_file, plan_text)
+    return _render(frontier_json, budget_bytes, job_file, plan_text, embed_limit_bytes)
 
 
 def write_pareto_html(frontier_json: dict, path: str | os.PathLike, budget_bytes: int | None = None,
-                      job_file: str | None = None) -> Path:
+                      job_file: str | None = None, embed_limit_bytes: float = EMBED_LIMIT_BYTES) -> Path:
     """Write the self-contained Pareto page to ``path`` (atomically; parents are created).
 
     Args:
@@ -75,6 +79,7 @@ def write_pareto_html(frontier_json: dict, path: str | os.PathLike, budget_bytes
         path: output file, e.g. ``out/pareto.html``.
         budget_bytes: per-device memory budget drawn on the plot; None takes the job's.
         job_file: the job YAML named in the page's ``tensoropt run`` command (default ``JOB.yaml``).
+        embed_limit_bytes: see :func:`pareto_html`.
 
     Returns:
         The written path.
@@ -85,7 +90,7 @@ def write_pareto_html(frontier_json: dict, path: str | os.PathLike, budget_bytes
         >>> write_pareto_html(fj, tempfile.mkdtemp() + "/pareto.html")  # doctest: +SKIP
     """
     path = Path(path)
-    write_text_atomic(path, pareto_html(frontier_json, budget_bytes, job_file))
+    write_text_atomic(path, pareto_html(frontier_json, budget_bytes, job_file, None, embed_limit_bytes))
     return path
 
 
@@ -104,7 +109,7 @@ def with_selected(page: str, plan_id: str | None) -> str:
     return page[:start] + _script_json(json.dumps(meta)) + page[end:]
 
 
-def _render(frontier_json, budget_bytes, job_file, plan_text) -> str:
+def _render(frontier_json, budget_bytes, job_file, plan_text, embed_limit_bytes) -> str:
     """Fill the page template."""
     if budget_bytes is None:
         budget_bytes = job_budget_bytes(frontier_json)
@@ -113,12 +118,11 @@ def _render(frontier_json, budget_bytes, job_file, plan_text) -> str:
     if not points:
         raise ValueError("frontier.json has no plans to plot (every frontier's 'plans' is empty)")
     figure = pareto_figure(points, budget_bytes, selected)
-    meshes = {int(fr["devices"]): _mesh_text(fr.get("mesh")) for fr in frontier_json["frontiers"]}
-    data = {
-        "plans": {p.plan_id: _plan_payload(p, meshes.get(p.devices, "")) for p in points},
-        "texts": all_plan_texts(frontier_json, plan_text),
-    }
+    ids = embedded_ids(frontier_json, selected, embed_limit_bytes, plan_text)
+    data = details_payload(frontier_json, points, ids, plan_text)
     meta = {
+        "plans": len(points),
+        "embedded": len(ids),
         "selected": selected,
         "budget_gib": None if budget_bytes is None else budget_bytes / GIB,
         "batch": global_batch_size(frontier_json),
@@ -145,23 +149,9 @@ def _render(frontier_json, budget_bytes, job_file, plan_text) -> str:
     return page.replace("__PLOTLY_JS__", _plotly_js(), 1)
 
 
-def _plan_payload(p: PlotPoint, mesh: str) -> dict:
-    """What the detail panel shows for one plan."""
-    return {
-        "devices": p.devices, "mesh": mesh, "time_s": p.time_s, "memory_bytes": p.memory_bytes,
-        "throughput": p.throughput, "summary": p.summary, "fits": p.fits, "layers": p.layers,
-    }
-
-
 def _script_json(text: str) -> str:
     """JSON safe inside a <script> element (no "</" that could close it)."""
     return text.replace("</", "<\\/").replace("<!--", "<\\u0021--")
-
-
-def _mesh_text(mesh) -> str:
-    """``[2, 4]`` or ``{"shape": [2, 4], ...}`` as ``"2 × 4"``."""
-    shape = mesh.get("shape", []) if isinstance(mesh, dict) else (mesh or [])
-    return " × ".join(str(s) for s in shape)
 
 
 def _model_name(frontier_json: dict) -> str:

@@ -28,7 +28,7 @@ SAMPLES_PER_FRONTIER = 3
 
 
 def all_plan_texts(
-    frontier_json: dict, plan_text: Callable[[dict, str], str] | None = None
+    frontier_json: dict, plan_text: Callable[[dict, str], str] | None = None, ids: list[str] | None = None
 ) -> dict[str, str]:
     """Plan id -> the text ``tensoropt select`` would write to plan.json for it.
 
@@ -36,9 +36,10 @@ def all_plan_texts(
         frontier_json: parsed frontier.json.
         plan_text: ``(frontier_json, plan_id) -> text``; None is the planner's
             :func:`tensoropt.plans.plan_file_text` (the only renderer the fast path applies to).
+        ids: the plans wanted (None: all).
 
     Returns:
-        One text per plan, in file order.
+        One text per plan, in file order (or the order of ``ids``).
 
     Example:
         >>> sorted(all_plan_texts({"job": {}, "frontiers": []}))
@@ -46,7 +47,8 @@ def all_plan_texts(
     """
     from tensoropt.plans import plan_file_text
 
-    ids = [str(p["id"]) for f in frontier_json.get("frontiers", []) for p in f.get("plans", [])]
+    if ids is None:
+        ids = [str(p["id"]) for f in frontier_json.get("frontiers", []) for p in f.get("plans", [])]
     if plan_text is not None and plan_text is not plan_file_text:
         return {i: plan_text(frontier_json, i) for i in ids}
     texts = _composed_texts(frontier_json, ids, plan_file_text)
@@ -75,7 +77,7 @@ def _composed_texts(frontier_json: dict, ids: list[str], render) -> dict[str, st
         }
         for plan in frontier.get("plans", []):
             single[str(plan["id"])] = {**reduced, "frontiers": [{**copy, "plans": [plan]}]}
-    if len(single) != len(ids):
+    if len(single) != sum(len(f.get("plans", [])) for f in frontier_json.get("frontiers", [])):
         return None  # repeated ids: leave it to the plain renderer
     first = render(single[ids[0]], ids[0]) if ids else ""
     indent = _indent_unit(first)
@@ -112,10 +114,9 @@ def _indent_unit(text: str) -> int | None:
 def _agree(texts: dict[str, str], frontier_json: dict, render) -> bool:
     """True if sampled plans render identically with the plain renderer."""
     for frontier in frontier_json.get("frontiers", []):
-        plans = frontier.get("plans", [])
+        plans = [str(p["id"]) for p in frontier.get("plans", []) if str(p["id"]) in texts]
         picks = {0, len(plans) // 2, len(plans) - 1} if plans else set()
         for k in sorted(picks)[:SAMPLES_PER_FRONTIER]:
-            plan_id = str(plans[k]["id"])
-            if texts[plan_id] != render(frontier_json, plan_id):
+            if texts[plans[k]] != render(frontier_json, plans[k]):
                 return False
     return True

@@ -3,6 +3,8 @@
 Routes:
 
 * ``GET /`` -- the Pareto page, rendered from the current DIR/frontier.json.
+* ``GET /api/plan?id=d8-p3`` -- ``{"plan", "text"}``: the details of a plan the page does not
+  embed (large frontiers, see :mod:`tensoropt.plot.details`).
 * ``POST /api/select`` with ``{"plan_id": "d8-p3"}`` -- writes DIR/plan.json (exactly what
   ``tensoropt select`` writes) and records ``selected`` in DIR/frontier.json, both atomically;
   answers ``{"plan_id", "plan_path", "command"}`` or ``{"error"}`` with status 400/404.
@@ -19,8 +21,10 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 from tensoropt.plans import PlanFileError, load_frontier_file
+from tensoropt.plot.details import EMBED_LIMIT_BYTES, plan_details
 from tensoropt.plot.page import pareto_html, with_selected
 
 MAX_BODY_BYTES = 4096
@@ -39,13 +43,14 @@ class ParetoServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, frontier_path: str | Path, port: int = 0, job_file: str | None = None,
-                 budget_bytes: int | None = None):
+                 budget_bytes: int | None = None, embed_limit_bytes: float = EMBED_LIMIT_BYTES):
         self.frontier_path = Path(frontier_path)
         self.plan_path = self.frontier_path.parent / "plan.json"
         self.job_file = job_file
         self.budget_bytes = budget_bytes
+        self.embed_limit_bytes = embed_limit_bytes
         self.write_lock = threading.Lock()
-        self._cache: tuple[tuple[int, int], str] | None = None  # (frontier.json stat key, page)
+        self._cache: tuple[tuple[int, int], str, dict] | None = None  # (stat key, page, frontier json)
         load_frontier_file(self.frontier_path)  # fail now, with the file named, if it is unusable
         self.page()  # render now, so that the first GET is quick
         super().__init__(("127.0.0.1", port), _Handler)
@@ -70,12 +75,25 @@ class ParetoServer(ThreadingHTTPServer):
 
     def page(self) -> str:
         """The page for the frontier file as it is now (re-rendered only when the file changed)."""
+        return self._current()[1]
+
+    def plan_details(self, plan_id: str) -> dict:
+        """``{"plan", "text"}`` of one plan (KeyError if no such plan)."""
+        return plan_details(self._current()[2], plan_id, self.budget_bytes)
+
+    def no_plan(self, plan_id: str) -> str:
+        """The error message for an unknown plan id."""
+        return f"no plan {plan_id!r} in {self.frontier_path}"
+
+    def _current(self) -> tuple[tuple[int, int], str, dict]:
         with self.write_lock:
             key = _stat_key(self.frontier_path)
             if self._cache is None or self._cache[0] != key:
-                frontier_json = load_frontier_file(self.frontier_path).to_json()
-                self._cache = (key, pareto_html(frontier_json, self.budget_bytes, self.job_file))
-            return self._cache[1]
+                fj = load_frontier_file(self.frontier_path).to_json()
+                page = pareto_html(fj, self.budget_bytes, self.job_file,
+                                   embed_limit_bytes=self.embed_limit_bytes)
+                self._cache = (key, page, fj)
+            return self._cache
 
     def select(self, plan_id: str) -> dict:
         """Write plan.json for ``plan_id`` and record it as selected (KeyError if no such plan)."""
@@ -90,7 +108,9 @@ class ParetoServer(ThreadingHTTPServer):
                             self.plan_path)
             if self._cache is not None and self._cache[0] == before:
                 # only `selected` changed: patch the cached page instead of re-rendering it
-                self._cache = (_stat_key(self.frontier_path), with_selected(self._cache[1], plan_id))
+                _, page, fj = self._cache
+                fj["selected"] = plan_id
+                self._cache = (_stat_key(self.frontier_path), with_selected(page, plan_id), fj)
         job = self.job_file or "JOB.yaml"
         return {"plan_id": plan_id, "plan_path": str(self.plan_path),
                 "command": f"tensoropt run {job} --plan {self.plan_path} --nproc {frontier.devices}"}
@@ -112,6 +132,12 @@ class _Handler(BaseHTTPRequestHandler):
                            "text/plain; charset=utf-8")
                 return
             self._send(HTTPStatus.OK, body, "text/html; charset=utf-8")
+        elif path == "/api/plan":
+            plan_id = parse_qs(urlsplit(self.path).query).get("id", [""])[0]
+            try:
+                self._json(HTTPStatus.OK, self.server.plan_details(plan_id))
+            except KeyError:
+                self._json(HTTPStatus.NOT_FOUND, {"error": self.server.no_plan(plan_id)})
         elif path == "/favicon.ico":
             self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
         else:
@@ -135,7 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self._json(HTTPStatus.OK, self.server.select(plan_id))
         except KeyError:
-            self._json(HTTPStatus.NOT_FOUND, {"error": f"no plan {plan_id!r} in {self.server.frontier_path}"})
+            self._json(HTTPStatus.NOT_FOUND, {"error": self.server.no_plan(plan_id)})
         except (PlanFileError, OSError) as e:
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(e)})
         else:

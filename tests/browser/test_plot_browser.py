@@ -17,6 +17,7 @@ import pytest
 
 from tensoropt.plans import plan_file_text
 from tensoropt.plot import write_pareto_html
+from tensoropt.plot.details import embedded_ids
 
 pytestmark = pytest.mark.browser
 
@@ -134,14 +135,34 @@ def test_file_page_offline_click_and_download(chromium, frontier_json, tmp_path)
     assert not offline, f"the page made network requests: {offline}"
 
 
+def _not_embedded(frontier_json: dict, limit_mib: float) -> str:
+    embedded = embedded_ids(frontier_json, frontier_json["selected"], limit_mib * 2**20)
+    return next(i for i in _plans(frontier_json) if i.startswith("d16-") and i not in embedded)
+
+
+def test_file_page_explains_plans_without_details(chromium, frontier_json, tmp_path):
+    html = write_pareto_html(frontier_json, tmp_path / "pareto.html", embed_limit_bytes=0.05 * 2**20)
+    context, page, requests, errors = _open(chromium, html.as_uri())
+    try:
+        plan_id = _not_embedded(frontier_json, 0.05)
+        _hover_and_click(page, plan_id, *_plans(frontier_json)[plan_id])
+        assert "tensoropt ui" in page.text_content("#no-details")
+        assert page.query_selector("#use-plan") is None and page.query_selector("#layers") is None
+    finally:
+        context.close()
+    assert not errors, errors
+
+
 def test_served_page_writes_plan_json(chromium, run_dir, frontier_json):
-    proc = subprocess.Popen([sys.executable, "-m", "tensoropt.cli", "ui", str(run_dir), "--job", "job.yaml"],
+    """Served with a small embed limit: the clicked plan's details come from the server."""
+    proc = subprocess.Popen([sys.executable, "-m", "tensoropt.cli", "ui", str(run_dir), "--job", "job.yaml",
+                             "--embed-limit-mib", "0.05"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         url = proc.stdout.readline().split(" at ")[1].split()[0]
         context, page, requests, errors = _open(chromium, url)
-        plan_id = "d16-p4"
+        plan_id = _not_embedded(frontier_json, 0.05)
         devices, plan = _plans(frontier_json)[plan_id]
         _hover_and_click(page, plan_id, devices, plan)
         _check_panel(page, devices, plan)

@@ -13,6 +13,7 @@ from tensoropt.cli import main
 from tensoropt.plans import plan_file_text
 from tensoropt.plot import pareto_html
 from tensoropt.plot.data import GIB, page_points
+from tensoropt.plot.details import embedded_ids
 from tensoropt.plot.figure import DIMMED_OPACITY, pareto_figure
 
 
@@ -108,3 +109,20 @@ def test_cli_plot_bad_input(run_dir, capsys):
     assert "missing.json" in capsys.readouterr().err
     assert main(["plot", str(run_dir), "--memory-budget", "lots"]) == 1
     assert "--memory-budget" in capsys.readouterr().err
+
+
+def test_large_frontiers_embed_an_even_subset(frontier_json):
+    ids = [p["id"] for f in frontier_json["frontiers"] for p in f["plans"]]
+    assert embedded_ids(frontier_json, "d8-p1", 10**9) == ids
+    size = len(plan_file_text(frontier_json, "d16-p0"))
+    subset = embedded_ids(frontier_json, "d8-p5", 8 * size)
+    assert len(subset) < len(ids) and "d8-p5" in subset
+    for f in frontier_json["frontiers"]:
+        plans = [p["id"] for p in f["plans"]]
+        assert plans[0] in subset and plans[-1] in subset, "fastest and smallest plan always embedded"
+    page = pareto_html(frontier_json, embed_limit_bytes=8 * size)
+    data = json.loads(gzip.decompress(base64.b64decode(_script(page, "tensoropt-data"))))
+    expected = sorted(embedded_ids(frontier_json, "d8-p1", 8 * size))
+    assert sorted(data["texts"]) == sorted(data["plans"]) == expected
+    meta = json.loads(_script(page, "tensoropt-meta"))
+    assert (meta["embedded"], meta["plans"]) == (len(data["texts"]), len(ids))

@@ -53,6 +53,17 @@ def test_page_follows_changes_made_elsewhere(server, run_dir, frontier_json):
         assert '"selected": "d2-p3"' in resp.read().decode()
 
 
+def test_plan_details_on_request(server, frontier_json):
+    with urllib.request.urlopen(server.url + "api/plan?id=d2-p1", timeout=10) as resp:
+        body = json.loads(resp.read())
+    assert body["text"] == plan_file_text(frontier_json, "d2-p1")
+    plan = frontier_json["frontiers"][1]["plans"][1]
+    assert body["plan"]["layers"] == plan["layers"] and body["plan"]["devices"] == 2
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(server.url + "api/plan?id=d2-p99", timeout=10)
+    assert err.value.code == 404 and "d2-p99" in json.loads(err.value.read())["error"]
+
+
 @pytest.mark.parametrize(("body", "status", "message"), [
     (b'{"plan_id": "d3-p9"}', 404, "no plan 'd3-p9'"),
     (b"not json", 400, "plan_id"),

@@ -190,11 +190,32 @@
     return el("table", { class: "layers", id: "layers" }, [cols, el("thead", {}, head), el("tbody", {}, rows)]);
   }
 
-  function showPlan(id) {
-    const plan = state.data && state.data.plans[id];
-    if (!plan) return;
+  async function fetchDetails(id) {
+    // served pages fetch the details a large file does not embed
+    const resp = await fetch(`api/plan?id=${encodeURIComponent(id)}`);
+    const body = await resp.json();
+    if (!resp.ok) throw new Error(body.error || resp.statusText);
+    state.data.plans[id] = body.plan;
+    state.data.texts[id] = body.text;
+  }
+
+  async function showPlan(id) {
+    if (!state.data || !pointData[id]) return;
     state.current = id;
     setRing("clicked", id === state.selected ? null : id);
+    if (!state.data.plans[id] && served) {
+      try {
+        await fetchDetails(id);
+      } catch (err) {
+        console.error(err);
+      }
+      if (state.current !== id) return; // another point was clicked meanwhile
+    }
+    const cd = pointData[id];
+    const plan = state.data.plans[id] || {
+      devices: cd[1], mesh: "", time_s: cd[2], memory_bytes: cd[3] * 2 ** 30, throughput: cd[4],
+      summary: cd[5], fits: cd[6], layers: null,
+    };
     const badges = [el("span", { class: plan.fits ? "badge fits" : "badge over" },
       plan.fits ? "fits budget" : "over budget")];
     if (id === state.selected) badges.push(el("span", { class: "badge selected" }, "selected"));
@@ -205,8 +226,19 @@
       ["Throughput", plan.throughput ? `${num(plan.throughput)} samples/s` : "n/a"],
       ["Memory", `${num(plan.memory_bytes / 2 ** 30)} GiB per device${budget}`],
       ["Split", plan.summary || "(no summary)"],
-      ["Layers", String(plan.layers.length)],
     ];
+    const head = [
+      el("h2", {}, [el("span", {}, "Plan "), el("span", { class: "plan-id", id: "plan-id" }, id), ...badges]),
+      el("dl", { class: "facts", id: "facts" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
+    ];
+    if (!plan.layers) {
+      panel.replaceChildren(...head, el("p", { class: "note", id: "no-details" },
+        `To keep this file small it embeds the per-layer breakdown and plan file of ${meta.embedded} of ` +
+        `its ${meta.plans} plans, evenly spread over each frontier (the fastest, the smallest and the ` +
+        "selected plan among them); click a nearby point, or open the run folder with `tensoropt ui DIR`, " +
+        "which shows every plan."));
+      return;
+    }
     const button = el("button", { class: "primary", id: "use-plan", type: "button" }, "Use this plan");
     button.addEventListener("click", () => usePlan(id));
     const copy = el("button", { type: "button", id: "copy-command", title: "copy the command" }, "Copy");
@@ -219,17 +251,17 @@
       }
     });
     const filter = el("input", { class: "filter", id: "layer-filter", type: "search",
-      placeholder: "Filter layers (op, module, configuration)" });
+      placeholder: `Filter the ${plan.layers.length} layers (op, module, configuration)` });
     const table = layerTable(plan.layers);
     filter.addEventListener("input", () => {
       const q = filter.value.trim().toLowerCase();
       for (const tr of table.tBodies[0].rows) tr.hidden = q !== "" && !tr.textContent.toLowerCase().includes(q);
     });
     panel.replaceChildren(
-      el("h2", {}, [el("span", {}, "Plan "), el("span", { class: "plan-id", id: "plan-id" }, id), ...badges]),
-      el("dl", { class: "facts", id: "facts" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
+      ...head,
       el("div", { class: "actions" }, [button, el("span", { class: "status", id: "use-status" })]),
-      el("div", { class: "command-row", id: "command-row" }, [el("pre", { class: "command", id: "run-command" }), copy]),
+      el("div", { class: "command-row", id: "command-row" },
+        [el("pre", { class: "command", id: "run-command" }), copy]),
       filter,
       table,
     );
@@ -257,7 +289,9 @@
     .then(loadData)
     .then((d) => {
       state.data = d;
-      if (state.selected && d.plans[state.selected]) showPlan(state.selected);
+      if (state.selected && pointData[state.selected]) return showPlan(state.selected);
+    })
+    .then(() => {
       document.body.dataset.ready = "1";
     })
     .catch((err) => {
