@@ -21,7 +21,7 @@ from elastic_helpers import (
 
 from tensoropt.elastic import read_events
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(400)]
 
 
 def _listening(port: int) -> bool:

@@ -11,7 +11,7 @@ from elastic_helpers import TOTAL_STEPS, assert_params_close, checkpoint_params,
 
 from tensoropt.elastic import read_events
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(500)]
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(500)]
 
 
 def test_resume_on_two_then_one_then_four(tmp_path, agents, frontier_file, reference_params):
