@@ -28,6 +28,7 @@ from tensoropt.checkpoint.manifest import (
     Manifest,
     list_checkpoints,
     step_dir,
+    step_dirs,
     write_manifest,
 )
 
@@ -104,8 +105,8 @@ def save_checkpoint(trainer, root: str | Path, step: int, job_hash: str, job: di
         step: global steps done (the step training resumes at).
         job_hash: :func:`tensoropt.checkpoint.job_hash` of the job.
         job: the job description recorded in the manifest.
-        keep: complete checkpoints to keep (older ones are deleted once this one is complete);
-            0 keeps all.
+        keep: complete checkpoints to keep (older ones, and incomplete ones of earlier steps, are
+            deleted once this one is complete); 0 keeps all.
 
     Returns:
         The step directory.
@@ -126,12 +127,13 @@ def save_checkpoint(trainer, root: str | Path, step: int, job_hash: str, job: di
     if rank == 0:
         write_manifest(path, Manifest(step=step, plan_id=trainer.plan.plan_id, world_size=world,
                                       job_hash=job_hash, job=job))
-        if keep > 0:
+        if keep > 0:  # older complete checkpoints beyond `keep`, and leftovers of failed saves
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", CheckpointWarning)
-                complete = list_checkpoints(root, verify_checksums=False)
-            for old in complete[:-keep]:
-                shutil.rmtree(old.path, ignore_errors=True)
+                kept = {f.path for f in list_checkpoints(root, verify_checksums=False)[-keep:]}
+            for old_step, old in step_dirs(root):
+                if old_step < step and old not in kept:
+                    shutil.rmtree(old, ignore_errors=True)
     _barrier()
     return path
 

@@ -189,6 +189,20 @@ class Found:
     """Its manifest."""
 
 
+def step_dirs(root: str | Path) -> list[tuple[int, Path]]:
+    """Every ``step-N`` directory under ``root`` (complete or not) as (N, path), by step.
+
+    Example:
+        >>> step_dirs("/nonexistent")
+        []
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted((int(m.group(1)), p) for p in root.iterdir()
+                  if p.is_dir() and (m := _STEP_DIR.match(p.name)))
+
+
 def list_checkpoints(root: str | Path, expected_job_hash: str | None = None,
                      verify_checksums: bool = True) -> list[Found]:
     """The complete checkpoints under ``root``, oldest first; warn about the ones skipped.
@@ -206,13 +220,8 @@ def list_checkpoints(root: str | Path, expected_job_hash: str | None = None,
         >>> list_checkpoints("/nonexistent")
         []
     """
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    steps = sorted((int(m.group(1)), p) for p in root.iterdir()
-                   if p.is_dir() and (m := _STEP_DIR.match(p.name)))
     found = []
-    for step, path in steps:
+    for step, path in step_dirs(root):
         try:
             manifest = read_manifest(path)
         except FileNotFoundError:

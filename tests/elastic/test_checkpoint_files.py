@@ -105,3 +105,14 @@ def test_job_hash_ignores_total_steps_and_the_planner_job_only():
     assert job_hash(spec) != job_hash({**spec, "lr": 0.1})
     assert job_hash(spec) != job_hash({**spec, "seed": 1})
     assert job_hash(spec) == job_hash(json.loads(json.dumps(spec)))
+
+
+def test_saving_keeps_the_newest_and_clears_failed_saves(tmp_path):
+    spec = mlp_spec()
+    trainer = Trainer(spec, PLAN)
+    (step_dir(tmp_path, 1)).mkdir()  # a save that died before its manifest
+    for done in (2, 3, 4):
+        save_checkpoint(trainer, tmp_path, done, job_hash(spec.to_json()), spec.to_json(), keep=2)
+    (step_dir(tmp_path, 9)).mkdir()  # a later leftover is not touched by an earlier step's save
+    save_checkpoint(trainer, tmp_path, 5, job_hash(spec.to_json()), spec.to_json(), keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000004", "step-00000005", "step-00000009"]
