@@ -79,13 +79,8 @@ def node_configurations(
         len(params),
         tuple(
             (
-                d.name,
-                d.size,
-                d.operand_dims,
+                *(getattr(d, f.name) for f in dataclasses.fields(d) if f.name != "param_dims"),
                 tuple(d.param_dims.get(k) for k in params),
-                d.out_dim,
-                d.reduction,
-                d.grad_sync,
             )
             for d in dims
         ),

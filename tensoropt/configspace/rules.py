@@ -26,6 +26,7 @@ POOL_CHANNEL_SPLIT_ENABLED: bool = True
 _SPLITTABLE_NAMES = ("batch", "seq", "heads", "out", "in")
 
 
+
 def _param_dim(operand: dict, consumed_dim: int | None) -> int | None:
     """The parameter's own dim that becomes ``consumed_dim`` of the operand, else None."""
     if consumed_dim is None:
@@ -106,6 +107,7 @@ def matmul_dims(node: dict) -> list[ParDim]:
                 params[o["key"]] = own
         else:
             out_dim = out_letters.index(ch) if ch in out_letters else None
+            limits = _flattened_inner_limits(node["op"], la, shapes[pb]).get(ch, {})
             dims.append(
                 ParDim(
                     name,
@@ -114,9 +116,26 @@ def matmul_dims(node: dict) -> list[ParDim]:
                     params,
                     out_dim=out_dim,
                     reduction=ch not in out_letters,
+                    **limits,
                 )
             )
     return dims
+
+
+def _flattened_inner_limits(op: str, la: str, shape_b: tuple) -> dict[str, dict]:
+    """Limits on the letters DTensor's decomposition merges as inner dims of a flattened group.
+
+    DTensor runs linear (and matmul by a matrix) as ``[B*T, K] @ [K, N]`` and a batched matmul as
+    ``[B*H, T, K] @ [B*H, K, S]``: a shard of an inner dim of the merged group (T, H) becomes a
+    strided shard, which cannot be unflattened when it spans two mesh axes (measured at 2x2:
+    ``seq=4`` and ``heads=4`` raise), and a seq split of linear comes back replicated when K is
+    split too (``in=2,seq=2`` gives R where S(1) is due).
+    """
+    if op == "aten.linear.default" or (op == "aten.matmul.default" and len(shape_b) == 2):
+        return {ch: {"max_axes": 1, "excludes": ("in",)} for ch in la[1:-1]}
+    if op == "aten.matmul.default":
+        return {ch: {"max_axes": 1} for ch in la[1:-2]}
+    return {}
 
 
 def conv2d_dims(node: dict) -> list[ParDim]:
@@ -184,7 +203,13 @@ def embedding_dims(node: dict) -> list[ParDim]:
             dims.append(ParDim(name, out[j], _only(node, idx["index"], j), {key: None}, out_dim=j))
     none = tuple(None for _ in node["inputs"])
     vocab, width = weight["shape"]
-    dims.append(ParDim("vocab", vocab, none, {key: _param_dim(weight, 0)}, reduction=True, grad_sync=False))
+    # DTensor's masked vocabulary partial works on one mesh axis only ("MaskBuffer has been
+    # materialized with conflicting data" over two)
+    dims.append(
+        ParDim(
+            "vocab", vocab, none, {key: _param_dim(weight, 0)}, reduction=True, grad_sync=False, max_axes=1
+        )
+    )
     dims.append(ParDim("out", width, none, {key: _param_dim(weight, 1)}, out_dim=len(out) - 1))
     return dims
 

@@ -35,6 +35,9 @@ class ParDim:
         out_dim: the output dim, or None.
         reduction: splitting it leaves a partial-sum output.
         grad_sync: splitting it leaves parameters it does not index with partial gradients.
+        max_axes: split over at most this many mesh axes (None: no limit), for splits DTensor
+            cannot run over several axes.
+        excludes: names of dims never split together with this one.
     """
 
     name: str
@@ -44,6 +47,8 @@ class ParDim:
     out_dim: int | None = None
     reduction: bool = False
     grad_sync: bool = True
+    max_axes: int | None = None
+    excludes: tuple[str, ...] = ()
 
     def __hash__(self) -> int:
         return hash((self.name, self.size, self.operand_dims, self.out_dim))
@@ -115,7 +120,9 @@ def enumerate_splits(
             degree = 1
             for a in axes[d.name]:
                 degree *= mesh.shape[a]
-            if d.size % degree:
+            too_many = d.max_axes is not None and len(axes[d.name]) > d.max_axes
+            clash = axes[d.name] and any(axes.get(other) for other in d.excludes)
+            if d.size % degree or too_many or clash:
                 ok = False
                 break
         if ok and max_split_dims is not None:

@@ -36,18 +36,32 @@ def test_mesh_is_two_by_four():
     assert MESH.shape == (2, 2, 2) and MESH.levels == ("node", "gpu", "gpu")
 
 
-def test_linear_3d_has_batch_seq_out_in():
+def test_linear_2d_has_batch_out_in():
+    _, cs = _configs(nn.Linear(16, 16), torch.randn(8, 16))
+    # d = 3 (batch, out, in), every size divisible by 8: 4 * 10
+    assert len(cs["linear"]) == _hand_count(3) == 40
+
+
+def test_linear_3d_seq_split_limits():
     _, cs = _configs(nn.Linear(16, 16), torch.randn(8, 8, 16))
-    # d = 4 (batch, seq, out, in), every size divisible by 8: 5 * 15
-    assert len(cs["linear"]) == _hand_count(4) == 75
+    # d = 4 (batch, seq, out, in), but DTensor flattens [B, T] for the matmul, so seq takes at most
+    # one axis and never goes with in. Count by the number s of axes seq takes:
+    #   s = 0: node axis to none/batch/out/in (4) x gpu pair over (batch, out, in) (C(5, 3) = 10) = 40
+    #   s = 1 on the node axis: gpu pair over (batch, out) only (C(4, 2) = 6)                      =  6
+    #   s = 1 on a gpu axis: node axis to none/batch/out (3) x the other gpu axis to
+    #         none/batch/out (3)                                                                  =  9
+    assert len(cs["linear"]) == 40 + 6 + 9 == 55
+    labels = [c.label for c in cs["linear"]]
+    assert "batch=2,seq=2" in labels and "seq=2[nodes=2]" in labels
+    assert not any("seq=4" in x or ("seq" in x and "in=" in x) for x in labels)
 
 
 def test_linear_with_small_batch_drops_indivisible_splits():
-    _, cs = _configs(nn.Linear(16, 16), torch.randn(2, 8, 16))
-    # batch = 2 allows degree 2 only. Excluded: batch holds the node axis and >= 1 gpu axis
-    # (gpu counts with c_batch = 1 and the other three sum <= 1: 4 ways; c_batch = 2: 1 way) -> 5;
-    # batch holds both gpu axes but not the node axis (node axis: none or one of 3 others) -> 4.
-    assert len(cs["linear"]) == 75 - 5 - 4 == 66
+    _, cs = _configs(nn.Linear(16, 16), torch.randn(2, 16))
+    # batch = 2 allows degree 2 only, out of the 40 of (batch, out, in). Excluded: batch holds the
+    # node axis and >= 1 gpu axis (c_batch = 1 with out + in <= 1: 3 ways; c_batch = 2: 1 way) -> 4;
+    # batch holds both gpu axes but not the node axis (node axis: none, out or in) -> 3.
+    assert len(cs["linear"]) == 40 - 4 - 3 == 33
     assert all("batch=4" not in c.label and "batch=8" not in c.label for c in cs["linear"])
 
 
@@ -87,8 +101,11 @@ def test_attention_score_matmul_has_five_dims():
             return q @ k.transpose(-2, -1)
 
     g, cs = _configs(Scores(), torch.randn(8, 8, 16, 8), torch.randn(8, 8, 16, 8))
-    # batch, heads, seq (query rows), out (key columns), in (head dim, a reduction)
-    assert len(cs["matmul"]) == _hand_count(5) == 126
+    # batch, heads, seq (query rows), out (key columns), in (head dim, a reduction): 6 * 21 = 126,
+    # but DTensor runs it as a bmm over B*H, so heads takes one axis at most. Excluded: heads on the
+    # node axis and >= 1 gpu axis (c_heads = 1 with the other four summing <= 1: 5; c_heads = 2: 1)
+    # and heads on both gpu axes without the node axis (node axis: none or one of 4 others: 5).
+    assert len(cs["matmul"]) == _hand_count(5) - 6 - 5 == 115
 
 
 def test_linear_placements_of_known_labels():
@@ -117,11 +134,11 @@ def test_single_level_mesh_counts(p):
 
 
 def test_limits_for_large_meshes():
-    g = capture(nn.Linear(16, 16), (torch.randn(8, 8, 16),))
-    # whole levels: the node axis and the gpu pair each go to one of 4 dims or none: 5 * 5
-    assert len(configurations(g, MESH, whole_levels=True)["linear"]) == 25
-    # one split dim at most: replicate, or one of 4 dims with (node axis or not) x (0-2 gpu axes) - 1
-    assert len(configurations(g, MESH, max_split_dims=1)["linear"]) == 1 + 4 * (2 * 3 - 1)
+    g = capture(nn.Linear(16, 16), (torch.randn(8, 16),))
+    # whole levels: the node axis and the gpu pair each go to one of 3 dims or none: 4 * 4
+    assert len(configurations(g, MESH, whole_levels=True)["linear"]) == 16
+    # one split dim at most: replicate, or one of 3 dims with (node axis or not) x (0-2 gpu axes) - 1
+    assert len(configurations(g, MESH, max_split_dims=1)["linear"]) == 1 + 3 * (2 * 3 - 1)
     big = Mesh.for_cluster(1024, devices_per_node=8)
     g = capture(nn.Linear(1024, 1024), (torch.randn(1024, 1024),))
     assert len(configurations(g, big, whole_levels=True)["linear"]) == 4 * 4  # (batch, out, in, none)^2
