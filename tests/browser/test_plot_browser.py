@@ -85,7 +85,7 @@ def _check_panel(page, devices: int, plan: dict) -> None:
         comm: r.querySelector('.comm').textContent, memory: r.querySelector('.memory').textContent}))""")
     assert [r["node"] for r in rows] == [layer["node"] for layer in plan["layers"]]
     for row, layer in zip(rows, plan["layers"]):
-        assert row["op"].startswith(layer["op"]) and row["module"] == layer["module"]
+        assert row["op"].startswith(layer["op"]) and row["module"] == (layer["module"] or "(top level)")
         assert row["config"] == layer["config"] == plan["ops"][layer["node"]]
         assert float(row["compute"]) == _shown(layer["compute_s"] * 1e3)
         assert float(row["comm"]) == _shown(layer["comm_s"] * 1e3)

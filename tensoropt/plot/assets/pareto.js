@@ -170,22 +170,26 @@
   }
 
   function layerTable(layers) {
+    // one row per operator: module path over its op, configuration, costs
     const head = el("tr", {}, [
-      el("th", {}, "Op"), el("th", {}, "Module"), el("th", { title: "configuration label" }, "Config"),
+      el("th", { title: "owning module, and the aten op" }, "Module / op"),
+      el("th", { title: "configuration label" }, "Configuration"),
       el("th", { class: "num", title: "compute time per step" }, "Time (ms)"),
       el("th", { class: "num", title: "communication time per step" }, "Comm (ms)"),
       el("th", { class: "num", title: "memory per device" }, "Mem (MiB)"),
     ]);
     const rows = layers.map((l) => el("tr", { "data-node": l.node }, [
-      el("td", { class: "op", title: `${l.op} (node ${l.node})` },
-        String(l.op).replace(/^aten\./, "").replace(/\.default$/, "")),
-      el("td", { class: "module", title: l.module }, breakable(l.module)),
+      el("td", { class: "layer" }, [
+        el("span", { class: "module", title: l.module }, breakable(l.module || "(top level)")),
+        el("span", { class: "op", title: `${l.op} (node ${l.node})` },
+          String(l.op).replace(/^aten\./, "").replace(/\.default$/, "")),
+      ]),
       el("td", { class: "config", title: l.config }, breakable(l.config)),
       el("td", { class: "num compute" }, num(l.compute_s * 1e3)),
       el("td", { class: "num comm" }, num(l.comm_s * 1e3)),
       el("td", { class: "num memory" }, num(l.memory_bytes / 2 ** 20)),
     ]));
-    const cols = el("colgroup", {}, ["c-op", "c-module", "c-config", "c-num", "c-num", "c-num"].map(
+    const cols = el("colgroup", {}, ["c-layer", "c-config", "c-num", "c-num", "c-num"].map(
       (c) => el("col", { class: c })));
     return el("table", { class: "layers", id: "layers" }, [cols, el("thead", {}, head), el("tbody", {}, rows)]);
   }
@@ -251,7 +255,7 @@
       }
     });
     const filter = el("input", { class: "filter", id: "layer-filter", type: "search",
-      placeholder: `Filter the ${plan.layers.length} layers (op, module, configuration)` });
+      placeholder: `Filter the ${plan.layers.length} layers (module, op, configuration)` });
     const table = layerTable(plan.layers);
     filter.addEventListener("input", () => {
       const q = filter.value.trim().toLowerCase();
