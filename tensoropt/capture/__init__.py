@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import torch
 
 from tensoropt.capture.export import TraceError, export_program
-from tensoropt.capture.graph import CaptureWarning, OpGraph, build_graph, operand_roles, tensor_args
+from tensoropt.capture.fxroles import operand_roles, tensor_args
+from tensoropt.capture.graph import CaptureWarning, OpGraph, build_graph
 
 __all__ = [
     "capture",

@@ -30,8 +30,20 @@ import networkx as nx
 import torch
 
 from tensoropt.capture.dims import assign_dim_names
+from tensoropt.capture.fxroles import (
+    classify,
+    dtype_of,
+    module_of,
+    op_name,
+    resolve,
+    shape_of,
+    static_key,
+    tensor_args,
+)
 from tensoropt.capture.ops import op_attrs, op_flops, op_kind, opaque_dim_args
-from tensoropt.capture.views import SPLIT_OPS, VIEW_OPS, compose, view_dim_map
+
+# op_name and tensor_args are imported from here by the executor: keep them importable
+__all__ = ["CaptureWarning", "OpGraph", "build_graph", "op_name", "tensor_args"]
 
 
 class CaptureWarning(UserWarning):
@@ -105,155 +117,6 @@ class OpGraph:
         )
 
 
-def op_name(target) -> str:
-    """Name of an fx call target: ``"aten.linear.default"``, ``"operator.getitem"``, ...
-
-    Example:
-        >>> import torch, operator
-        >>> op_name(torch.ops.aten.linear.default), op_name(operator.getitem)
-        ('aten.linear.default', 'operator.getitem')
-    """
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)
-    module = getattr(target, "__module__", None) or "builtins"
-    module = "operator" if module in ("_operator", "operator") else module
-    return f"{module}.{getattr(target, '__name__', str(target))}"
-
-
-def _val(node):
-    v = node.meta.get("val")
-    if isinstance(v, (tuple, list)):
-        v = v[0] if v else None
-    return v
-
-
-def _shape(node) -> tuple[int, ...]:
-    v = _val(node)
-    return tuple(int(s) for s in v.shape) if isinstance(v, torch.Tensor) else ()
-
-
-def _dtype(node) -> str:
-    v = _val(node)
-    return str(v.dtype).replace("torch.", "") if isinstance(v, torch.Tensor) else "unknown"
-
-
-def _module(node) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return ""
-    return list(stack.values())[-1][0]
-
-
-def tensor_args(node) -> list:
-    """Tensor operands of an fx node in order: args, then kwargs, lists and tuples flattened.
-
-    This is the order of the OpGraph ``operands`` attribute and of :func:`operand_roles`.
-
-    Example:
-        >>> import torch
-        >>> g = torch.fx.Graph(); x = g.placeholder("x")
-        >>> [a.name for a in tensor_args(g.call_function(torch.cat, ([x, x], 0)))]
-        ['x', 'x']
-    """
-    out = []
-
-    def visit(a):
-        if isinstance(a, torch.fx.Node):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            for x in a:
-                visit(x)
-
-    for a in node.args:
-        visit(a)
-    for a in node.kwargs.values():
-        visit(a)
-    return out
-
-
-_RANK = {"static": 0, "param": 1, "data": 2}
-
-
-def _classify(ep) -> tuple[dict, dict]:
-    """Role of every fx node (param/buffer/input/static/view/compute/output) and its key."""
-    sig = ep.graph_signature
-    params = dict(sig.inputs_to_parameters)
-    buffers = dict(sig.inputs_to_buffers)
-    buffers.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
-    user = set(sig.user_inputs)
-    role, key, dep = {}, {}, {}
-    for n in ep.graph.nodes:
-        if n.op == "placeholder":
-            if n.name in params:
-                role[n], key[n], dep[n] = "param", params[n.name], "param"
-            elif n.name in buffers:
-                role[n], key[n], dep[n] = "buffer", buffers[n.name], "static"
-            elif n.name in user:
-                role[n], dep[n] = "input", "data"
-            else:
-                role[n], key[n], dep[n] = "buffer", n.name, "static"
-        elif n.op == "call_function":
-            d = max((dep[a] for a in tensor_args(n)), key=_RANK.get, default="static")
-            dep[n] = d
-            if d == "static":
-                role[n] = "static"
-            elif op_name(n.target) in VIEW_OPS:
-                role[n] = "view"
-            else:
-                role[n] = "compute"
-        elif n.op == "get_attr":
-            role[n], key[n], dep[n] = "buffer", str(n.target), "static"
-        else:
-            role[n] = "output"
-    return role, key
-
-
-def _static_key(n, role, key) -> str:
-    """Key of a buffer-like operand: the buffer's key, the single buffer a static op derives from,
-    else the static op's own name (e.g. ``arange``)."""
-    if role[n] == "buffer":
-        return key[n]
-    roots, stack, seen = set(), [n], set()
-    while stack:
-        cur = stack.pop()
-        if cur in seen:
-            continue
-        seen.add(cur)
-        if role[cur] == "buffer":
-            roots.add(key[cur])
-        elif role[cur] == "static":
-            stack.extend(tensor_args(cur))
-    return roots.pop() if len(roots) == 1 else n.name
-
-
-def _resolve(arg, role):
-    """Walk back through folded views: (root fx node, [view op names], dim map root -> arg)."""
-    chain = []
-    cur = arg
-    while role.get(cur) == "view":
-        chain.append(cur)
-        cur = cur.args[0]
-    root = cur
-    chain.reverse()  # root first
-    dim_map: list[int | None] = list(range(len(_shape(root))))
-    shape = _shape(root)
-    for i, v in enumerate(chain):
-        op = op_name(v.target)
-        if op == "operator.getitem":
-            if i > 0 and op_name(chain[i - 1].target) in SPLIT_OPS:
-                continue  # the split op before it already mapped to this element
-            # an element of a tuple-valued compute op: element 0 is the node's output
-            step = list(range(len(shape))) if v.args[1] == 0 else [None] * len(shape)
-            out_shape = _shape(v)
-        else:
-            picked = chain[i + 1] if op in SPLIT_OPS and i + 1 < len(chain) else v
-            out_shape = _shape(picked)
-            step = view_dim_map(op, v.args, shape, out_shape)
-        dim_map = compose(dim_map, step)
-        shape = out_shape
-    return root, [op_name(v.target) for v in chain], dim_map
-
-
 def build_graph(ep) -> OpGraph:
     """Build the OpGraph of an ExportedProgram (see the module docstring).
 
@@ -264,7 +127,7 @@ def build_graph(ep) -> OpGraph:
         >>> sorted(g.nx.nodes), g.nx.nodes["linear"]["params"]
         (['input', 'linear'], {'weight': (2, 4), 'bias': (2,)})
     """
-    role, key = _classify(ep)
+    role, key = classify(ep)
     g = nx.DiGraph()
     g.graph["inputs"], g.graph["outputs"], g.graph["static_ops"] = [], [], []
     seen_params: set[str] = set()
@@ -276,8 +139,8 @@ def build_graph(ep) -> OpGraph:
                 n.name,
                 op="input",
                 kind="input",
-                out_shape=_shape(n),
-                out_dtype=_dtype(n),
+                out_shape=shape_of(n),
+                out_dtype=dtype_of(n),
                 params={},
                 shared_params=[],
                 buffers={},
@@ -294,7 +157,7 @@ def build_graph(ep) -> OpGraph:
             _add_compute(g, n, role, key, seen_params, opaque)
         elif r == "output":
             for a in tensor_args(n):
-                root, _, _ = _resolve(a, role)
+                root, _, _ = resolve(a, role)
                 if role[root] in ("compute", "input") and root.name not in g.graph["outputs"]:
                     g.graph["outputs"].append(root.name)
     for op, modules in opaque.items():
@@ -309,58 +172,31 @@ def build_graph(ep) -> OpGraph:
     return OpGraph(nx=g, program=ep)
 
 
-def operand_roles(ep) -> dict[str, list[str]]:
-    """Role of every tensor operand of every compute node: ``"input"``, ``"param"`` or ``"buffer"``.
-
-    The order is the node's tensor arguments (args, then kwargs, lists flattened), the order of
-    the OpGraph ``operands`` attribute. ``Configuration.inputs`` has one layout per ``"input"``
-    operand; ``"buffer"`` operands (buffers, constants, and static ops such as ``arange`` or an
-    ``alias`` of a mask buffer) have none: they are replicated.
-
-    Example:
-        >>> import torch
-        >>> from tensoropt.capture.export import export_program
-        >>> operand_roles(export_program(torch.nn.Linear(4, 2), (torch.randn(3, 4),)))
-        {'linear': ['input', 'param', 'param']}
-    """
-    role, _ = _classify(ep)
-    out = {}
-    for n in ep.graph.nodes:
-        if role[n] == "compute":
-            roles = []
-            for a in tensor_args(n):
-                root, _, _ = _resolve(a, role)
-                r = role[root]
-                roles.append("param" if r == "param" else "buffer" if r in ("buffer", "static") else "input")
-            out[n.name] = roles
-    return out
-
-
 def _add_compute(g, n, role, key, seen_params, opaque) -> None:
     op = op_name(n.target)
     kind = op_kind(op)
     inputs, operands, params, shared, buffers = [], [], {}, [], {}
     for arg_index, a in enumerate(tensor_args(n)):
-        root, views, dim_map = _resolve(a, role)
+        root, views, dim_map = resolve(a, role)
         r = role[root]
-        entry = {"shape": _shape(a), "dim_map": dim_map, "views": views}
+        entry = {"shape": shape_of(a), "dim_map": dim_map, "views": views}
         if r == "param":
             k = key[root]
-            params[k] = _shape(root)
+            params[k] = shape_of(root)
             if k in seen_params and k not in shared:
                 shared.append(k)
             operands.append({"role": "param", "key": k, **entry})
         elif r in ("buffer", "static"):
-            k = _static_key(root, role, key)
-            buffers[k] = _shape(root)
+            k = static_key(root, role, key)
+            buffers[k] = shape_of(root)
             operands.append({"role": "buffer", "key": k, **entry})
         else:
             operands.append({"role": "input", "index": len(inputs), **entry})
             inputs.append(
                 {
                     "source": root.name,
-                    "shape": _shape(a),
-                    "dtype": _dtype(a),
+                    "shape": shape_of(a),
+                    "dtype": dtype_of(a),
                     "views": views,
                     "dim_map": dim_map,
                     "arg_index": arg_index,
@@ -369,8 +205,8 @@ def _add_compute(g, n, role, key, seen_params, opaque) -> None:
     seen_params.update(params)
     shapes = [o["shape"] for o in operands]
     attrs = op_attrs(op, kind, n.args, n.kwargs, shapes)
-    out_shape = _shape(n)
-    module = _module(n)
+    out_shape = shape_of(n)
+    module = module_of(n)
     if kind == "opaque":
         opaque.setdefault(op, set()).add(module)
         rank = len(shapes[0]) if shapes else 0
@@ -380,7 +216,7 @@ def _add_compute(g, n, role, key, seen_params, opaque) -> None:
         op=op,
         kind=kind,
         out_shape=out_shape,
-        out_dtype=_dtype(n),
+        out_dtype=dtype_of(n),
         params=params,
         shared_params=shared,
         buffers=buffers,
