@@ -29,13 +29,13 @@ TOTAL_STEPS = 8
 
 
 def mlp_job(devices: list[int], lr: float = 0.05) -> dict:
-    """The job: the zoo MLP, SGD, synthetic data per step, on cpu-local (Job.to_dict() form)."""
+    """The job: the zoo MLP, SGD with momentum (its state is resharded too), synthetic data per step."""
     from tensoropt.config import Job
 
     return Job(model={"name": "mlp", "kwargs": dict(MODEL_KWARGS), "task": "classification",
                       "input_shape": [64], "num_classes": 16},
                cluster="cpu-local", devices=devices, memory_budget="16MiB", select="fastest",
-               training={"global_batch_size": BATCH, "optimizer": "sgd", "learning_rate": lr,
+               training={"global_batch_size": BATCH, "optimizer": "momentum", "learning_rate": lr,
                          "seed": 0, "steps": TOTAL_STEPS}).to_dict()
 
 
