@@ -173,6 +173,8 @@ def train_with_checkpoints(trainer, spec, total_steps: int, options: dict):
              f"into plan {trainer.plan.plan_id}")
     else:
         _log(f"world size {size}: no checkpoint of this job in {root}; starting at step 0")
+    if start >= total_steps:
+        _log(f"the checkpoint is at step {start}, the total is {total_steps} (--steps): nothing to train")
     if rank == 0:
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         _append_event(root, {"time": time.time(), "restart": restart,
