@@ -57,6 +57,9 @@ CLUSTERS = {"v100-16x1-25gbe": 16, "h100x8": 8, "h100-4x8-ib": 32}
 QUICK_MODELS = ("alexnet", "vgg16", "gpt2-small")
 QUICK_CLUSTERS = {"v100-16x1-25gbe": 8, "h100x8": 8}
 STRATEGIES = ("dp", "megatron", "mcmc", "ft")
+FULL_SPACE_MAX_DEVICES = 16
+"""Above this many GPUs every strategy searches the hierarchical space (``whole_levels``: the nodes'
+axes split one dim, the GPUs' axes one dim: DP x TP hybrids) to keep the run under 15 minutes."""
 
 
 @dataclass
@@ -105,7 +108,14 @@ def run_case(model: str, cluster: str, devices: int, mcmc_s: float, log=print) -
     t0 = time.perf_counter()
     graph, job, cl = capture_zoo(model, cluster, devices, batch, optimizer=optimizer)
     t1 = time.perf_counter()
-    G = cost_graph(graph, cl, devices, batch_size=batch, optimizer=optimizer)
+    configurations = None
+    if devices > FULL_SPACE_MAX_DEVICES:
+        from tensoropt.configspace import configurations as enumerate_configurations
+        from tensoropt.configspace.configuration import Mesh
+
+        mesh = Mesh.for_cluster(devices, cl.devices_per_node)
+        configurations = enumerate_configurations(graph, mesh, whole_levels=True)
+    G = cost_graph(graph, cl, devices, batch_size=batch, optimizer=optimizer, configurations=configurations)
     t2 = time.perf_counter()
     ft_points = ft.solve(G)
     t3 = time.perf_counter()
@@ -226,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mcmc-s", type=float, default=None, help="MCMC seconds per case (default 20, quick 3)")
     ap.add_argument("--plots", type=Path, help="write reproduce_<model>.png frontier plots into this folder")
     ap.add_argument("--json", type=Path, help="write every figure and frontier as JSON")
+    ap.add_argument("--load", type=Path, nargs="*", help="print tables and plots of earlier --json files")
     args = ap.parse_args(argv)
     models = args.models or (QUICK_MODELS if args.quick else tuple(MODELS))
     clusters = QUICK_CLUSTERS if args.quick else CLUSTERS
@@ -233,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         clusters = {k: v for k, v in CLUSTERS.items() if k in args.clusters}
     mcmc_s = args.mcmc_s if args.mcmc_s is not None else (3.0 if args.quick else 20.0)
     start, cpu = time.perf_counter(), time.process_time()
-    cases = []
-    todo = [(m, c, p) for m in models for c, p in clusters.items()]
+    cases = [Case(**c) for path in args.load or [] for c in json.loads(path.read_text())]
+    todo = [] if args.load else [(m, c, p) for m in models for c, p in clusters.items()]
     for i, (model, cluster, devices) in enumerate(todo, 1):
         print(f"[{i}/{len(todo)}] {model} on {cluster} ({devices} GPUs)", flush=True)
         cases.append(run_case(model, cluster, devices, mcmc_s, log=lambda s: print(s, flush=True)))

@@ -7,6 +7,13 @@ partial output) forward. The planner knows nothing of Megatron: the result must 
 
 Width 4096 (GPT-3 6.7B's), 8 sequences of 256 tokens: small enough to solve in a second, large
 enough that the weights' AdamW state (2.1 GB) dwarfs the activations, as in real LLM layers.
+
+Two statements, both from the cost tables alone. In Megatron's own space (each linear splits one
+dim over all GPUs, or none) the tight budget gives exactly column -> row with one reduction. In
+the full space, FT's frontier also holds 2-D splits (e.g. the second linear ``out=2,in=4``: a
+reduction over 4 GPUs of half the output plus a gather over 2 moves 1.25x the output instead of
+the 1.75x of an 8-GPU all-reduce); those are no slower than Megatron, and they keep Megatron's
+essential property: the 4h hidden activation stays split by feature over all GPUs.
 """
 
 from __future__ import annotations
