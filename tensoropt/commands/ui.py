@@ -8,6 +8,7 @@ plan" writes DIR/plan.json (the same text ``tensoropt select`` writes) and recor
 from __future__ import annotations
 
 import argparse
+import sys
 import webbrowser
 from pathlib import Path
 
@@ -44,15 +45,19 @@ def run(args: argparse.Namespace) -> int:
     budget = budget_bytes(args.memory_budget, job)
     if not 0 <= args.port <= 65535:
         raise CommandError(f"--port must be in 0..65535, got {args.port}")
+    print(f"preparing the page for {path} ...", file=sys.stderr, flush=True)
     try:
         server = ParetoServer(path, port=args.port, job_file=args.job, budget_bytes=budget,
                               embed_limit_bytes=_limit_bytes(args.embed_limit_mib))
     except OSError as e:
         raise CommandError(f"cannot listen on 127.0.0.1:{args.port}: {e.strerror}; "
                            "pick another --port or omit it for a free one") from None
-    print(f"serving the Pareto plot of {path} at {server.url}  (Ctrl-C to stop)", flush=True)
-    if args.open:
-        webbrowser.open(server.url)
-    serve(server)
+
+    def ready() -> None:
+        print(f"serving the Pareto plot of {path} at {server.url}  (Ctrl-C to stop)", flush=True)
+        if args.open:
+            webbrowser.open(server.url)
+
+    serve(server, ready)
     print("stopped", flush=True)
     return 0

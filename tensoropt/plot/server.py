@@ -15,9 +15,11 @@ SIGTERM, then shuts it down.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -50,7 +52,7 @@ class ParetoServer(ThreadingHTTPServer):
         self.budget_bytes = budget_bytes
         self.embed_limit_bytes = embed_limit_bytes
         self.write_lock = threading.Lock()
-        self._cache: tuple[tuple[int, int], str, dict] | None = None  # (stat key, page, frontier json)
+        self._cache: tuple[bytes, str, dict] | None = None  # (content key, page, frontier json)
         load_frontier_file(self.frontier_path)  # fail now, with the file named, if it is unusable
         self.page()  # render now, so that the first GET is quick
         super().__init__(("127.0.0.1", port), _Handler)
@@ -85,9 +87,9 @@ class ParetoServer(ThreadingHTTPServer):
         """The error message for an unknown plan id."""
         return f"no plan {plan_id!r} in {self.frontier_path}"
 
-    def _current(self) -> tuple[tuple[int, int], str, dict]:
+    def _current(self) -> tuple[bytes, str, dict]:
         with self.write_lock:
-            key = _stat_key(self.frontier_path)
+            key = _content_key(self.frontier_path)
             if self._cache is None or self._cache[0] != key:
                 fj = load_frontier_file(self.frontier_path).to_json()
                 page = pareto_html(fj, self.budget_bytes, self.job_file,
@@ -101,7 +103,7 @@ class ParetoServer(ThreadingHTTPServer):
         from tensoropt.selector import Selection
 
         with self.write_lock:
-            before = _stat_key(self.frontier_path)
+            before = _content_key(self.frontier_path)
             frontier_file = load_frontier_file(self.frontier_path)
             frontier, plan = frontier_file.find(plan_id)
             write_selection(frontier_file, Selection(plan, frontier, rule="ui"), self.frontier_path,
@@ -110,7 +112,7 @@ class ParetoServer(ThreadingHTTPServer):
                 # only `selected` changed: patch the cached page instead of re-rendering it
                 _, page, fj = self._cache
                 fj["selected"] = plan_id
-                self._cache = (_stat_key(self.frontier_path), with_selected(page, plan_id), fj)
+                self._cache = (_content_key(self.frontier_path), with_selected(page, plan_id), fj)
         job = self.job_file or "JOB.yaml"
         return {"plan_id": plan_id, "plan_path": str(self.plan_path),
                 "command": f"tensoropt run {job} --plan {self.plan_path} --nproc {frontier.devices}"}
@@ -183,17 +185,24 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: only selections are printed."""
 
 
-def serve(server: ParetoServer) -> None:
+def serve(server: ParetoServer, on_ready: Callable[[], None] | None = None) -> None:
     """Serve until Ctrl-C or SIGTERM, then stop cleanly.
 
+    Args:
+        server: the server to run.
+        on_ready: called once the server accepts requests and the signals are handled (e.g. to
+            print the address).
+
     Example:
-        >>> serve(ParetoServer("out/vgg16/frontier.json"))  # doctest: +SKIP
+        >>> serve(ParetoServer("out/vgg16/frontier.json"), lambda: print("ready"))  # doctest: +SKIP
     """
     stop = threading.Event()
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if in_main else None
-    server.start()
     try:
+        server.start()
+        if on_ready is not None:
+            on_ready()
         while not stop.wait(0.5):
             pass
     except KeyboardInterrupt:
@@ -204,7 +213,6 @@ def serve(server: ParetoServer) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _stat_key(path: Path) -> tuple[int, int]:
-    """(mtime in ns, size): changes whenever the file is rewritten."""
-    st = path.stat()
-    return st.st_mtime_ns, st.st_size
+def _content_key(path: Path) -> bytes:
+    """Digest of the file's bytes (a stat-based key misses rewrites within one timestamp tick)."""
+    return hashlib.blake2b(path.read_bytes(), digest_size=16).digest()

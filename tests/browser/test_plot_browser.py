@@ -176,7 +176,7 @@ def test_served_page_writes_plan_json(chromium, run_dir, frontier_json):
         assert page.evaluate(RING_OF, "selected") == [plan_id] and page.is_visible(".badge.selected")
         context.close()
         proc.send_signal(__import__("signal").SIGINT)
-        proc.communicate(timeout=15)
+        proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 0

@@ -89,7 +89,7 @@ def test_cli_ui_prints_url_and_stops_on_sigterm(run_dir):
         with urllib.request.urlopen(url, timeout=10) as resp:
             assert resp.status == 200 and b"Plotly.newPlot" in resp.read()
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=15)
+        out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 0, err
