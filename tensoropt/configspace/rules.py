@@ -26,7 +26,6 @@ POOL_CHANNEL_SPLIT_ENABLED: bool = True
 _SPLITTABLE_NAMES = ("batch", "seq", "heads", "out", "in")
 
 
-
 def _param_dim(operand: dict, consumed_dim: int | None) -> int | None:
     """The parameter's own dim that becomes ``consumed_dim`` of the operand, else None."""
     if consumed_dim is None:
