@@ -168,8 +168,24 @@ def build_graph(ep) -> OpGraph:
             CaptureWarning,
             stacklevel=3,
         )
+    _record_unused_params(g, ep, seen_params)
     assign_dim_names(g)
     return OpGraph(nx=g, program=ep)
+
+
+def _record_unused_params(g: nx.DiGraph, ep, used: set[str]) -> None:
+    """Graph attributes ``tied_params`` (unused key -> the used key of the same tensor) and
+    ``unused_params`` (key -> shape of parameters no operator reads)."""
+    state = ep.state_dict
+    by_id = {id(state[k]): k for k in used if k in state}
+    g.graph["tied_params"], g.graph["unused_params"] = {}, {}
+    for key in ep.graph_signature.inputs_to_parameters.values():
+        if key in used:
+            continue
+        if key in state and id(state[key]) in by_id:
+            g.graph["tied_params"][key] = by_id[id(state[key])]
+        else:
+            g.graph["unused_params"][key] = tuple(state[key].shape) if key in state else ()
 
 
 def _add_compute(g, n, role, key, seen_params, opaque) -> None:

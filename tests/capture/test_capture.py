@@ -107,6 +107,23 @@ def test_tied_weights_counted_once_and_marked_shared():
     shared = [n for n in users if key in g.nx.nodes[n]["shared_params"]]
     assert len(shared) == 1 and g.nx.nodes[shared[0]]["kind"] == "linear"
     assert g.num_params() == sum(p.numel() for p in model.parameters())
+    other = "head.weight" if key == "wte.weight" else "wte.weight"
+    assert g.nx.graph["tied_params"] == {other: key} and g.nx.graph["unused_params"] == {}
+
+
+def test_unused_parameters_are_listed():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = nn.Linear(4, 2)
+            self.spare = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.used(x)
+
+    g = capture(Net(), (torch.randn(2, 4),))
+    assert g.nx.graph["unused_params"] == {"spare.weight": (3, 4), "spare.bias": (3,)}
+    assert set(g.params) == {"used.weight", "used.bias"}
 
 
 def test_every_tensor_path_from_inputs_reaches_the_loss():
