@@ -26,7 +26,8 @@ class UnsupportedConfiguration(RuntimeError):
 class _StridedGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
-        ctx.size, ctx.stride = x.size(), x.stride()
+        # dense, in x's dim order (x itself may be a strided slice of a larger tensor)
+        ctx.size, ctx.stride = x.size(), torch.empty_like(x, device="meta").stride()
         return x.view_as(x)
 
     @staticmethod
@@ -37,10 +38,10 @@ class _StridedGrad(torch.autograd.Function):
 
 
 def same_strides_grad(x: torch.Tensor) -> torch.Tensor:
-    """Identity (on a local tensor) whose backward gives the gradient ``x``'s own strides.
+    """Identity (on a local tensor) whose backward lays the gradient out densely in ``x``'s dim order.
 
     ``local_map`` wraps the local gradient into a DTensor carrying the *forward* DTensor's
-    global strides; a local gradient with other strides (a kernel's choice) then breaks the
+    global strides; a local gradient in another dim order (a kernel's choice) then breaks the
     ``view`` in the backward of the view ops before it (torch 2.13).
 
     Example:
@@ -49,6 +50,46 @@ def same_strides_grad(x: torch.Tensor) -> torch.Tensor:
         True
     """
     return _StridedGrad.apply(x)
+
+
+class _ConsistentGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not isinstance(grad, DTensor) or grad._local_tensor.numel() == 0:
+            return grad
+        local = grad._local_tensor
+        order = sorted(range(grad.dim()), key=lambda d: (-grad.stride()[d], d))
+        want = [0] * grad.dim()
+        step = 1
+        for d in reversed(order):
+            want[d] = step
+            step *= local.shape[d]
+        if list(local.stride()) == want:
+            return grad
+        dense = torch.empty_strided(local.shape, want, dtype=local.dtype, device=local.device).copy_(local)
+        return DTensor.from_local(dense, grad.device_mesh, grad.placements, run_check=False,
+                                  shape=grad.shape, stride=grad.stride())
+
+
+def consistent_grad(x: torch.Tensor) -> torch.Tensor:
+    """Identity (on a DTensor) whose backward lays the gradient's local tensor out in the dim order
+    of the gradient's global strides.
+
+    DTensor's backward of a redistribution (an all-gather) returns a contiguous local tensor
+    while the gradient keeps the strides of the forward value (torch 2.13); when the forward
+    value was a transposed view, the ``view`` in the backward of the view ops before it then
+    fails. Applied to every value the executor redistributes.
+
+    Example:
+        >>> x = torch.ones(2, 3, requires_grad=True)
+        >>> consistent_grad(x).sum().backward(); x.grad.shape
+        torch.Size([2, 3])
+    """
+    return _ConsistentGrad.apply(x)
 
 
 def _role(x_p, w_p) -> str:
@@ -127,26 +168,41 @@ def sdpa(node_name: str, q: DTensor, k: DTensor, v: DTensor, attn_mask=None, dro
                 f"node {node_name!r} (aten.scaled_dot_product_attention): placement {p} is not a "
                 "batch or heads split; sequence splits of attention are not supported"
             )
+    masks = ()
     if attn_mask is not None:
-        raise UnsupportedConfiguration(
-            f"node {node_name!r} (aten.scaled_dot_product_attention): an explicit attn_mask is "
-            "not supported on a mesh; use is_causal=True"
-        )
+        attn_mask = _mask_like(attn_mask, q)
+        masks = (attn_mask,)
 
-    def local(ql, kl, vl):
+    def local(ql, kl, vl, *mask):
         ql, kl, vl = (same_strides_grad(t) for t in (ql, kl, vl))
         return F.scaled_dot_product_attention(
-            ql, kl, vl, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
+            ql, kl, vl, attn_mask=mask[0] if mask else None, dropout_p=dropout_p, is_causal=is_causal,
+            scale=scale, enable_gqa=enable_gqa,
         )
 
+    mask_placements = tuple(m.placements for m in masks)
     fn = local_map(
         local,
         out_placements=list(placements),
-        in_placements=(placements, placements, placements),
-        in_grad_placements=(placements, placements, placements),
+        in_placements=(placements, placements, placements, *mask_placements),
+        in_grad_placements=(placements, placements, placements, *mask_placements),
         device_mesh=q.device_mesh,
     )
-    return fn(q, k, v)
+    return fn(q, k, v, *masks)
+
+
+def _mask_like(mask, q: DTensor) -> DTensor:
+    """An attention mask laid out to match q's batch/head splits (broadcast dims stay replicated)."""
+    if not isinstance(mask, DTensor):
+        mask = DTensor.from_local(mask, q.device_mesh, [Replicate()] * q.device_mesh.ndim, run_check=False)
+    offset = q.dim() - mask.dim()
+    target = []
+    for p in q.placements:
+        d = p.dim - offset if isinstance(p, Shard) else None
+        target.append(Shard(d) if d is not None and d >= 0 and mask.shape[d] > 1 else Replicate())
+    if any(p.is_partial() for p in mask.placements) or tuple(mask.placements) != tuple(target):
+        mask = mask.redistribute(q.device_mesh, target)
+    return mask
 
 
 def batch_norm(node_name: str, x: DTensor, weight, bias, running_mean, running_var, training: bool,

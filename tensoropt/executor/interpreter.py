@@ -232,7 +232,8 @@ class PlanInterpreter(fx.Interpreter):
             )
         key = ("redistribute", id(value), tuple(target))
         if key not in self._memo:
-            self._memo[key] = (value, value.redistribute(self.mesh, to_placements(target)))
+            moved = explicit_ops.consistent_grad(value).redistribute(self.mesh, to_placements(target))
+            self._memo[key] = (value, moved)
         return self._memo[key][1]
 
     def _wrap_plain(self, out):
