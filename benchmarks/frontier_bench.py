@@ -168,7 +168,8 @@ def run_case(
     eps: bool,
     noreuse: bool = False,
     budget_s: float | None = None,
-    max_budget_s: float = 60.0,
+    max_budget_s: float = 30.0,
+    ilp_limit_s: float = 300.0,
 ) -> Row:
     """Solve ``G`` with FT (and the baselines when asked) and fill a :class:`Row`.
 
@@ -258,28 +259,21 @@ def real_gpt_graph(num_devices: int = 8, batch: int = 16):
 
 def cases(quick: bool) -> list[tuple]:
     """(name, graph, configs, options) of the quick or the full table."""
+    quick_budget = dict(baselines=True, max_budget_s=2.0)
     if quick:
         return [
-            ("chain-100", chain_graph(100, 8), 8, dict(baselines=True, ilp=True)),
-            (
-                "transformer-12",
-                transformer_graph(12, 8),
-                8,
-                dict(baselines=True, ilp=True, eps=True, noreuse=True),
-            ),
+            ("chain-100", chain_graph(100, 8), 8, quick_budget),
+            ("transformer-12", transformer_graph(12, 8), 8, dict(quick_budget, eps=True, noreuse=True)),
+            ("transformer-2", transformer_graph(2, 8), 8, dict(ilp=True)),
             ("transformer-48", transformer_graph(48, 4), 4, dict()),
         ]
     out = [
-        ("chain-200", chain_graph(200, 32), 32, dict(baselines=True, ilp=True)),
-        (
-            "transformer-12",
-            transformer_graph(12, 16),
-            16,
-            dict(baselines=True, ilp=True, eps=True, noreuse=True),
-        ),
-        ("transformer-12", transformer_graph(12, 32), 32, dict(baselines=True, ilp=True, eps=True)),
-        ("transformer-48", transformer_graph(48, 8), 8, dict(baselines=True, ilp=True, eps=True)),
-        ("transformer-48", transformer_graph(48, 16), 16, dict(baselines=True, eps=True)),
+        ("chain-200", chain_graph(200, 32), 32, dict(baselines=True)),
+        ("transformer-12", transformer_graph(12, 8), 8, dict(ilp=True)),
+        ("transformer-12", transformer_graph(12, 16), 16, dict(baselines=True, eps=True, noreuse=True)),
+        ("transformer-12", transformer_graph(12, 32), 32, dict(baselines=True, ilp=True)),
+        ("transformer-48", transformer_graph(48, 8), 8, dict(baselines=True, ilp=True)),
+        ("transformer-48", transformer_graph(48, 16), 16, dict(baselines=True)),
         ("transformer-96", transformer_graph(96, 8), 8, dict()),
         ("transformer-48", transformer_graph(48, 32), 32, dict(eps=True)),
     ]
