@@ -9,15 +9,19 @@ configurations.
 
 from __future__ import annotations
 
+import itertools
 from math import comb
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from tensoropt.capture import capture
 from tensoropt.configspace import configurations, rules
-from tensoropt.configspace.configuration import Mesh
+from tensoropt.configspace.configuration import Mesh, make_label
+from tensoropt.configspace.space import ParDim, enumerate_splits
 from tensoropt.models.transformer import SelfAttention
 
 MESH = Mesh.for_cluster(8, devices_per_node=4)
@@ -142,3 +146,29 @@ def test_limits_for_large_meshes():
     big = Mesh.for_cluster(1024, devices_per_node=8)
     g = capture(nn.Linear(1024, 1024), (torch.randn(1024, 1024),))
     assert len(configurations(g, big, whole_levels=True)["linear"]) == 4 * 4  # (batch, out, in, none)^2
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from([1, 2, 4, 8, 16, 32, 6, 12]),
+    st.sampled_from([1, 2, 4, 8]),
+    st.lists(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16]), min_size=1, max_size=4),
+)
+def test_enumeration_matches_brute_force(p, per_node, sizes):
+    """Every axis independently to one dim or none, deduplicated by interchangeable axes."""
+    mesh = Mesh.for_cluster(p, devices_per_node=per_node)
+    names = ["batch", "out", "in", "seq"][: len(sizes)]
+    dims = [ParDim(n, s, (None,)) for n, s in zip(names, sizes)]
+    seen = set()
+    for choice in itertools.product(range(len(dims) + 1), repeat=len(mesh.shape)):
+        degree = [1] * len(dims)
+        key = []
+        for axis, c in enumerate(choice):
+            if c < len(dims):
+                degree[c] *= mesh.shape[axis]
+            key.append((mesh.levels[axis], mesh.shape[axis], c))
+        if all(s % d == 0 for s, d in zip(sizes, degree)):
+            seen.add(tuple(sorted(key)))
+    splits = enumerate_splits(dims, mesh)
+    assert len(splits) == len(seen)
+    assert len({make_label(s, mesh) for s in splits}) == len(splits)
