@@ -1,0 +1,182 @@
+"""Costs of the memory options ``recompute`` and ``zero3`` (see :mod:`tensoropt.configspace.options`).
+
+Both are priced as adjustments of the plain configuration's cost (:func:`estimators.op_costs.node_cost`
+on :func:`~tensoropt.configspace.options.base_configuration`), so the objective stays additive:
+
+* ``recompute`` (the operator under ``torch.utils.checkpoint``): time + one more forward of the
+  local shard; memory - the tensors the operator creates for backward (its extra saved tensors,
+  and its own output when it saves it and no consumer does); the edges into it then charge every
+  operand it reads (the checkpoint keeps them), by the same storage rules as a saved operand.
+* ``zero3`` (per parameter with gradient-sync axes A, b its local bytes as computed with, s its
+  stored shard): memory - (b - s) x (2 + optimizer state factor); communication - all-reduce(b, A)
+  + 2 all-gather(b, A) (forward, and again in backward) + reduce-scatter(b, A); the optimizer
+  steps over s; the gathered parameter is a transient buffer (``buffer_bytes``).
+
+The one approximation beyond the plain model: an operand kept by a recomputing operator whose
+producer's output is saved by exactly one other consumer is charged twice (an over-count).
+
+Example:
+    >>> # worked cases: tests/estimators/test_options.py
+    >>> True
+    True
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from estimators.compute import optimizer_time_s, roofline_time_s
+from estimators.memory import extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
+from estimators.op_costs import Cost, CostModel, GraphInfo, _bytes, local_op, node_cost
+from tensoropt.configspace.configuration import Configuration, local_shape
+from tensoropt.configspace.options import base_configuration
+
+
+def _drops_own_output(info: GraphInfo, name: str, node: dict, rules) -> bool:
+    """Whether the operator saves its own output and no consumer keeps that storage."""
+    return saved_spec(node, rules).output and info.saving_consumers.get(name, 0) == 0
+
+
+def recomputable(info: GraphInfo, name: str, node: dict, rules) -> bool:
+    """Whether recomputing ``node`` keeps less: it takes part in backward and creates saved tensors.
+
+    Example:
+        >>> from estimators.memory import SavingRules
+        >>> relu = {"op": "aten.relu.default", "kind": "elementwise", "inputs": [{"shape": (4,)}],
+        ...         "out_shape": (4,), "operands": []}
+        >>> info = GraphInfo({"r": True}, {"r": True}, {"r": 0}, {"r": True})
+        >>> recomputable(info, "r", relu, SavingRules())
+        True
+    """
+    if node["kind"] == "input" or not info.computes_grad.get(name, False):
+        return False
+    if _drops_own_output(info, name, node, rules):
+        return True
+    shapes = [tuple(e["shape"]) for e in node["inputs"]]
+    return extra_saved_bytes(node, shapes, tuple(node["out_shape"]), rules) > 0
+
+
+def _forward_s(model: CostModel, info: GraphInfo, name: str, node: dict, config: Configuration) -> float:
+    op = local_op(node, config, model.mesh, info)
+    timed = model.compute_time(name, node, config, op) if model.compute_time else None
+    return (timed if timed is not None else roofline_time_s(model.cluster.device, op))[0]
+
+
+def _recompute_delta(model: CostModel, info: GraphInfo, name: str, node: dict, base: Configuration):
+    """(extra seconds, bytes no longer kept) of recomputing ``node`` in ``base``'s layout."""
+    mesh, rules = model.mesh, model.rules
+    op = local_op(node, base, mesh, info)
+    out_local = local_shape(tuple(node["out_shape"]), base.output, mesh.shape)
+    dropped = extra_saved_bytes(node, list(op.in_shapes), out_local, rules)
+    if _drops_own_output(info, name, node, rules):
+        dropped += numel(out_local) * itemsize(str(node.get("out_dtype", "float32")))
+    return _forward_s(model, info, name, node, base), dropped
+
+
+def _zero3_delta(model: CostModel, node: dict, config: Configuration, base: Configuration):
+    """(communication seconds, optimizer seconds, memory bytes, buffer bytes) changes of zero3."""
+    mesh, comm = model.mesh, model.comm
+    dtype = str(node.get("out_dtype", "float32"))
+    shared = set(node.get("shared_params") or ())
+    stored, computed, sync = dict(config.params), dict(base.params), dict(config.grad_sync_axes)
+    comm_s, full_total, shard_total, buffer = 0.0, 0, 0, 0.0
+    for key, shape in node["params"].items():
+        if key in shared:
+            continue
+        b = _bytes(shape, computed[key], mesh, dtype)
+        s = _bytes(shape, stored[key], mesh, dtype)
+        full_total, shard_total = full_total + b, shard_total + s
+        axes = sync.get(key, ())
+        if axes:
+            comm_s += (
+                2 * comm.time_s("all_gather", b, axes)
+                + comm.time_s("reduce_scatter", b, axes)
+                - comm.time_s("all_reduce", b, axes)
+            )
+            buffer = max(buffer, b)
+    device, n = model.cluster.device, len(node["params"])
+    opt_s = optimizer_time_s(device, shard_total, n, model.optimizer) - optimizer_time_s(
+        device, full_total, n, model.optimizer
+    )
+    memory = -(full_total - shard_total) * (2 + optimizer_factor(model.optimizer))
+    return comm_s, opt_s, memory, buffer
+
+
+def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: Configuration) -> Cost:
+    """:func:`estimators.op_costs.node_cost` for a configuration that may carry memory options.
+
+    Example:
+        >>> # worked cases: tests/estimators/test_options.py
+        >>> True
+        True
+    """
+    base = base_configuration(config)
+    cost = node_cost(model, info, name, node, base)
+    if not config.options:
+        return cost
+    compute_s, comm_s, memory, buffer = cost.compute_s, cost.comm_s, cost.memory_bytes, cost.buffer_bytes
+    if "recompute" in config.options:
+        extra_s, dropped = _recompute_delta(model, info, name, node, base)
+        compute_s += extra_s
+        memory -= dropped
+    if "zero3" in config.options:
+        d_comm, d_opt, d_mem, d_buf = _zero3_delta(model, node, config, base)
+        comm_s, compute_s, memory = comm_s + d_comm, compute_s + d_opt, memory + d_mem
+        buffer = max(buffer, d_buf)
+    return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer))
+
+
+def option_edge_table(
+    model: CostModel,
+    info: GraphInfo,
+    g: nx.DiGraph,
+    u: str,
+    v: str,
+    confs_u: list[Configuration],
+    confs_v: list[Configuration],
+    table,
+) -> dict[str, np.ndarray]:
+    """``table`` (:func:`estimators.op_costs.edge_cost_table`) for configurations with memory options.
+
+    Options do not change layouts, so the plain table applies, except the memory of the columns
+    of a recomputing ``v``: it keeps every operand it reads (priced as if it saved them all).
+
+    Example:
+        >>> # worked cases: tests/estimators/test_options.py
+        >>> True
+        True
+    """
+    base_u = [base_configuration(c) for c in confs_u]
+    base_v = [base_configuration(c) for c in confs_v]
+    out = table(model, info, g, u, v, base_u, base_v)
+    rec = [j for j, c in enumerate(confs_v) if "recompute" in c.options]
+    if not rec:
+        return out
+    h = nx.DiGraph()
+    h.add_node(u, **g.nodes[u])
+    h.add_node(v, **dict(g.nodes[v], kind="opaque"))  # opaque: saves every operand it reads
+    h.add_edge(u, v, **g.edges[u, v])
+    kept = table(model, info, h, u, v, base_u, [base_v[j] for j in rec])
+    memory = out["memory_bytes"].copy()
+    memory[:, rec] = kept["memory_bytes"]
+    return dict(out, memory_bytes=memory)
+
+
+def with_recompute_rule(info: GraphInfo, g: nx.DiGraph, rules):
+    """``name -> bool`` predicate for :func:`tensoropt.configspace.options.with_options`.
+
+    Example:
+        >>> pred = with_recompute_rule(GraphInfo({}, {}, {}, {}), nx.DiGraph(), None)
+        >>> callable(pred)
+        True
+    """
+    return lambda name: recomputable(info, name, g.nodes[name], rules)
+
+
+__all__ = [
+    "option_edge_table",
+    "option_node_cost",
+    "recomputable",
+    "with_recompute_rule",
+]
