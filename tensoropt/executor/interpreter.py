@@ -27,6 +27,7 @@ from torch.distributed.tensor import DeviceMesh, DTensor, Replicate
 
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
 from tensoropt.executor import explicit_ops
+from tensoropt.executor import options as memory_options
 from tensoropt.executor.placements import normalise, raw_output_layout, to_layout, to_placements
 from tensoropt.executor.program import arg_nodes, op_name, packet_name
 
@@ -134,8 +135,11 @@ class PlanInterpreter(fx.Interpreter):
             args = fx.node.map_arg(n.args, self._value)
             kwargs = fx.node.map_arg(n.kwargs, self._value)
             return self._wrap_plain(self.call_function(n.target, args, kwargs))
-        args, kwargs = self._lay_out_operands(n, config)
-        out, bias = self._compute(n, args, kwargs)
+        if config.options:  # recompute / zero3 (tensoropt.executor.options)
+            out, bias = memory_options.run_node(self, n, config)
+        else:
+            args, kwargs = self._lay_out_operands(n, config)
+            out, bias = self._compute(n, args, kwargs)
         return self._check_and_reduce(n, config, out, bias)
 
     def fetch_args_kwargs_from_env(self, n: fx.Node):
