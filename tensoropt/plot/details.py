@@ -66,21 +66,55 @@ def embedded_ids(
     return ids
 
 
-def plan_payload(point: PlotPoint, mesh: str) -> dict:
+def plan_payload(point: PlotPoint, mesh: str, command: str) -> dict:
     """What the detail panel shows for one plan (besides its plan.json text).
 
     Example:
-        >>> plan_payload(PlotPoint("d1-p0", 1, 0.5, 8, None, "", True), "")["time_s"]
+        >>> plan_payload(PlotPoint("d1-p0", 1, 0.5, 8, None, "", True), "", "tensoropt run ...")["time_s"]
         0.5
     """
     return {
         "devices": point.devices, "mesh": mesh, "time_s": point.time_s, "memory_bytes": point.memory_bytes,
         "throughput": point.throughput, "summary": point.summary, "fits": point.fits, "layers": point.layers,
+        "command": command,
     }
 
 
+def run_command(job_file: str, plan_path: str, devices: int, nodes: int = 1) -> str:
+    """The ``tensoropt run`` command line for a plan on ``devices`` devices over ``nodes`` machines.
+
+    Example:
+        >>> run_command("job.yaml", "plan.json", 8)
+        'tensoropt run job.yaml --plan plan.json --nproc 8'
+        >>> print(run_command("job.yaml", "plan.json", 16, nodes=2))
+        # on each of the 2 machines (RANK 0..1; HOST:PORT: an address of machine 0)
+        tensoropt run job.yaml --plan plan.json --nnodes 2 --nproc-per-node 8 --node-rank RANK \\
+            --rdzv-endpoint HOST:PORT
+    """
+    command = f"tensoropt run {job_file} --plan {plan_path}"
+    if nodes <= 1:
+        return f"{command} --nproc {devices}"
+    return (f"# on each of the {nodes} machines (RANK 0..{nodes - 1}; HOST:PORT: an address of machine 0)\n"
+            f"{command} --nnodes {nodes} --nproc-per-node {devices // nodes} --node-rank RANK \\\n"
+            "    --rdzv-endpoint HOST:PORT")
+
+
+def frontier_nodes(frontier: dict) -> int:
+    """Machines a frontier's mesh spans: the product of its ``node``-level axes.
+
+    Example:
+        >>> frontier_nodes({"mesh": [2, 2, 2], "mesh_levels": ["node", "gpu", "gpu"]})
+        2
+    """
+    nodes = 1
+    for size, level in zip(frontier.get("mesh", []), frontier.get("mesh_levels", [])):
+        nodes *= int(size) if level == "node" else 1
+    return nodes
+
+
 def details_payload(
-    frontier_json: dict, points: list[PlotPoint], ids: list[str], plan_text: Callable | None = None
+    frontier_json: dict, points: list[PlotPoint], ids: list[str], plan_text: Callable | None = None,
+    job_file: str = "JOB.yaml",
 ) -> dict:
     """``{"plans": {id: panel payload}, "texts": {id: plan.json text}}`` for the plans ``ids``.
 
@@ -91,16 +125,23 @@ def details_payload(
         >>> sorted(details_payload(fj, page_points(fj, None), ["d1-p0"])["texts"])
         ['d1-p0']
     """
-    meshes = {int(f["devices"]): mesh_text(f.get("mesh")) for f in frontier_json.get("frontiers", [])}
+    frontiers = {int(f["devices"]): f for f in frontier_json.get("frontiers", [])}
     wanted = set(ids)
-    chosen = [p for p in points if p.plan_id in wanted]
+    plans = {}
+    for p in points:
+        if p.plan_id in wanted:
+            frontier = frontiers[p.devices]
+            command = run_command(job_file, "plan.json", p.devices, frontier_nodes(frontier))
+            plans[p.plan_id] = plan_payload(p, mesh_text(frontier.get("mesh")), command)
     return {
-        "plans": {p.plan_id: plan_payload(p, meshes.get(p.devices, "")) for p in chosen},
+        "plans": plans,
         "texts": all_plan_texts(frontier_json, plan_text, ids),
     }
 
 
-def plan_details(frontier_json: dict, plan_id: str, budget_bytes: int | None) -> dict:
+def plan_details(
+    frontier_json: dict, plan_id: str, budget_bytes: int | None, job_file: str = "JOB.yaml"
+) -> dict:
     """One plan's ``{"plan": panel payload, "text": plan.json text}`` (KeyError: no such plan).
 
     Example:
@@ -112,7 +153,7 @@ def plan_details(frontier_json: dict, plan_id: str, budget_bytes: int | None) ->
     points = [p for p in page_points(frontier_json, budget_bytes) if p.plan_id == plan_id]
     if not points:
         raise KeyError(plan_id)
-    payload = details_payload(frontier_json, points, [plan_id])
+    payload = details_payload(frontier_json, points, [plan_id], job_file=job_file)
     return {"plan": payload["plans"][plan_id], "text": payload["texts"][plan_id]}
 
 

@@ -119,14 +119,14 @@ def _render(frontier_json, budget_bytes, job_file, plan_text, embed_limit_bytes)
         raise ValueError("frontier.json has no plans to plot (every frontier's 'plans' is empty)")
     figure = pareto_figure(points, budget_bytes, selected)
     ids = embedded_ids(frontier_json, selected, embed_limit_bytes, plan_text)
-    data = details_payload(frontier_json, points, ids, plan_text)
+    job_file = job_file or frontier_json.get("job_file") or "JOB.yaml"
+    data = details_payload(frontier_json, points, ids, plan_text, job_file)
     meta = {
         "plans": len(points),
         "embedded": len(ids),
         "selected": selected,
         "budget_gib": None if budget_bytes is None else budget_bytes / GIB,
         "batch": global_batch_size(frontier_json),
-        "job_file": job_file or frontier_json.get("job_file") or "JOB.yaml",
     }
     packed = gzip.compress(json.dumps(data).encode("utf-8"), GZIP_LEVEL)
     title = f"tensoropt · Pareto frontier · {_model_name(frontier_json)}"

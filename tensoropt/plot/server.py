@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from tensoropt.plans import PlanFileError, load_frontier_file
-from tensoropt.plot.details import EMBED_LIMIT_BYTES, plan_details
+from tensoropt.plot.details import EMBED_LIMIT_BYTES, frontier_nodes, plan_details, run_command
 from tensoropt.plot.page import pareto_html, with_selected
 
 MAX_BODY_BYTES = 4096
@@ -81,7 +81,7 @@ class ParetoServer(ThreadingHTTPServer):
 
     def plan_details(self, plan_id: str) -> dict:
         """``{"plan", "text"}`` of one plan (KeyError if no such plan)."""
-        return plan_details(self._current()[2], plan_id, self.budget_bytes)
+        return plan_details(self._current()[2], plan_id, self.budget_bytes, self.job_file or "JOB.yaml")
 
     def no_plan(self, plan_id: str) -> str:
         """The error message for an unknown plan id."""
@@ -113,9 +113,9 @@ class ParetoServer(ThreadingHTTPServer):
                 _, page, fj = self._cache
                 fj["selected"] = plan_id
                 self._cache = (_content_key(self.frontier_path), with_selected(page, plan_id), fj)
-        job = self.job_file or "JOB.yaml"
-        return {"plan_id": plan_id, "plan_path": str(self.plan_path),
-                "command": f"tensoropt run {job} --plan {self.plan_path} --nproc {frontier.devices}"}
+        nodes = frontier_nodes({"mesh": frontier.mesh.shape, "mesh_levels": frontier.mesh.levels})
+        command = run_command(self.job_file or "JOB.yaml", str(self.plan_path), frontier.devices, nodes)
+        return {"plan_id": plan_id, "plan_path": str(self.plan_path), "command": command}
 
 
 class _Handler(BaseHTTPRequestHandler):

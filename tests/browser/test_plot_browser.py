@@ -171,8 +171,9 @@ def test_served_page_writes_plan_json(chromium, run_dir, frontier_json):
         plan_path = run_dir / "plan.json"
         assert plan_path.read_text() == plan_file_text(frontier_json, plan_id)
         assert json.loads((run_dir / "frontier.json").read_text())["selected"] == plan_id
-        assert page.text_content("#run-command") == \
-            f"tensoropt run job.yaml --plan {plan_path} --nproc {devices}"
+        command = page.text_content("#run-command")  # 16 devices = 2 machines of 8 (mesh levels)
+        assert f"tensoropt run job.yaml --plan {plan_path} --nnodes 2 --nproc-per-node 8 --node-rank RANK" \
+            in command and devices == 16
         assert page.evaluate(RING_OF, "selected") == [plan_id] and page.is_visible(".badge.selected")
         context.close()
         proc.send_signal(__import__("signal").SIGINT)

@@ -43,6 +43,8 @@ def test_select_writes_plan_and_records_selection(server, run_dir, frontier_json
     assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")], "temporary files left behind"
     with urllib.request.urlopen(server.url, timeout=10) as resp:
         assert '"selected": "d4-p3"' in resp.read().decode(), "the page must show the new selection"
+    status, body = _post(server.url, json.dumps({"plan_id": "d16-p1"}).encode())
+    assert status == 200 and "--nnodes 2 --nproc-per-node 8 --node-rank RANK" in body["command"]
 
 
 def test_page_follows_changes_made_elsewhere(server, run_dir, frontier_json):

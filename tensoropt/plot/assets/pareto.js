@@ -127,10 +127,6 @@
     setTimeout(() => URL.revokeObjectURL(url), 10000);
   }
 
-  function runCommand(devices, planPath) {
-    return `tensoropt run ${meta.job_file} --plan ${planPath} --nproc ${devices}`;
-  }
-
   async function usePlan(id) {
     const plan = state.data.plans[id];
     const status = $("use-status");
@@ -152,7 +148,7 @@
       } else {
         download("plan.json", state.data.texts[id]);
         status.textContent = `Downloaded plan.json (${id}). Run it with:`;
-        command.textContent = runCommand(plan.devices, "plan.json");
+        command.textContent = plan.command;
       }
       $("command-row").classList.add("shown");
     } catch (err) {
