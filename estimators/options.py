@@ -153,14 +153,35 @@ def option_edge_table(
     rec = [j for j, c in enumerate(confs_v) if "recompute" in c.options]
     if not rec:
         return out
-    h = nx.DiGraph()
-    h.add_node(u, **g.nodes[u])
-    h.add_node(v, **dict(g.nodes[v], kind="opaque"))  # opaque: saves every operand it reads
-    h.add_edge(u, v, **g.edges[u, v])
-    kept = table(model, info, h, u, v, base_u, [base_v[j] for j in rec])
+    kept = table(model, info, _keeping_all(g, u, v), u, v, base_u, [base_v[j] for j in rec])
     memory = out["memory_bytes"].copy()
     memory[:, rec] = kept["memory_bytes"]
     return dict(out, memory_bytes=memory)
+
+
+def _keeping_all(g: nx.DiGraph, u: str, v: str) -> nx.DiGraph:
+    """The edge (u, v) alone, ``v`` made opaque (the rule that saves every operand it reads)."""
+    h = nx.DiGraph()
+    h.add_node(u, **g.nodes[u])
+    h.add_node(v, **dict(g.nodes[v], kind="opaque"))
+    h.add_edge(u, v, **g.edges[u, v])
+    return h
+
+
+def option_edge_cost(
+    model: CostModel, info: GraphInfo, g: nx.DiGraph, u: str, v: str, cu: Configuration, cv: Configuration
+) -> Cost:
+    """:func:`estimators.op_costs.edge_cost` of one configuration pair that may carry memory options.
+
+    Example:
+        >>> # worked cases: tests/estimators/test_options.py
+        >>> True
+        True
+    """
+    from estimators.op_costs import edge_cost
+
+    h = _keeping_all(g, u, v) if "recompute" in cv.options else g
+    return edge_cost(model, info, h, u, v, base_configuration(cu), base_configuration(cv))
 
 
 def with_recompute_rule(info: GraphInfo, g: nx.DiGraph, rules):
@@ -175,6 +196,7 @@ def with_recompute_rule(info: GraphInfo, g: nx.DiGraph, rules):
 
 
 __all__ = [
+    "option_edge_cost",
     "option_edge_table",
     "option_node_cost",
     "recomputable",

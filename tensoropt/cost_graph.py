@@ -24,7 +24,8 @@ import networkx as nx
 import numpy as np
 
 from estimators.memory import SavingRules
-from estimators.op_costs import Cost, CostModel, GraphInfo, edge_cost, node_cost
+from estimators.op_costs import Cost, CostModel, GraphInfo
+from estimators.options import option_edge_cost, option_node_cost, with_recompute_rule
 from estimators.profiles import Cluster, load_cluster
 from tensoropt.configspace.configuration import Configuration, Mesh
 
@@ -82,6 +83,7 @@ def cost_graph(
     sdpa_backend: str = "auto",
     batch_norm: str = "auto",
     progress: Callable[[int, int], None] | None = None,
+    memory_options: Sequence[str] = (),
 ) -> nx.DiGraph:
     """Price every configuration of every operator of ``graph`` on ``num_devices`` devices of ``cluster``.
 
@@ -103,6 +105,8 @@ def cost_graph(
         batch_norm: "native", "decomposed" (tensoropt's executor's synchronised batch norm, which
             saves more) or "auto" (decomposed on more than one device, as the executor runs it).
         progress: called as ``progress(done, total)`` while nodes and edges are priced.
+        memory_options: some of ``"recompute"``, ``"zero3"``: multiply the configurations with
+            these options (:mod:`tensoropt.configspace.options`, priced by :mod:`estimators.options`).
 
     Returns:
         A new ``networkx.DiGraph`` in ``frontier.solve``'s format (see the module docstring).
@@ -142,6 +146,11 @@ def cost_graph(
     rules = SavingRules(cl.device.kind, sdpa_backend, batch_norm)
     model = CostModel(cl, mesh, optimizer, compute_time=timer, rules=rules)
     info = GraphInfo.of(g, rules)
+    if memory_options:
+        from tensoropt.configspace.options import with_options
+
+        recomputable = with_recompute_rule(info, g, rules)
+        configurations = with_options(g, configurations, mesh, memory_options, recomputable)
     out = nx.DiGraph()
     out.graph.update(
         mesh=mesh,
@@ -160,7 +169,7 @@ def cost_graph(
         configs_of[name] = confs
         key = (_node_key(name, d, info), tuple(confs))
         if key not in node_cache:
-            node_cache[key] = [node_cost(model, info, name, d, c) for c in confs]
+            node_cache[key] = [option_node_cost(model, info, name, d, c) for c in confs]
         costs = node_cache[key]
         out.add_node(
             name,
@@ -187,7 +196,7 @@ def cost_graph(
             repr([(e.get("dim_map"), e["source"] == u) for e in g.nodes[v]["inputs"]]),
         )
         if key not in edge_cache:
-            edge_cache[key] = [[edge_cost(model, info, g, u, v, a, b) for b in cv] for a in cu]
+            edge_cache[key] = [[option_edge_cost(model, info, g, u, v, a, b) for b in cv] for a in cu]
         costs = edge_cache[key]
         arr = np.array([[[_value(c, o) for o in objectives] for c in row] for row in costs], dtype=np.float64)
         out.add_edge(u, v, cost=arr.reshape(len(cu), len(cv), len(objectives)), **_components(costs))
