@@ -14,7 +14,11 @@ from torch import nn
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention with a fused qkv projection.
+    """Multi-head self-attention with separate q, k, v projections.
+
+    Separate projections (same parameter count as GPT-2's fused ``c_attn``) let a column split of
+    each projection become a head split of attention without redistribution (the Megatron-LM
+    pattern): the projection's output features map onto the heads dim through the view.
 
     Example:
         >>> a = SelfAttention(width=16, heads=4, max_seq=8, causal=True)
@@ -27,7 +31,9 @@ class SelfAttention(nn.Module):
         if width % heads:
             raise ValueError(f"width {width} is not divisible by heads {heads}")
         self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
+        self.q = nn.Linear(width, width)
+        self.k = nn.Linear(width, width)
+        self.v = nn.Linear(width, width)
         self.proj = nn.Linear(width, width)
         self.dropout = dropout
         self.causal = causal
@@ -38,10 +44,10 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
-        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
-        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        q, k, v = (
+            proj(x).view(b, t, self.heads, c // self.heads).transpose(1, 2)
+            for proj in (self.q, self.k, self.v)
+        )
         mask = self.mask[:t, :t] if self.causal else None
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)

@@ -42,17 +42,30 @@ def test_conv_flops_match_closed_form():
     assert node["attrs"] == {"stride": [2, 2], "padding": [1, 1], "dilation": [1, 1], "groups": 2}
 
 
-def test_attention_flops_and_qkv_split_folded_into_one_edge():
+class FusedQKV(nn.Module):
+    """GPT-2's fused projection: q, k, v split off one linear."""
+
+    def __init__(self, c: int, h: int, t: int):
+        super().__init__()
+        self.h = h
+        self.qkv = nn.Linear(c, 3 * c)
+        self.register_buffer("mask", torch.ones(t, t, dtype=torch.bool).tril(), persistent=False)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (y.view(b, t, self.h, c // self.h).transpose(1, 2) for y in self.qkv(x).split(c, dim=2))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask[:t, :t])
+
+
+def test_attention_flops_and_fused_qkv_split_folded_into_one_edge():
     b, t, c, h = 2, 8, 32, 4
-    g = capture(SelfAttention(c, h, max_seq=t, causal=True), (torch.randn(b, t, c),))
-    sdpa = [n for n in g.compute_nodes() if g.nx.nodes[n]["kind"] == "sdpa"]
-    assert len(sdpa) == 1
-    node = g.nx.nodes[sdpa[0]]
+    g = capture(FusedQKV(c, h, t), (torch.randn(b, t, c),))
+    sdpa = "scaled_dot_product_attention"
+    node = g.nx.nodes[sdpa]
     d = c // h
     assert node["flops"] == 4 * b * h * t * t * d + 5 * b * h * t * t
     # q, k and v are three operands read from the one qkv linear through split/view/transpose
-    edge = g.nx.edges["linear", sdpa[0]]
-    assert edge["operands"] == [0, 1, 2]
+    assert g.nx.edges["linear", sdpa]["operands"] == [0, 1, 2]
     for entry in node["inputs"]:
         assert entry["views"][:2] == ["aten.split.Tensor", "operator.getitem"]
         # linear out [B, T, 3C] -> q [B, H, T, D]: batch stays 0, seq moves to 2, the split dim is cut
@@ -60,6 +73,18 @@ def test_attention_flops_and_qkv_split_folded_into_one_edge():
     assert node["buffers"] == {"mask": (t, t)}
     assert node["attrs"]["has_mask"] and not node["attrs"]["is_causal"]
     assert "alias" in g.nx.graph["static_ops"]
+
+
+def test_separate_projections_map_features_onto_heads():
+    b, t, c, h = 2, 8, 32, 4
+    g = capture(SelfAttention(c, h, max_seq=t, causal=True), (torch.randn(b, t, c),))
+    (sdpa,) = [n for n in g.nx.nodes if g.nx.nodes[n]["kind"] == "sdpa"]
+    sources = [e["source"] for e in g.nx.nodes[sdpa]["inputs"]]
+    assert [g.nx.nodes[s]["module"] for s in sources] == ["q", "k", "v"]
+    for entry in g.nx.nodes[sdpa]["inputs"]:
+        # projection out [B, T, C] -> [B, H, T, D]: the feature dim becomes the heads dim, so a
+        # column split of the projection is a head split of attention (Megatron-LM)
+        assert entry["dim_map"] == [0, 2, 1]
 
 
 def test_flatten_dim_map_and_params_sum():
