@@ -88,7 +88,7 @@ def transformer_graph(blocks: int, configs: int, seed: int = 0) -> nx.DiGraph:
     Example:
         >>> G = transformer_graph(2, 4)
         >>> G.number_of_nodes(), G.number_of_edges()
-        (26, 31)
+        (26, 33)
     """
     rng = np.random.default_rng(seed)
     redis = rng.uniform(0.5, 1.5, (N_LAYOUTS, N_LAYOUTS)) * 3e-4
