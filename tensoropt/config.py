@@ -14,6 +14,7 @@ A job file is a 1:1 serialisation of :class:`Job`::
       dtype: float32
       seed: 0
       steps: 100
+      memory_options: []          # recompute, zero3: offered per operator (empty: none)
     cluster: h100x8               # a profile name or path, or an inline mapping
     devices: [1, 2, 4, 8]         # device counts to plan for
     memory_budget: 40GiB          # per device
@@ -265,6 +266,8 @@ class TrainingConfig:
     """Total training steps of `tensoropt run`."""
     learning_rate: float = 1e-3
     """Learning rate of the optimizer."""
+    memory_options: list = field(default_factory=list)
+    """Memory options the planner may give each operator: recompute, zero3 (empty: none)."""
 
     def __post_init__(self):
         _int(self.global_batch_size, "global_batch_size", optional=True)
@@ -273,6 +276,21 @@ class TrainingConfig:
         _int(self.seed, "seed", minimum=0)
         _int(self.steps, "steps")
         self.learning_rate = _positive_float(self.learning_rate, "learning_rate")
+        self.memory_options = _memory_options(self.memory_options)
+
+
+def _memory_options(value: Any) -> list:
+    from tensoropt.configspace.options import MEMORY_OPTIONS
+
+    expected = f"a list of some of {list(MEMORY_OPTIONS)}"
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise FieldError("memory_options", f"got {value!r}", expected)
+    for v in value:
+        if v not in MEMORY_OPTIONS:
+            raise FieldError("memory_options", f"unknown option {v!r}", expected)
+    return list(dict.fromkeys(value))
 
 
 @dataclass

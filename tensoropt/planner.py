@@ -195,7 +195,7 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     try:
         G = cost_graph(graph, cluster, num_devices, batch_size=job.training.global_batch_size,
                        optimizer=job.training.optimizer, compute_mode=job.planner.compute,
-                       progress=graph_progress)
+                       progress=graph_progress, memory_options=job.training.memory_options)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
     timing["cost_graph"] = time.perf_counter() - start
