@@ -181,6 +181,8 @@ def tables(cases: list[Case]) -> str:
     ]
     for c in cases:
         cells = [f"{_ms(c.chosen[s])} ({_gib(c.chosen[s])})" for s in STRATEGIES]
+        if c.epsilon:
+            cells[-1] += f" eps={c.epsilon:g}"
         lines.append(f"| {c.model} | {c.cluster} | {c.devices} | {c.batch} | " + " | ".join(cells) + " |")
     lines += [
         "",
