@@ -86,17 +86,15 @@ def run_command(job_file: str, plan_path: str, devices: int, nodes: int = 1) -> 
     Example:
         >>> run_command("job.yaml", "plan.json", 8)
         'tensoropt run job.yaml --plan plan.json --nproc 8'
-        >>> print(run_command("job.yaml", "plan.json", 16, nodes=2))
-        # on each of the 2 machines (RANK 0..1; HOST:PORT: an address of machine 0)
-        tensoropt run job.yaml --plan plan.json --nnodes 2 --nproc-per-node 8 --node-rank RANK \\
-            --rdzv-endpoint HOST:PORT
+        >>> run_command("j.yaml", "p.json", 16, nodes=2).split("\\n")[1].split(" --plan p.json ")[1]
+        '--nnodes 2 --nproc-per-node 8 --node-rank RANK --rdzv-endpoint HOST:PORT'
     """
     command = f"tensoropt run {job_file} --plan {plan_path}"
     if nodes <= 1:
         return f"{command} --nproc {devices}"
-    return (f"# on each of the {nodes} machines (RANK 0..{nodes - 1}; HOST:PORT: an address of machine 0)\n"
-            f"{command} --nnodes {nodes} --nproc-per-node {devices // nodes} --node-rank RANK \\\n"
-            "    --rdzv-endpoint HOST:PORT")
+    return (f"# on each of the {nodes} machines (RANK 0..{nodes - 1}; HOST:PORT of machine 0)\n"
+            f"{command} --nnodes {nodes} --nproc-per-node {devices // nodes} --node-rank RANK "
+            "--rdzv-endpoint HOST:PORT")
 
 
 def frontier_nodes(frontier: dict) -> int:
