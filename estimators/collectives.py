@@ -40,6 +40,8 @@ class CommModel:
     def __init__(self, cluster: Cluster, mesh: Mesh):
         self.cluster = cluster
         self.mesh = mesh
+        self.memo: dict = {}
+        """Redistribution times already computed on this mesh (see estimators.redistribution)."""
 
     def group(self, axes: Iterable[int]) -> tuple[int, int]:
         """(inter-node size, intra-node size) of the group spanned by ``axes``.

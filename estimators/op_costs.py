@@ -31,10 +31,12 @@ once (:func:`estimators.breakdown.plan_breakdown`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy as np
 
 from estimators.collectives import CommModel
 from estimators.compute import LocalOp, optimizer_time_s, roofline_time_s
@@ -83,6 +85,8 @@ class CostModel:
     compute_time: Callable | None = None
     rules: SavingRules = field(default_factory=SavingRules)
     comm: CommModel = field(init=False)
+    operand_cache: dict = field(init=False, default_factory=dict, repr=False)
+    """Memo of per-operand redistribution costs (identical layers and configurations repeat)."""
 
     def __post_init__(self):
         self.comm = CommModel(self.cluster, self.mesh)
@@ -134,7 +138,13 @@ class GraphInfo:
 
 
 def _bytes(shape, layout, mesh: Mesh, dtype: str) -> int:
-    return numel(local_shape(tuple(shape), tuple(layout), mesh.shape)) * itemsize(dtype)
+    return _local_bytes(tuple(shape), tuple(layout), mesh.shape, dtype)
+
+
+@functools.lru_cache(maxsize=262144)
+def _local_bytes(shape: tuple, layout: tuple, mesh_shape: tuple, dtype: str) -> int:
+    """Bytes of the local shard (memoised: the same tensors and layouts recur across a graph)."""
+    return numel(local_shape(shape, layout, mesh_shape)) * itemsize(dtype)
 
 
 def _split_axes(config: Configuration) -> frozenset[int]:
@@ -264,41 +274,111 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
     return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer))
 
 
+def _operand_move(model: CostModel, out_shape, size, src, dim_map, shape, dst, split_axes, grad):
+    """(seconds forward + backward, largest buffer bytes, whether the data moves) of one operand."""
+    comm = model.comm
+    gathered, translated = through_view(src, list(dim_map) if dim_map is not None else None, len(out_shape))
+    moved = gathered != src or translated != dst
+    t = 0.0
+    if gathered != src:
+        t += redistribution_time_s(comm, out_shape, size, src, gathered)
+    fwd, bwd = edge_time_s(comm, shape, size, translated, dst, split_axes, grad)
+    buf = 0.0
+    if moved:
+        buf = max(
+            [0.0] + [n for _, n, _ in redistribution_steps(shape, size, translated, dst, model.mesh.shape)]
+        )
+    return t + fwd + bwd, buf, moved
+
+
 def edge_cost(
     model: CostModel, info: GraphInfo, g: nx.DiGraph, u: str, v: str, cu: Configuration, cv: Configuration
 ) -> Cost:
-    """Redistribution time and saved-operand memory of edge ``(u, v)`` for the configuration pair.
+    """Redistribution time and saved-operand memory of edge ``(u, v)`` for one configuration pair.
 
     Example:
-        >>> # see tests/estimators/test_op_costs.py for worked cases
+        >>> # worked cases: tests/estimators/test_memory.py and test_cost_graph.py
         >>> True
         True
     """
-    mesh, comm = model.mesh, model.comm
+    t = edge_cost_table(model, info, g, u, v, [cu], [cv])
+    return Cost(
+        comm_s=float(t["comm_s"][0, 0]),
+        memory_bytes=float(t["memory_bytes"][0, 0]),
+        buffer_bytes=float(t["buffer_bytes"][0, 0]),
+    )
+
+
+def _unique(keys: list) -> tuple[list, np.ndarray]:
+    """Distinct keys (first-seen order) and, per position, the index of its key."""
+    index: dict = {}
+    idx = np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.int64)
+    return list(index), idx
+
+
+def edge_cost_table(
+    model: CostModel,
+    info: GraphInfo,
+    g: nx.DiGraph,
+    u: str,
+    v: str,
+    confs_u: list[Configuration],
+    confs_v: list[Configuration],
+) -> dict[str, np.ndarray]:
+    """:func:`edge_cost` for every pair of ``confs_u`` x ``confs_v``, as ``C_u x C_v`` arrays.
+
+    An operand's cost depends only on u's output layout and on v's operand layout and split
+    axes; those take few distinct values, so each distinct pair is priced once (memoised on the
+    model across edges) and spread to the full table by indexing.
+
+    Returns:
+        ``{"comm_s", "memory_bytes", "buffer_bytes"}``, each of shape ``(len(confs_u), len(confs_v))``.
+
+    Example:
+        >>> # see edge_cost
+        >>> True
+        True
+    """
     du, dv = g.nodes[u], g.nodes[v]
-    edge = g.edges[u, v]
-    operands = edge.get("operands") or [i for i, e in enumerate(dv["inputs"]) if e["source"] == u]
+    operands = g.edges[u, v].get("operands") or [i for i, e in enumerate(dv["inputs"]) if e["source"] == u]
     saved = set(saved_spec(dv, model.rules).inputs) if info.computes_grad.get(v, True) else set()
-    split_axes = _split_axes(cv)
     out_shape = tuple(du["out_shape"])
     size = itemsize(du.get("out_dtype", "float32"))
-    comm_s = buffer = memory = 0.0
-    charged_layouts: set[tuple] = set()
+    charged_u = info.output_charged.get(u, False)
+    shape_uv = (len(confs_u), len(confs_v))
+    comm = np.zeros(shape_uv)
+    buffer = np.zeros(shape_uv)
+    memory = np.zeros(shape_uv)
+    srcs, iu = _unique([tuple(c.output) for c in confs_u])
+    charged: list[tuple[np.ndarray, np.ndarray]] = []  # (dst index per v, moved matrix) of charged operands
     for i in operands:
         entry = dv["inputs"][i]
-        dst = tuple(cv.inputs[i])
-        gathered, translated = through_view(tuple(cu.output), entry.get("dim_map"), len(out_shape))
-        moved = gathered != tuple(cu.output) or translated != dst
-        grad = info.needs_grad.get(u, False) and str(entry.get("dtype", "float32")).startswith(FLOATING)
-        if gathered != tuple(cu.output):
-            comm_s += redistribution_time_s(comm, out_shape, size, tuple(cu.output), gathered)
-        fwd, bwd = edge_time_s(comm, tuple(entry["shape"]), size, translated, dst, split_axes, grad)
-        comm_s += fwd + bwd
-        if moved:
-            steps = redistribution_steps(tuple(entry["shape"]), size, translated, dst, mesh.shape)
-            buffer = max([buffer] + [n for _, n, _ in steps])
-        if i in saved and (dst, moved) not in charged_layouts:
-            charged_layouts.add((dst, moved))
-            if moved or not info.output_charged.get(u, False):
-                memory += _bytes(entry["shape"], dst, mesh, entry.get("dtype", "float32"))
-    return Cost(comm_s=comm_s, memory_bytes=memory, buffer_bytes=buffer)
+        dim_map = entry.get("dim_map")
+        dim_map = tuple(dim_map) if dim_map is not None else None
+        dtype = entry.get("dtype", "float32")
+        shape = tuple(entry["shape"])
+        grad = info.needs_grad.get(u, False) and str(dtype).startswith(FLOATING)
+        dsts, iv = _unique([(tuple(c.inputs[i]), _split_axes(c)) for c in confs_v])
+        t = np.zeros((len(srcs), len(dsts)))
+        buf = np.zeros_like(t)
+        moved = np.zeros(t.shape, dtype=bool)
+        for a, src in enumerate(srcs):
+            for b, (dst, split_axes) in enumerate(dsts):
+                key = (out_shape, size, src, dim_map, shape, dst, split_axes, grad)
+                if key not in model.operand_cache:
+                    model.operand_cache[key] = _operand_move(model, *key)
+                t[a, b], buf[a, b], moved[a, b] = model.operand_cache[key]
+        comm += t[np.ix_(iu, iv)]
+        buffer = np.maximum(buffer, buf[np.ix_(iu, iv)])
+        if i not in saved:
+            continue
+        layouts, il = _unique([tuple(c.inputs[i]) for c in confs_v])
+        nbytes = np.array([_bytes(shape, lay, model.mesh, dtype) for lay in layouts], dtype=np.float64)[il]
+        mv = moved[np.ix_(iu, iv)]
+        charge = np.where(mv, nbytes[None, :], 0.0 if charged_u else nbytes[None, :])
+        layout_ids = np.array([hash(lay) for lay in layouts], dtype=np.int64)[il]
+        for prev_ids, prev_moved in charged:  # the same storage saved through two operands counts once
+            charge = np.where((prev_ids == layout_ids)[None, :] & (prev_moved == mv), 0.0, charge)
+        charged.append((layout_ids, mv))
+        memory += charge
+    return {"comm_s": comm, "memory_bytes": memory, "buffer_bytes": buffer}

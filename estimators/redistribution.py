@@ -24,6 +24,8 @@ the tensor at that point, so earlier transitions change later costs.
 
 from __future__ import annotations
 
+import functools
+
 from estimators.collectives import CommModel
 from tensoropt.configspace.configuration import Layout, local_shape, shard_dim
 
@@ -56,6 +58,7 @@ def transition(src: str, dst: str) -> str | None:
     return "all_gather" if dst == "R" else "all_to_all"
 
 
+@functools.lru_cache(maxsize=65536)
 def redistribution_steps(
     shape: tuple[int, ...], itemsize: int, src: Layout, dst: Layout, mesh_shape: tuple[int, ...]
 ) -> list[tuple[str, float, int]]:
@@ -100,7 +103,10 @@ def redistribution_time_s(
         >>> redistribution_time_s(cm, (4, 4), 4, ("S(0)",), ("S(0)",))
         0.0
     """
-    return sum(
+    key = (tuple(shape), itemsize, tuple(src), tuple(dst))
+    if key in comm.memo:
+        return comm.memo[key]
+    comm.memo[key] = total = sum(
         (
             comm.time_s(kind, nbytes, (axis,))
             for kind, nbytes, axis in redistribution_steps(
@@ -109,6 +115,7 @@ def redistribution_time_s(
         ),
         0.0,
     )
+    return total
 
 
 def gradient_layout(dst: Layout, consumer_split_axes: set[int] | frozenset[int]) -> Layout:

@@ -24,8 +24,8 @@ import networkx as nx
 import numpy as np
 
 from estimators.memory import SavingRules
-from estimators.op_costs import Cost, CostModel, GraphInfo
-from estimators.options import option_edge_cost, option_node_cost, with_recompute_rule
+from estimators.op_costs import Cost, CostModel, GraphInfo, edge_cost_table
+from estimators.options import option_edge_table, option_node_cost, with_recompute_rule
 from estimators.profiles import Cluster, load_cluster
 from tensoropt.configspace.configuration import Configuration, Mesh
 
@@ -184,7 +184,7 @@ def cost_graph(
         done += 1
         if progress:
             progress(done, total)
-    edge_cache: dict[tuple, list[list[Cost]]] = {}
+    edge_cache: dict[tuple, dict[str, np.ndarray]] = {}
     for u, v in g.edges:
         cu, cv = configs_of[u], configs_of[v]
         key = (
@@ -196,10 +196,19 @@ def cost_graph(
             repr([(e.get("dim_map"), e["source"] == u) for e in g.nodes[v]["inputs"]]),
         )
         if key not in edge_cache:
-            edge_cache[key] = [[option_edge_cost(model, info, g, u, v, a, b) for b in cv] for a in cu]
-        costs = edge_cache[key]
-        arr = np.array([[[_value(c, o) for o in objectives] for c in row] for row in costs], dtype=np.float64)
-        out.add_edge(u, v, cost=arr.reshape(len(cu), len(cv), len(objectives)), **_components(costs))
+            edge_cache[key] = option_edge_table(model, info, g, u, v, cu, cv, edge_cost_table)
+        comps = edge_cache[key]
+        columns = [
+            comps["comm_s"] if o in ("time_s", "comm_s") else comps.get(o, np.zeros_like(comps["comm_s"]))
+            for o in objectives
+        ]
+        out.add_edge(
+            u,
+            v,
+            cost=np.stack(columns, axis=-1).astype(np.float64),
+            compute_s=np.zeros_like(comps["comm_s"]),
+            **comps,
+        )
         done += 1
         if progress:
             progress(done, total)
