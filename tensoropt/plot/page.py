@@ -94,18 +94,19 @@ def write_pareto_html(frontier_json: dict, path: str | os.PathLike, budget_bytes
     return path
 
 
-def with_selected(page: str, plan_id: str | None) -> str:
-    """The page with another plan marked as selected (cheap: only the small meta block changes).
+def with_meta(page: str, **changes) -> str:
+    """The page with keys of its small meta block changed (e.g. ``selected``; ``server=True``
+    for pages served by ``tensoropt ui``), without rendering it again.
 
     Example:
         >>> page = '<script type="application/json" id="tensoropt-meta">{"selected": "a"}</script>'
-        >>> with_selected(page, "b")
+        >>> with_meta(page, selected="b")
         '<script type="application/json" id="tensoropt-meta">{"selected": "b"}</script>'
     """
     start = page.index(_META_OPEN) + len(_META_OPEN)
     end = page.index("</script>", start)
     meta = json.loads(page[start:end])
-    meta["selected"] = plan_id
+    meta.update(changes)
     return page[:start] + _script_json(json.dumps(meta)) + page[end:]
 
 

@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from tensoropt.plans import PlanFileError, load_frontier_file
 from tensoropt.plot.details import EMBED_LIMIT_BYTES, frontier_nodes, plan_details, run_command
-from tensoropt.plot.page import pareto_html, with_selected
+from tensoropt.plot.page import pareto_html, with_meta
 
 MAX_BODY_BYTES = 4096
 """Largest request body accepted by /api/select."""
@@ -94,6 +94,7 @@ class ParetoServer(ThreadingHTTPServer):
                 fj = load_frontier_file(self.frontier_path).to_json()
                 page = pareto_html(fj, self.budget_bytes, self.job_file,
                                    embed_limit_bytes=self.embed_limit_bytes)
+                page = with_meta(page, server=True)  # the page writes through this server
                 self._cache = (key, page, fj)
             return self._cache
 
@@ -112,7 +113,7 @@ class ParetoServer(ThreadingHTTPServer):
                 # only `selected` changed: patch the cached page instead of re-rendering it
                 _, page, fj = self._cache
                 fj["selected"] = plan_id
-                self._cache = (_content_key(self.frontier_path), with_selected(page, plan_id), fj)
+                self._cache = (_content_key(self.frontier_path), with_meta(page, selected=plan_id), fj)
         nodes = frontier_nodes({"mesh": frontier.mesh.shape, "mesh_levels": frontier.mesh.levels})
         command = run_command(self.job_file or "JOB.yaml", str(self.plan_path), frontier.devices, nodes)
         return {"plan_id": plan_id, "plan_path": str(self.plan_path), "command": command}

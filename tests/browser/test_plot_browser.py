@@ -6,11 +6,14 @@ axes, so these tests exercise the same path a user's click takes.
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -183,3 +186,25 @@ def test_served_page_writes_plan_json(chromium, run_dir, frontier_json):
     assert proc.returncode == 0
     assert not errors, errors
     assert all(u.startswith(url) for u in requests), requests
+
+
+def test_page_on_another_web_server_still_downloads(chromium, frontier_json, tmp_path):
+    """Over http but not from `tensoropt ui` (e.g. `python -m http.server`): download, no POST."""
+    html = write_pareto_html(frontier_json, tmp_path / "pareto.html")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{html.name}"
+        context, page, requests, errors = _open(chromium, url)
+        plan_id = "d2-p1"
+        _hover_and_click(page, plan_id, *_plans(frontier_json)[plan_id])
+        with page.expect_download() as info:
+            page.click("#use-plan")
+        assert Path(info.value.path()).read_text() == plan_file_text(frontier_json, plan_id)
+        context.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not errors, errors
+    assert not any("/api/" in u for u in requests), requests

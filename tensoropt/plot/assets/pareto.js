@@ -1,12 +1,14 @@
 // tensoropt Pareto page: y-axis toggle, detail panel, and "Use this plan".
 // Works from a file (download of the embedded plan.json text) and served by `tensoropt ui`
-// (POST to the server, which writes DIR/plan.json); the mode comes from location.protocol.
+// (POST to the server, which writes DIR/plan.json); the mode comes from location.protocol and the
+// server's mark in the page's meta block.
 (function () {
   "use strict";
   const $ = (id) => document.getElementById(id);
   const fig = JSON.parse($("tensoropt-figure").textContent);
   const meta = JSON.parse($("tensoropt-meta").textContent);
-  const served = location.protocol === "http:" || location.protocol === "https:";
+  // served by `tensoropt ui` (which marks its pages), not opened from a file or another web server
+  const served = (location.protocol === "http:" || location.protocol === "https:") && meta.server === true;
   const gd = $("plot");
   const panel = $("panel");
   const state = { yMode: "time", current: null, selected: meta.selected, data: null, served: served };
