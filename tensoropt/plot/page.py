@@ -1,9 +1,10 @@
 """The self-contained Pareto HTML page: plotly.js inlined, figure, plans, page script.
 
 The page makes no network request: plotly.js, the figure, the page script and the per-plan data
-(detail-panel rows and the exact plan.json text of every plan) are all inside the file. The
-per-plan data is gzip-compressed and base64-encoded (plan files repeat the placements of every
-node, so they compress ~10x); the page decompresses it with the browser's DecompressionStream.
+(detail-panel rows and the exact plan.json text of each plan, within the limit of
+:mod:`tensoropt.plot.details`) are all inside the file. The per-plan data is gzip-compressed
+and base64-encoded (plan files repeat the placements of every node, so they compress ~10x); the
+page decompresses it with the browser's DecompressionStream.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import gzip
 import html
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,8 +30,9 @@ ASSETS = Path(__file__).with_name("assets")
 GZIP_LEVEL = 3
 """Compression of the embedded plans: level 6 is 1.5x smaller but 2x slower on 1,700 plans."""
 LOG_RATIO = 8.0
-_META_OPEN = '<script type="application/json" id="tensoropt-meta">'
 """A log axis is the default when the axis spans more than this factor."""
+_META_OPEN = '<script type="application/json" id="tensoropt-meta">'
+_PLACEHOLDER_RE = re.compile(r"__[A-Z0-9_]+__")
 
 
 @functools.lru_cache(maxsize=1)
@@ -142,12 +145,11 @@ def _render(frontier_json, budget_bytes, job_file, plan_text, embed_limit_bytes)
         "__META_JSON__": _script_json(json.dumps(meta)),
         "__DATA_B64__": base64.b64encode(packed).decode("ascii"),
         "__PAGE_JS__": (ASSETS / "pareto.js").read_text(encoding="utf-8"),
+        "__PLOTLY_JS__": _plotly_js(),
     }
-    page = (ASSETS / "page.html").read_text(encoding="utf-8")
-    for key, value in fills.items():
-        page = page.replace(key, value)
-    # plotly.js last: its minified text must not be scanned for placeholders
-    return page.replace("__PLOTLY_JS__", _plotly_js(), 1)
+    # one pass over the template: inserted text (plan summaries, plotly.js) is never rescanned
+    template = (ASSETS / "page.html").read_text(encoding="utf-8")
+    return _PLACEHOLDER_RE.sub(lambda m: fills[m.group(0)], template)
 
 
 def _script_json(text: str) -> str:

@@ -87,9 +87,10 @@ def test_page_embeds_exact_plan_files_and_plotly(frontier_json):
 
 
 def test_script_text_cannot_close_its_element(frontier_json):
-    frontier_json["frontiers"][1]["plans"][0]["summary"] = "evil </script><script>alert(1)</script>"
+    frontier_json["frontiers"][1]["plans"][0]["summary"] = "evil </script><script>alert(1)</script> __CSS__"
     page = pareto_html(frontier_json)
     assert "</script><script>alert" not in page
+    assert page.count("--muted:") == 1, "a placeholder inside the data must not be filled"
     figure = json.loads(_script(page, "tensoropt-figure"))
     assert any("evil </script>" in str(t["customdata"]) for t in figure["data"])
 
