@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
 
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CommandError, ConfigError, PlanFileError, DeviceCountNotPlanned) as e:
         print(f"tensoropt {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:  # e.g. `tensoropt explain plan.json | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"tensoropt {args.command}: interrupted", file=sys.stderr)
         return 130
