@@ -3,17 +3,20 @@
 Both are priced as adjustments of the plain configuration's cost (:func:`estimators.op_costs.node_cost`
 on :func:`~tensoropt.configspace.options.base_configuration`), so the objective stays additive:
 
-* ``recompute`` (the operator under ``torch.utils.checkpoint``): time + one more forward of the
-  local shard; memory - the tensors the operator creates for backward (its extra saved tensors,
-  and its own output when it saves it and no consumer does); the edges into it then charge every
-  operand it reads (the checkpoint keeps them), by the same storage rules as a saved operand.
+* ``recompute`` (see :mod:`tensoropt.configspace.options`): time + two more forwards of the local
+  shard (one for its own backward when it saves anything, one for the recipe its consumers keep);
+  memory - its extra saved tensors and its output storage wherever it was charged (at the node, or
+  on the edges of consumers that save or keep it in the same layout: they keep the recipe); the
+  edges into it then charge every operand it reads (it keeps them) unless the producer recomputes
+  too.
 * ``zero3`` (per parameter with gradient-sync axes A, b its local bytes as computed with, s its
   stored shard): memory - (b - s) x (2 + optimizer state factor); communication - all-reduce(b, A)
   + 2 all-gather(b, A) (forward, and again in backward) + reduce-scatter(b, A); the optimizer
   steps over s; the gathered parameter is a transient buffer (``buffer_bytes``).
 
-The one approximation beyond the plain model: an operand kept by a recomputing operator whose
-producer's output is saved by exactly one other consumer is charged twice (an over-count).
+The approximation beyond the plain model: the output of an operator that does not recompute, kept
+by a recomputing consumer and saved or kept by one more consumer (while the operator itself does
+not charge it), is charged on both edges (an over-count of one tensor).
 
 Example:
     >>> # worked cases: tests/estimators/test_options.py
@@ -22,6 +25,9 @@ Example:
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections import ChainMap
 
 import networkx as nx
 import numpy as np
@@ -33,13 +39,10 @@ from tensoropt.configspace.configuration import Configuration, local_shape
 from tensoropt.configspace.options import base_configuration
 
 
-def _drops_own_output(info: GraphInfo, name: str, node: dict, rules) -> bool:
-    """Whether the operator saves its own output and no consumer keeps that storage."""
-    return saved_spec(node, rules).output and info.saving_consumers.get(name, 0) == 0
-
-
 def recomputable(info: GraphInfo, name: str, node: dict, rules) -> bool:
-    """Whether recomputing ``node`` keeps less: it takes part in backward and creates saved tensors.
+    """Whether recomputing ``node`` keeps less: its output is kept for backward or it saves new tensors.
+
+    Random operators (dropout) are left out: a recipe would draw again.
 
     Example:
         >>> from estimators.memory import SavingRules
@@ -49,9 +52,11 @@ def recomputable(info: GraphInfo, name: str, node: dict, rules) -> bool:
         >>> recomputable(info, "r", relu, SavingRules())
         True
     """
-    if node["kind"] == "input" or not info.computes_grad.get(name, False):
+    if node["kind"] in ("input", "dropout") or not info.computes_grad.get(name, False):
         return False
-    if _drops_own_output(info, name, node, rules):
+    if "rand" in node["op"] or "bernoulli" in node["op"]:
+        return False
+    if info.output_charged.get(name) or info.saving_consumers.get(name, 0) > 0:
         return True
     shapes = [tuple(e["shape"]) for e in node["inputs"]]
     return extra_saved_bytes(node, shapes, tuple(node["out_shape"]), rules) > 0
@@ -68,10 +73,14 @@ def _recompute_delta(model: CostModel, info: GraphInfo, name: str, node: dict, b
     mesh, rules = model.mesh, model.rules
     op = local_op(node, base, mesh, info)
     out_local = local_shape(tuple(node["out_shape"]), base.output, mesh.shape)
-    dropped = extra_saved_bytes(node, list(op.in_shapes), out_local, rules)
-    if _drops_own_output(info, name, node, rules):
+    extra = extra_saved_bytes(node, list(op.in_shapes), out_local, rules)
+    dropped = extra
+    if info.output_charged.get(name):
         dropped += numel(out_local) * itemsize(str(node.get("out_dtype", "float32")))
-    return _forward_s(model, info, name, node, base), dropped
+    spec = saved_spec(node, rules)
+    own = int(bool(spec.inputs or spec.output or extra or node["params"]))
+    reruns = own + 1  # its own backward, and the recipe (cached: once per backward)
+    return reruns * _forward_s(model, info, name, node, base), dropped
 
 
 def _zero3_delta(model: CostModel, node: dict, config: Configuration, base: Configuration):
@@ -150,13 +159,24 @@ def option_edge_table(
     base_u = [base_configuration(c) for c in confs_u]
     base_v = [base_configuration(c) for c in confs_v]
     out = table(model, info, g, u, v, base_u, base_v)
-    rec = [j for j, c in enumerate(confs_v) if "recompute" in c.options]
-    if not rec:
+    rows = [[i for i, c in enumerate(confs_u) if ("recompute" in c.options) == r] for r in (False, True)]
+    cols = [[j for j, c in enumerate(confs_v) if ("recompute" in c.options) == r] for r in (False, True)]
+    if not rows[1] and not cols[1]:
         return out
-    kept = table(model, info, _keeping_all(g, u, v), u, v, base_u, [base_v[j] for j in rec])
     memory = out["memory_bytes"].copy()
-    memory[:, rec] = kept["memory_bytes"]
+    for ru, rv in ((False, True), (True, False), (True, True)):
+        i, j = rows[ru], cols[rv]
+        if i and j:
+            h = _keeping_all(g, u, v) if rv else g
+            block = table(model, _charged(info, u) if ru else info, h, u, v,
+                          [base_u[k] for k in i], [base_v[k] for k in j])
+            memory[np.ix_(i, j)] = block["memory_bytes"]
     return dict(out, memory_bytes=memory)
+
+
+def _charged(info: GraphInfo, u: str) -> GraphInfo:
+    """``info`` with ``u``'s output taken as charged elsewhere: a recipe, nothing to keep."""
+    return dataclasses.replace(info, output_charged=ChainMap({u: True}, info.output_charged))
 
 
 def _keeping_all(g: nx.DiGraph, u: str, v: str) -> nx.DiGraph:
@@ -180,7 +200,10 @@ def option_edge_cost(
     """
     from estimators.op_costs import edge_cost
 
-    h = _keeping_all(g, u, v) if "recompute" in cv.options else g
+    keeps = "recompute" in cv.options
+    h = _keeping_all(g, u, v) if keeps else g
+    if "recompute" in cu.options:
+        info = _charged(info, u)
     return edge_cost(model, info, h, u, v, base_configuration(cu), base_configuration(cv))
 
 

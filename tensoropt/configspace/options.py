@@ -4,10 +4,14 @@ A job opts in with ``training.memory_options`` (default: none, the plain space).
 doubles the configurations of the operators it applies to; labels append it
 (``"batch=8,zero3,recompute"``):
 
-* ``recompute``: the operator runs under ``torch.utils.checkpoint``: the tensors it *creates*
-  for backward (its saved output, statistics, masks, attention weights) are dropped and its
-  forward is run again in backward; the operands it reads are kept instead. Offered only where
-  that keeps less (the caller's ``recomputable`` predicate, :func:`estimators.options.recomputable`).
+* ``recompute``: nothing the operator produces is kept for backward: neither what it saves
+  itself (it runs under ``torch.utils.checkpoint``) nor its output where consumers save it (they
+  keep a recipe instead); its forward runs again in backward, once for itself and once per
+  consumer that needs the output. The operands it reads are kept instead. Offered where that keeps
+  less (the caller's ``recomputable`` predicate, :func:`estimators.options.recomputable`) and the
+  configuration has no partial-sum reduction (the recipe is the local op alone). Chains of
+  recomputed operators give the segment checkpointing of Chen et al. (2016): only the operands of
+  each chain's first operator stay.
 * ``zero3``: the parameters of an operator whose gradient is a partial sum over some mesh axes
   (``grad_sync_axes``: it is replicated there while the batch is split) are *stored* sharded
   over those axes: all-gathered before use in forward and again in backward, their gradient
@@ -149,7 +153,7 @@ def option_variants(
         else:
             zero = _with(config, ("zero3",), tuple(params))
             out.append(zero)
-    if "recompute" in options and recomputable:
+    if "recompute" in options and recomputable and not config.partial_axes:
         out.insert(1, _with(config, ("recompute",)))
         if zero is not None:
             out.append(_with(config, ("zero3", "recompute"), zero.params))

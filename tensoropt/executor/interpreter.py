@@ -101,7 +101,8 @@ class PlanInterpreter(fx.Interpreter):
         # one split must share that split (its backward needs every output's gradient).
         self._memo = {}
         try:
-            return super().run(*args, **kwargs)
+            with memory_options.forward_hooks(self):
+                return super().run(*args, **kwargs)
         finally:
             self._memo = {}
 
@@ -136,10 +137,9 @@ class PlanInterpreter(fx.Interpreter):
             kwargs = fx.node.map_arg(n.kwargs, self._value)
             return self._wrap_plain(self.call_function(n.target, args, kwargs))
         if config.options:  # recompute / zero3 (tensoropt.executor.options)
-            out, bias = memory_options.run_node(self, n, config)
-        else:
-            args, kwargs = self._lay_out_operands(n, config)
-            out, bias = self._compute(n, args, kwargs)
+            return memory_options.run_node(self, n, config)
+        args, kwargs = self._lay_out_operands(n, config)
+        out, bias = self._compute(n, args, kwargs)
         return self._check_and_reduce(n, config, out, bias)
 
     def fetch_args_kwargs_from_env(self, n: fx.Node):

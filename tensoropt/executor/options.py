@@ -1,25 +1,33 @@
 """Memory options of a plan's nodes in the executor: ``recompute`` and ``zero3``.
 
-See :mod:`tensoropt.configspace.options` for what they mean and
-:mod:`estimators.options` for what they cost.
+See :mod:`tensoropt.configspace.options` for what they mean and :mod:`estimators.options` for
+what they cost. Both rest on :class:`Recipes`, saved-tensor hooks active over the whole forward
+that replace a saved tensor (or a view of it) by a recipe that rebuilds it in backward; every other
+saved tensor goes to the hooks that were active before (the trainer's memory measurement).
 
-* ``recompute``: the node's op runs under ``torch.utils.checkpoint`` (non-reentrant), on its
-  operands already laid out: autograd keeps the operands (every tensor argument, at top level,
-  so the storage-counting measurement sees them) instead of what the op would save, and runs the
-  op again in backward. The partial-sum reduction after the op stays outside.
+* ``recompute``: the node's op runs under ``torch.utils.checkpoint`` (non-reentrant) on its
+  operands already laid out (so what the op would save is rebuilt in backward), and its output is
+  registered as a recipe: consumers that save it keep the recipe, which runs the op again from the
+  operands. Those operands are kept: as recipes themselves when their producers recompute too (a
+  chain of recomputed nodes keeps only the operands entering it, and each recipe runs once per
+  backward), else as saved tensors through the outer hooks (measured). Only configurations
+  without a partial-sum reduction are offered (the recipe is the op alone).
 * ``zero3``: the node's parameters are stored in the configuration's ``params`` layout (sharded
   over the gradient-sync axes; the trainer distributes them so), laid out to the compute layout
   (:func:`tensoropt.configspace.options.compute_params`: an all-gather, whose backward
-  reduce-scatters the gradient to the stored shard) right before the op, and not kept: a
-  saved-tensor hook replaces every saved view of a gathered parameter by a recipe that gathers it
-  again in backward. Other saved tensors go to the hooks that were active (the trainer's
-  measurement).
+  reduce-scatters the gradient to the stored shard) right before the op, not memoised, and
+  registered as recipes that gather them again in backward.
 
 Example:
-    >>> out, bias = run_node(interpreter, node, config)  # doctest: +SKIP
+    >>> with forward_hooks(interpreter):  # doctest: +SKIP
+    ...     out = interpreter.run(*values)
 """
 
 from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable
 
 import torch
 import torch.fx as fx
@@ -33,27 +41,59 @@ from tensoropt.executor.memory import local
 from tensoropt.executor.program import arg_nodes
 
 
-def _storage(t: torch.Tensor) -> int:
-    return local(t).untyped_storage().data_ptr()
+def _root(t: torch.Tensor) -> torch.Tensor:
+    lt = local(t)
+    return lt._base if lt._base is not None else lt
 
 
-class RegatherHooks:
-    """Saved-tensor hooks that keep a gathered parameter as (stored shard, recipe), not its data.
+class _Recipe:
+    """How to rebuild one tensor; the rebuilt value is cached until every saved copy is unpacked."""
 
-    Args:
-        gathered: (stored parameter, gathered value) pairs of one node.
+    def __init__(self, root: torch.Tensor, rebuild: Callable[[], torch.Tensor]):
+        self.root = weakref.ref(root)
+        self.rebuild = rebuild
+        self.pending = 0
+        self.cached: torch.Tensor | None = None
+
+    def take(self) -> torch.Tensor:
+        if self.cached is None:
+            with torch.no_grad():
+                self.cached = _root(self.rebuild())
+        value = self.cached
+        self.pending -= 1
+        if self.pending <= 0:
+            self.cached = None
+        return value
+
+
+class Recipes:
+    """Saved-tensor hooks: tensors whose storage has a registered recipe are saved as the recipe.
+
+    A recipe runs at most once per backward (its result is cached until its last saved copy is
+    unpacked). Tensors without a recipe go to the hooks active before (packed with :meth:`keep`).
 
     Example:
-        >>> with RegatherHooks([]):  # no parameters: every tensor goes to the outer hooks
-        ...     y = (torch.ones(2, requires_grad=True) * 2).sum()
+        >>> r = Recipes()
+        >>> with r:
+        ...     x = torch.ones(3, requires_grad=True)
+        ...     y = x * 2
+        ...     r.register(y, lambda: torch.full((3,), 2.0))
+        ...     z = (y * y).sum()  # saves y twice: as two recipes
+        >>> z.backward(); x.grad
+        tensor([8., 8., 8.])
     """
 
-    def __init__(self, gathered: list[tuple[torch.Tensor, torch.Tensor]]):
-        self.by_storage = {_storage(g): (stored, g) for stored, g in gathered}
+    def __init__(self):
+        self.entries: dict[int, _Recipe] = {}
         self._outer = None
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self.keep, self.unkeep)
 
-    def __enter__(self) -> RegatherHooks:
+    def register(self, value: torch.Tensor, rebuild: Callable[[], torch.Tensor]) -> None:
+        """Save ``value``'s storage (any view of it) as ``rebuild()`` while ``value`` is alive."""
+        root = _root(value)
+        self.entries[root.untyped_storage().data_ptr()] = _Recipe(root, rebuild)
+
+    def __enter__(self) -> Recipes:
         self._outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
         self._hooks.__enter__()
         return self
@@ -61,32 +101,50 @@ class RegatherHooks:
     def __exit__(self, *exc) -> None:
         self._hooks.__exit__(*exc)
 
-    def _pack(self, t: torch.Tensor):
-        hit = self.by_storage.get(_storage(t)) if isinstance(t, torch.Tensor) else None
-        if hit is None:
-            return ("outer", self._outer[0](t)) if self._outer else ("plain", t)
-        stored, g = hit
+    def keep(self, t):
+        """Pack ``t`` (a saved tensor, or an operand a recomputing node keeps): a recipe or ``t``."""
+        if not isinstance(t, torch.Tensor):
+            return ("plain", t)
         lt = local(t)
-        view = (tuple(lt.size()), tuple(lt.stride()), lt.storage_offset())
+        recipe = self.entries.get(lt.untyped_storage().data_ptr())
+        root = recipe.root() if recipe else None
+        if root is None:
+            return ("outer", self._outer[0](t)) if self._outer else ("plain", t)
+        recipe.pending += 1
+        view = (tuple(lt.size()), tuple(lt.stride()), lt.storage_offset() - root.storage_offset())
         spec = (t.device_mesh, tuple(t.placements), tuple(t.shape), tuple(t.stride())) \
             if isinstance(t, DTensor) else None
-        return ("regather", stored, tuple(g.placements), view, spec)
+        return ("recipe", recipe, view, spec)
 
-    def _unpack(self, packed):
-        kind = packed[0]
-        if kind == "plain":
+    def unkeep(self, packed):
+        """Inverse of :meth:`keep` (runs the recipe, or takes its cached result)."""
+        if packed[0] == "plain":
             return packed[1]
-        if kind == "outer":
+        if packed[0] == "outer":
             return self._outer[1](packed[1])
-        _, stored, placements, (size, stride, offset), spec = packed
+        _, recipe, (size, stride, offset), spec = packed
+        base = recipe.take()
         with torch.no_grad():
-            full = stored.detach().redistribute(stored.device_mesh, placements)
-            lt = local(full).as_strided(size, stride, offset)
+            lt = base.as_strided(size, stride, base.storage_offset() + offset)
             if spec is None:
                 return lt
-            mesh, view_placements, shape, global_stride = spec
-            return DTensor.from_local(lt, mesh, view_placements, run_check=False, shape=shape,
+            mesh, placements, shape, global_stride = spec
+            return DTensor.from_local(lt, mesh, placements, run_check=False, shape=shape,
                                       stride=global_stride)
+
+
+def forward_hooks(interp):
+    """The :class:`Recipes` of one forward pass of ``interp`` (a no-op when no node has options).
+
+    Example:
+        >>> with forward_hooks(interpreter):  # doctest: +SKIP
+        ...     out = interpreter.run(*values)
+    """
+    if interp.mesh is None or not any(c.options for c in interp.placements.values()):
+        interp._recipes = None
+        return contextlib.nullcontext()
+    interp._recipes = Recipes()
+    return interp._recipes
 
 
 def _checkpointed(compute, n: fx.Node, args, kwargs):
@@ -125,22 +183,35 @@ def _gathered(interp, n: fx.Node, before: set) -> list[tuple[torch.Tensor, torch
 
 
 def run_node(interp, n: fx.Node, config: Configuration):
-    """Lay out and run ``n`` under a configuration with memory options; returns (raw output, bias).
+    """Lay out, run and reduce ``n`` under a configuration with memory options; returns its value.
 
     Example:
-        >>> out, bias = run_node(interpreter, node, config)  # doctest: +SKIP
+        >>> value = run_node(interpreter, node, config)  # doctest: +SKIP
     """
+    recipes: Recipes | None = getattr(interp, "_recipes", None)
     base = base_configuration(config)
     before = set(interp._memo)
     args, kwargs = interp._lay_out_operands(n, base)
-    gathered = _gathered(interp, n, before) if "zero3" in config.options else []
-    hooks = RegatherHooks(gathered) if gathered else None
-    if hooks is not None:
-        hooks.__enter__()
-    try:
-        if "recompute" in config.options:
-            return _checkpointed(interp._compute, n, args, kwargs)
-        return interp._compute(n, args, kwargs)
-    finally:
-        if hooks is not None:
-            hooks.__exit__(None, None, None)
+    if recipes is not None and "zero3" in config.options:
+        for stored, gathered in _gathered(interp, n, before):
+            def gather(s=stored, p=tuple(gathered.placements)):
+                return s.detach().redistribute(s.device_mesh, p)
+
+            recipes.register(gathered, gather)
+    if recipes is None or "recompute" not in config.options:
+        out, bias = interp._compute(n, args, kwargs)
+        return interp._check_and_reduce(n, config, out, bias)
+    out, bias = _checkpointed(interp._compute, n, args, kwargs)
+    value = interp._check_and_reduce(n, config, out, bias)
+    first = value[0] if isinstance(value, (tuple, list)) else value
+    if isinstance(first, torch.Tensor) and not config.partial_axes:
+        leaves, tree = pytree.tree_flatten((args, kwargs))
+        kept = [recipes.keep(x) for x in leaves]
+
+        def rebuild():
+            a, k = pytree.tree_unflatten([recipes.unkeep(x) for x in kept], tree)
+            again = interp._check_and_reduce(n, config, *interp._compute(n, a, k))
+            return again[0] if isinstance(again, (tuple, list)) else again
+
+        recipes.register(first, rebuild)
+    return value

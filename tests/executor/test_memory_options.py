@@ -2,8 +2,9 @@
 
 For the MLP, the CNN and the causal transformer of tests/estimators/est_plans.py, the exact
 frontier over configurations with ``recompute`` and ``zero3`` is solved on 2 devices of cpu-local;
-the first frontier plan using each combination of options (and the plain fastest plan) trains 3
-steps on 2 processes (gloo). Losses and final parameters must equal the 1-process run's (1e-5
+the first frontier plan using each combination of options, the leanest plan, and the fastest plan
+with every node recomputed (and with every node also zero3) where offered train 3 steps on 2
+processes (gloo). Losses and final parameters must equal the 1-process run's (1e-5
 relative; 1e-4 for parameters reached through reordered reductions), and the executor's measured
 memory per device (parameters + gradients + optimizer state + saved activations, unique storages)
 must be within 2 % of the cost model's prediction.
@@ -56,14 +57,32 @@ def _runs() -> list[tuple[str, TrainSpec, dict, float, frozenset]]:
             warnings.simplefilter("ignore")
             g = capture(spec.build_model(), synthetic_batch(list(spec.inputs), spec.global_batch_size, 0, 0))
         cg = cost_graph(g, "cpu-local", 2, optimizer="momentum", memory_options=OPTIONS)
-        chosen: dict[frozenset, tuple] = {}
-        for i, p in enumerate(frontier.solve(cg)):
-            confs = {n: cg.nodes[n]["configurations"][p.assignment[n]] for n in cg}
-            chosen.setdefault(frozenset(o for c in confs.values() for o in c.options), (i, p, confs))
-        for opts, (i, p, confs) in chosen.items():
-            doc = {"id": f"p{i}", "devices": 2, "mesh": cg.graph["mesh"].to_json(),
+        points = frontier.solve(cg)
+        chosen: dict[str, tuple] = {}
+        for i, p in enumerate(points):
+            confs = {n: p.assignment[n] for n in cg}
+            opts = frozenset(o for n, c in confs.items() for o in cg.nodes[n]["configurations"][c].options)
+            chosen.setdefault(",".join(sorted(opts)), (f"p{i}", confs))
+        chosen["leanest"] = (f"p{len(points) - 1}", dict(points[-1].assignment))
+        for suffixes in ((",recompute",), (",zero3,recompute", ",zero3", ",recompute")):
+            assignment = _with_options(cg, points[0].assignment, suffixes)
+            chosen["+".join(suffixes)] = (f"fastest{suffixes[0]}", assignment)
+        for plan_id, assignment in dict(chosen.values()).items():
+            confs = {n: cg.nodes[n]["configurations"][assignment[n]] for n in cg}
+            doc = {"id": plan_id.replace(",", "+"), "devices": 2, "mesh": cg.graph["mesh"].to_json(),
                    "placements": {n: c.to_json() for n, c in confs.items()}}
-            out.append((name, spec, doc, float(p.cost[1]), opts))
+            predicted = sum(float(cg.nodes[n]["cost"][assignment[n], 1]) for n in cg) + sum(
+                float(cg.edges[u, v]["cost"][assignment[u], assignment[v], 1]) for u, v in cg.edges)
+            out.append((name, spec, doc, predicted, frozenset(o for c in confs.values() for o in c.options)))
+    return out
+
+
+def _with_options(cg, assignment: dict, suffixes: tuple[str, ...]) -> dict:
+    """The plan ``assignment`` with each node's configuration + the first of ``suffixes`` it offers."""
+    out = {}
+    for n, i in assignment.items():
+        labels = cg.nodes[n]["configs"]
+        out[n] = next((labels.index(labels[i] + s) for s in suffixes if labels[i] + s in labels), i)
     return out
 
 
