@@ -42,8 +42,14 @@ from estimators.collectives import CommModel
 from estimators.compute import LocalOp, optimizer_time_s, roofline_time_s
 from estimators.memory import SavingRules, extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
 from estimators.profiles import Cluster
-from estimators.redistribution import edge_time_s, redistribution_steps, redistribution_time_s, through_view
-from tensoropt.configspace.configuration import Configuration, Mesh, local_shape
+from estimators.redistribution import (
+    edge_time_s,
+    local_shape,
+    redistribution_steps,
+    redistribution_time_s,
+    through_view,
+)
+from tensoropt.configspace.configuration import Configuration, Mesh
 
 FLOATING = ("float", "bfloat", "complex")
 DEFAULT_RULES = SavingRules()

@@ -27,7 +27,14 @@ from __future__ import annotations
 import functools
 
 from estimators.collectives import CommModel
-from tensoropt.configspace.configuration import Layout, local_shape, shard_dim
+from tensoropt.configspace.configuration import Layout
+from tensoropt.configspace.configuration import local_shape as _local_shape
+from tensoropt.configspace.configuration import shard_dim as _shard_dim
+
+shard_dim = functools.lru_cache(maxsize=4096)(_shard_dim)
+"""Memoised ``configuration.shard_dim`` (placements repeat millions of times on large meshes)."""
+local_shape = functools.lru_cache(maxsize=262144)(_local_shape)
+"""Memoised ``configuration.local_shape`` (its arguments are tuples)."""
 
 _ORDER = {"slice": 0, "all_to_all": 1, "reduce_scatter": 2, "all_gather": 3, "all_reduce": 3}
 
@@ -84,7 +91,7 @@ def redistribution_steps(
     for _, axis, kind in todo:
         if kind != "slice":
             group_layout = tuple(cur[:axis] + ["R"] + cur[axis + 1 :])
-            group_bytes = _numel(local_shape(shape, group_layout, mesh_shape)) * itemsize
+            group_bytes = _numel(local_shape(tuple(shape), group_layout, tuple(mesh_shape))) * itemsize
             nbytes = group_bytes / mesh_shape[axis] if kind == "all_to_all" else group_bytes
             steps.append((kind, nbytes, axis))
         cur[axis] = dst[axis]
