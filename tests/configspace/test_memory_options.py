@@ -1,0 +1,116 @@
+"""Memory options in the configuration space (issue 10): which variants exist and their layouts."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from tensoropt.capture import capture
+from tensoropt.configspace import configurations
+from tensoropt.configspace.configuration import Mesh, parse_label
+from tensoropt.configspace.options import (
+    base_configuration,
+    check_options,
+    compute_params,
+    with_options,
+    zero_layout,
+)
+
+
+class TiedLM(nn.Module):
+    """Embedding tied to the LM head, a norm and an MLP between (tied weights: never zero3)."""
+
+    def __init__(self, vocab=16, d=8):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.ln = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 2 * d)
+        self.out = nn.Linear(2 * d, d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, idx, y):
+        h = self.out(torch.relu(self.fc(self.ln(self.tok(idx)))))
+        return nn.functional.cross_entropy(self.head(h).flatten(0, 1), y.flatten())
+
+
+@pytest.fixture(scope="module")
+def graph():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return capture(TiedLM(), (torch.randint(0, 16, (4, 6)), torch.randint(0, 16, (4, 6))))
+
+
+MESH = Mesh.for_cluster(4, 4)
+
+
+def test_no_options_is_the_plain_space(graph):
+    plain = configurations(graph, MESH)
+    assert with_options(graph, plain, MESH, []) is plain
+    assert all(not c.options for confs in plain.values() for c in confs)
+
+
+def test_zero3_variants_shard_parameters_over_their_gradient_sync_axes(graph):
+    plain = configurations(graph, MESH)
+    opts = with_options(graph, plain, MESH, ["zero3"])
+    g = graph.nx
+    tied = {k for n in g for k in g.nodes[n]["shared_params"]}
+    assert tied, "the test model must tie a parameter"
+    seen = 0
+    for node, confs in opts.items():
+        labels = [c.label for c in confs]
+        assert len(set(labels)) == len(labels)
+        for c in confs:
+            if "zero3" not in c.options:
+                continue
+            seen += 1
+            assert not set(g.nodes[node]["params"]) & tied
+            base = base_configuration(c)
+            assert base in plain[node] and c.label == base.label + ",zero3"
+            assert parse_label(c.label) == parse_label(base.label)
+            sync = dict(c.grad_sync_axes)
+            assert sync, c.label
+            for key, stored in c.params:
+                computed = dict(base.params)[key]
+                for axis, (s, p) in enumerate(zip(stored, computed)):
+                    if axis in sync.get(key, ()):
+                        assert p == "R" and s.startswith("S("), (node, c.label, key, stored)
+                    else:
+                        assert s == p
+            assert compute_params(c) == base.params
+        # every plain configuration with gradient-sync axes and untied parameters has its zero3 variant
+        for c in plain[node]:
+            has = any(x.label == c.label + ",zero3" for x in confs)
+            assert has == bool(c.grad_sync_axes and not set(g.nodes[node]["params"]) & tied), (node, c.label)
+    assert seen >= 4
+
+
+def test_recompute_only_where_allowed_and_never_with_a_partial_sum(graph):
+    plain = configurations(graph, MESH)
+    allowed = {"relu", "layer_norm"}
+    opts = with_options(graph, plain, MESH, ["recompute", "zero3"], recomputable=lambda n: n in allowed)
+    for node, confs in opts.items():
+        rec = [c for c in confs if "recompute" in c.options]
+        if node not in allowed:
+            assert not rec
+            continue
+        assert rec and all(not c.partial_axes for c in rec)
+        without_partial = {c.label for c in plain[node] if not c.partial_axes}
+        assert {base_configuration(c).label for c in rec} == without_partial
+    both = [c.label for c in opts["layer_norm"] if len(c.options) == 2]
+    assert both and all(label.endswith(",zero3,recompute") for label in both)
+
+
+def test_zero_layout_needs_an_evenly_divisible_dim():
+    mesh = Mesh((2, 3), ("gpu", "gpu"))
+    assert zero_layout(("R", "R"), (3, 4), (0,), mesh) == ("S(1)", "R")
+    assert zero_layout(("R", "S(0)"), (6,), (0,), mesh) == ("S(0)", "S(0)")
+    assert zero_layout(("R", "R"), (5, 7), (0,), mesh) is None
+
+
+def test_unknown_option_is_named():
+    with pytest.raises(ValueError, match="zero2"):
+        check_options(["recompute", "zero2"])
