@@ -6,6 +6,7 @@ Also ``tensoropt explain DIR/frontier.json --id d8-p3`` for any plan of a fronti
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -49,12 +50,12 @@ def explain_text(plan_file: PlanFile, sort: str = "graph") -> str:
         True
     """
     plan = plan_file.plan
-    if sort == "time":
-        plan.layers.sort(key=lambda x: -(x.compute_s + x.comm_s))
-        plan.redistributions.sort(key=lambda r: -r.time_s)
-    elif sort == "memory":
-        plan.layers.sort(key=lambda x: -x.memory_bytes)
-        plan.redistributions.sort(key=lambda r: -r.memory_bytes)
+    if sort in ("time", "memory"):
+        layer_key = (lambda x: -(x.compute_s + x.comm_s)) if sort == "time" else (lambda x: -x.memory_bytes)
+        redist_key = (lambda r: -r.time_s) if sort == "time" else (lambda r: -r.memory_bytes)
+        plan = dataclasses.replace(plan, layers=sorted(plan.layers, key=layer_key),
+                                   redistributions=sorted(plan.redistributions, key=redist_key))
+        plan_file = dataclasses.replace(plan_file, plan=plan)
     mesh = "x".join(map(str, plan_file.mesh.shape)) or "1"
     lines = [f"plan {plan.id} on {plan_file.devices} devices (mesh {mesh}, levels "
              f"{','.join(plan_file.mesh.levels) or '-'}): {format_time(plan.time_s)}/step, "

@@ -116,3 +116,40 @@ def test_missing_command_module_is_skipped_and_broken_one_reported(monkeypatch, 
         in capsys.readouterr().err
     )
     assert cli.main([]) == 1
+
+
+def test_progress_bar_in_logs_prints_each_stage_once_and_throttles(monkeypatch):
+    import io
+
+    from tensoropt.progress import ProgressBar
+
+    out = io.StringIO()
+    bar = ProgressBar(stream=out, width=10, log_every_s=3600)
+    for i in range(100):
+        bar("solving 8 devices", i / 100)
+    bar("8 devices: 12 plans", 1.0)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("[..........]   0%") and lines[1].startswith("[##########] 100%")
+    assert lines[1].endswith("8 devices: 12 plans")
+
+
+def test_explain_sorted_by_memory_and_time():
+    from tensoropt.commands.explain import explain_text
+    from tensoropt.configspace.configuration import Mesh
+    from tensoropt.plans import Layer, Plan, PlanFile
+
+    layers = [
+        Layer(f"n{i}", "aten.linear.default", f"m{i}", "replicate", t, 0.0, m)
+        for i, (t, m) in enumerate([(1e-3, 10), (3e-3, 30), (2e-3, 20)])
+    ]
+    plan_file = PlanFile(Plan("d1-p0", 6e-3, 60, {}, layers=layers), 1, Mesh((), ()), {}, {})
+
+    def order(text):
+        return [line.split()[0] for line in text.splitlines() if line.split()[:1] in (["n0"], ["n1"], ["n2"])]
+
+    assert order(explain_text(plan_file, "graph")) == ["n0", "n1", "n2"]
+    assert order(explain_text(plan_file, "memory")) == ["n1", "n2", "n0"]
+    assert order(explain_text(plan_file, "time")) == ["n1", "n2", "n0"]
+    assert [x.node for x in plan_file.plan.layers] == ["n0", "n1", "n2"]  # the plan itself is not reordered
