@@ -54,6 +54,9 @@ MODELS = {  # name -> (samples per GPU, optimizer)
     "gpt-1.3b": (1, "adamw"),
 }
 CLUSTERS = {"v100-16x1-25gbe": 16, "h100x8": 8, "h100-4x8-ib": 32}
+VARIANTS = {"vgg16-cifar10": ("vgg16", {"input_shape": [3, 32, 32], "num_classes": 10})}
+"""Extra rows: SplitBrain's setting (VGG-16 on 32 x 32 CIFAR-10 images), on the V100 cluster only."""
+VARIANT_CLUSTERS = {"vgg16-cifar10": ("v100-16x1-25gbe",)}
 QUICK_MODELS = ("alexnet", "vgg16", "gpt2-small")
 QUICK_CLUSTERS = {"v100-16x1-25gbe": 8, "h100x8": 8}
 STRATEGIES = ("dp", "megatron", "mcmc", "ft")
@@ -119,10 +122,11 @@ def _arr(x):
 
 def run_case(model: str, cluster: str, devices: int, mcmc_s: float, log=print, epsilon: float = 0.0) -> Case:
     """Capture, price, solve and compare one (model, cluster, device count)."""
-    per_gpu, optimizer = MODELS[model]
+    zoo_name, overrides = VARIANTS.get(model, (model, {}))
+    per_gpu, optimizer = MODELS[zoo_name]
     batch = per_gpu * devices
     t0 = time.perf_counter()
-    graph, job, cl = capture_zoo(model, cluster, devices, batch, optimizer=optimizer)
+    graph, job, cl = capture_zoo(zoo_name, cluster, devices, batch, optimizer=optimizer, **overrides)
     t1 = time.perf_counter()
     configurations = None
     if devices > FULL_SPACE_MAX_DEVICES:
@@ -249,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--quick", action="store_true", help="AlexNet, VGG-16, GPT-2 small; 8 GPUs of two clusters"
     )
-    ap.add_argument("--models", nargs="*", choices=sorted(MODELS), help="subset of models")
+    ap.add_argument("--models", nargs="*", choices=sorted(MODELS) + sorted(VARIANTS),
+                    help="subset of models")
     ap.add_argument("--clusters", nargs="*", choices=sorted(CLUSTERS), help="subset of clusters")
     ap.add_argument("--mcmc-s", type=float, default=None, help="MCMC seconds per case (default 20, quick 3)")
     ap.add_argument("--plots", type=Path, help="write reproduce_<model>.png frontier plots into this folder")
@@ -258,14 +263,15 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"FT's approximation (default {EPSILON} for ResNet-50 above 8 GPUs, else exact)")
     ap.add_argument("--load", type=Path, nargs="*", help="print tables and plots of earlier --json files")
     args = ap.parse_args(argv)
-    models = args.models or (QUICK_MODELS if args.quick else tuple(MODELS))
+    models = args.models or (QUICK_MODELS if args.quick else tuple(MODELS) + tuple(VARIANTS))
     clusters = QUICK_CLUSTERS if args.quick else CLUSTERS
     if args.clusters:
         clusters = {k: v for k, v in CLUSTERS.items() if k in args.clusters}
     mcmc_s = args.mcmc_s if args.mcmc_s is not None else (3.0 if args.quick else 20.0)
     start, cpu = time.perf_counter(), time.process_time()
     cases = [Case(**c) for path in args.load or [] for c in json.loads(path.read_text())]
-    todo = [] if args.load else [(m, c, p) for m in models for c, p in clusters.items()]
+    todo = [] if args.load else [(m, c, p) for m in models for c, p in clusters.items()
+                                 if c in VARIANT_CLUSTERS.get(m, (c,))]
     for i, (model, cluster, devices) in enumerate(todo, 1):
         print(f"[{i}/{len(todo)}] {model} on {cluster} ({devices} GPUs)", flush=True)
         eps = args.epsilon if args.epsilon is not None else default_epsilon(model, devices)
