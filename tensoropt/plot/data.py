@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 GIB = 2**30
-"""Bytes per GiB (the page's memory unit)."""
+"""Bytes per GiB (the page's memory unit unless every plan needs less than 1 GiB)."""
+MIB = 2**20
 
 
 
@@ -71,6 +72,16 @@ def job_budget_bytes(frontier_json: dict) -> int | None:
     except ValueError as e:
         raise ValueError(f"frontier.json: job.memory_budget: {e} (expected bytes or a size such as 40GiB)") \
             from None
+
+
+def memory_unit(points: list[PlotPoint]) -> tuple[str, int]:
+    """The memory unit of the page: GiB, or MiB when every plan needs less than 1 GiB.
+
+    Example:
+        >>> memory_unit([PlotPoint("d1-p0", 1, 1.0, 5 * MIB, None, "", True)])
+        ('MiB', 1048576)
+    """
+    return ("GiB", GIB) if any(p.memory_bytes >= GIB for p in points) else ("MiB", MIB)
 
 
 def global_batch_size(frontier_json: dict) -> int | None:

@@ -3,7 +3,7 @@
 Trace order (the page script relies on it): one trace per device count (``meta.kind ==
 "frontier"``), then the "selected plan" ring (``meta.kind == "selected"``), then the "clicked
 plan" ring (``meta.kind == "clicked"``). Every frontier point carries ``customdata = [plan id,
-devices, time_s, memory GiB, throughput or None, summary, fits, ...hover text]`` so the page
+devices, time_s, memory (in the page's unit), throughput or None, summary, fits, ...hover text]`` so the page
 can switch the y axis between step time and throughput without re-reading the file.
 """
 
@@ -37,12 +37,17 @@ _HOVER = (
     "<b>%{customdata[0]}</b>  ·  %{customdata[1]} devices<br>"
     "step time  %{customdata[2]:.4g} s<br>"
     "throughput  %{customdata[9]} samples/s<br>"
-    "memory  %{customdata[3]:.3g} GiB / device%{customdata[7]}<br>"
+    "memory  %{customdata[3]:.3g} __UNIT__ / device%{customdata[7]}<br>"
     "<i>%{customdata[8]}</i><extra></extra>"
 )
 
 
-def pareto_figure(points: list[PlotPoint], budget_bytes: int | None, selected: str | None) -> dict:
+def pareto_figure(
+    points: list[PlotPoint],
+    budget_bytes: int | None,
+    selected: str | None,
+    unit: tuple[str, int] = ("GiB", GIB),
+) -> dict:
     """Build the figure as a plotly.js figure dict (y = step time; the page toggles to throughput).
 
     Plain dicts, not ``plotly.graph_objects``: per-property validation of thousands of points
@@ -52,6 +57,7 @@ def pareto_figure(points: list[PlotPoint], budget_bytes: int | None, selected: s
         points: the plans, from :func:`tensoropt.plot.data.page_points`.
         budget_bytes: per-device memory budget, drawn as a vertical line; None draws none.
         selected: id of the selected plan (highlighted with a ring), or None.
+        unit: memory unit of the x axis, ``(name, bytes)``, e.g. from :func:`memory_unit`.
 
     Returns:
         ``{"data": [...], "layout": {...}}`` with traces in the order of the module docstring.
@@ -62,6 +68,8 @@ def pareto_figure(points: list[PlotPoint], budget_bytes: int | None, selected: s
         >>> [t["name"] for t in pareto_figure([p], None, "d1-p0")["data"]]
         ['1 device', 'selected plan', 'clicked plan']
     """
+    name, unit_bytes = unit
+    mem = {p.plan_id: p.memory_bytes / unit_bytes for p in points}
     data = []
     device_counts = sorted({p.devices for p in points})
     for k, devices in enumerate(device_counts):
@@ -69,9 +77,9 @@ def pareto_figure(points: list[PlotPoint], budget_bytes: int | None, selected: s
         colour = COLOURS[k % len(COLOURS)]
         data.append({
             "type": "scatter",
-            "x": [p.memory_gib for p in series],
+            "x": [mem[p.plan_id] for p in series],
             "y": [p.time_s for p in series],
-            "customdata": [_customdata(p) for p in series],
+            "customdata": [_customdata(p, mem[p.plan_id]) for p in series],
             "name": f"{devices} device{'s' if devices > 1 else ''}",
             "legendgroup": str(devices),
             "mode": "lines+markers",
@@ -83,12 +91,12 @@ def pareto_figure(points: list[PlotPoint], budget_bytes: int | None, selected: s
                 "opacity": [1.0 if p.fits else DIMMED_OPACITY for p in series],
                 "line": {"width": 1 if len(series) <= 200 else 0, "color": "white"},
             },
-            "hovertemplate": _HOVER,
+            "hovertemplate": _HOVER.replace("__UNIT__", name),
             "meta": {"kind": "frontier", "devices": devices},
         })
     chosen = [p for p in points if p.plan_id == selected]
-    data.append(_ring("selected plan", chosen, "#111111", "selected"))
-    data.append(_ring("clicked plan", [], "#D55E00", "clicked"))
+    data.append(_ring("selected plan", chosen, mem, "#111111", "selected"))
+    data.append(_ring("clicked plan", [], mem, "#D55E00", "clicked"))
     layout = {
         "template": _template(),
         "font": {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 13},
@@ -99,12 +107,12 @@ def pareto_figure(points: list[PlotPoint], budget_bytes: int | None, selected: s
         "dragmode": "zoom",
         "legend": {"title": {"text": "Device count"}, "orientation": "v", "x": 1.01, "xanchor": "left",
                    "y": 1.0, "yanchor": "top", "itemclick": "toggle"},
-        "xaxis": {"title": {"text": "Memory per device (GiB)"}, "rangemode": "tozero", "zeroline": False},
+        "xaxis": {"title": {"text": f"Memory per device ({name})"}, "rangemode": "tozero", "zeroline": False},
         "yaxis": {"title": {"text": "Step time (s)"}, "rangemode": "tozero", "zeroline": False},
         "shapes": [],
         "annotations": [],
     }
-    _add_budget(layout, budget_bytes, points)
+    _add_budget(layout, budget_bytes, points, unit)
     return {"data": data, "layout": layout}
 
 
@@ -123,22 +131,22 @@ def _template() -> dict:
     return pio.templates["plotly_white"].to_plotly_json()
 
 
-def _customdata(p: PlotPoint) -> list:
+def _customdata(p: PlotPoint, memory: float) -> list:
     """The per-point payload the hover label and the page script read."""
     throughput = "n/a" if p.throughput is None else f"{p.throughput:.4g}"
     over = "" if p.fits else "  <b>(over budget)</b>"
     summary = "<br>".join(textwrap.wrap(p.summary, 60)) or "(no summary)"
-    return [p.plan_id, p.devices, p.time_s, p.memory_gib, p.throughput, p.summary, p.fits, over, summary,
+    return [p.plan_id, p.devices, p.time_s, memory, p.throughput, p.summary, p.fits, over, summary,
             throughput]
 
 
-def _ring(name: str, chosen: list[PlotPoint], colour: str, kind: str) -> dict:
+def _ring(name: str, chosen: list[PlotPoint], mem: dict, colour: str, kind: str) -> dict:
     """An open circle drawn around one plan (legend entry, no hover of its own)."""
     return {
         "type": "scatter",
-        "x": [p.memory_gib for p in chosen],
+        "x": [mem[p.plan_id] for p in chosen],
         "y": [p.time_s for p in chosen],
-        "customdata": [_customdata(p) for p in chosen],
+        "customdata": [_customdata(p, mem[p.plan_id]) for p in chosen],
         "name": name,
         "mode": "markers",
         "marker": {"symbol": "circle-open", "size": 24, "color": colour, "line": {"width": 2.5}},
@@ -148,29 +156,31 @@ def _ring(name: str, chosen: list[PlotPoint], colour: str, kind: str) -> dict:
     }
 
 
-def _add_budget(layout: dict, budget_bytes: int | None, points: list[PlotPoint]) -> None:
+def _add_budget(layout: dict, budget_bytes: int | None, points: list[PlotPoint], unit: tuple[str, int]
+                ) -> None:
     """Budget line with its label above the plot and a light over-budget band; or, when the
     budget lies far right of every plan, only a label saying so (the axis stays on the plans)."""
     if budget_bytes is None:
         return
-    budget_gib = budget_bytes / GIB
-    data_max_gib = max(p.memory_gib for p in points)
+    name, unit_bytes = unit
+    budget_x = budget_bytes / unit_bytes
+    data_max = max(p.memory_bytes for p in points) / unit_bytes
     colour = "#B03A00"
-    if budget_gib > BUDGET_OFF_AXIS * data_max_gib:
+    if budget_x > BUDGET_OFF_AXIS * data_max:
         layout["annotations"].append({
             "x": 1.0, "y": 1.0, "xref": "paper", "yref": "paper", "xanchor": "right", "yanchor": "bottom",
             "showarrow": False, "font": {"color": colour, "size": 12},
-            "text": f"memory budget {budget_gib:.3g} GiB lies beyond the axis: every plan fits →",
+            "text": f"memory budget {budget_x:.3g} {name} lies beyond the axis: every plan fits →",
         })
         return
-    right_gib = max(budget_gib, data_max_gib) * 1.04
+    right = max(budget_x, data_max) * 1.04
     layout["shapes"] += [
-        {"type": "rect", "xref": "x", "yref": "paper", "x0": budget_gib, "x1": right_gib, "y0": 0, "y1": 1,
+        {"type": "rect", "xref": "x", "yref": "paper", "x0": budget_x, "x1": right, "y0": 0, "y1": 1,
          "fillcolor": colour, "opacity": 0.06, "line": {"width": 0}, "layer": "below"},
-        {"type": "line", "xref": "x", "yref": "paper", "x0": budget_gib, "x1": budget_gib, "y0": 0, "y1": 1,
+        {"type": "line", "xref": "x", "yref": "paper", "x0": budget_x, "x1": budget_x, "y0": 0, "y1": 1,
          "line": {"color": colour, "width": 2, "dash": "dash"}},
     ]
     layout["annotations"].append({
-        "x": budget_gib, "y": 1.0, "xref": "x", "yref": "paper", "yanchor": "bottom", "showarrow": False,
-        "text": f"memory budget {budget_gib:.3g} GiB", "font": {"color": colour, "size": 12},
+        "x": budget_x, "y": 1.0, "xref": "x", "yref": "paper", "yanchor": "bottom", "showarrow": False,
+        "text": f"memory budget {budget_x:.3g} {name}", "font": {"color": colour, "size": 12},
     })

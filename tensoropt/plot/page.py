@@ -21,8 +21,9 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
+from tensoropt.config import format_size
 from tensoropt.plans import write_text_atomic
-from tensoropt.plot.data import GIB, PlotPoint, global_batch_size, job_budget_bytes, page_points
+from tensoropt.plot.data import PlotPoint, global_batch_size, job_budget_bytes, memory_unit, page_points
 from tensoropt.plot.details import EMBED_LIMIT_BYTES, details_payload, embedded_ids
 from tensoropt.plot.figure import pareto_figure
 
@@ -121,7 +122,8 @@ def _render(frontier_json, budget_bytes, job_file, plan_text, embed_limit_bytes)
     points = page_points(frontier_json, budget_bytes)
     if not points:
         raise ValueError("frontier.json has no plans to plot (every frontier's 'plans' is empty)")
-    figure = pareto_figure(points, budget_bytes, selected)
+    unit = memory_unit(points)
+    figure = pareto_figure(points, budget_bytes, selected, unit)
     ids = embedded_ids(frontier_json, selected, embed_limit_bytes, plan_text)
     job_file = job_file or frontier_json.get("job_file") or "JOB.yaml"
     data = details_payload(frontier_json, points, ids, plan_text, job_file)
@@ -129,7 +131,9 @@ def _render(frontier_json, budget_bytes, job_file, plan_text, embed_limit_bytes)
         "plans": len(points),
         "embedded": len(ids),
         "selected": selected,
-        "budget_gib": None if budget_bytes is None else budget_bytes / GIB,
+        "memory_unit": unit[0],
+        "unit_bytes": unit[1],
+        "budget_x": None if budget_bytes is None else budget_bytes / unit[1],
         "batch": global_batch_size(frontier_json),
     }
     packed = gzip.compress(json.dumps(data).encode("utf-8"), GZIP_LEVEL)
@@ -180,7 +184,7 @@ def _job_line(frontier_json: dict, points: list[PlotPoint], budget_bytes: int | 
     counts = sorted({p.devices for p in points})
     parts.append(f"{len(points)} plans on {', '.join(map(str, counts))} devices")
     if budget_bytes is not None:
-        parts.append(f"memory budget {budget_bytes / GIB:.3g} GiB per device")
+        parts.append(f"memory budget {format_size(budget_bytes)} per device")
     return " · ".join(parts)
 
 

@@ -12,7 +12,7 @@ import pytest
 from tensoropt.cli import main
 from tensoropt.plans import plan_file_text
 from tensoropt.plot import pareto_html
-from tensoropt.plot.data import GIB, page_points
+from tensoropt.plot.data import GIB, memory_unit, page_points
 from tensoropt.plot.details import embedded_ids
 from tensoropt.plot.figure import DIMMED_OPACITY, pareto_figure
 
@@ -62,6 +62,20 @@ def test_figure_series_budget_and_selection(frontier_json):
     assert fig["layout"]["yaxis"]["title"]["text"] == "Step time (s)"
 
 
+def test_small_models_use_mib(frontier_json):
+    for f in frontier_json["frontiers"]:
+        for p in f["plans"]:
+            p["memory_bytes"] /= 1024
+    points = page_points(frontier_json, 2**20)
+    assert memory_unit(points) == ("MiB", 2**20)
+    fig = pareto_figure(points, 2**20, None, memory_unit(points))
+    assert fig["layout"]["xaxis"]["title"]["text"] == "Memory per device (MiB)"
+    assert fig["layout"]["shapes"][1]["x0"] == pytest.approx(1.0)
+    trace = fig["data"][0]
+    assert trace["x"][0] == trace["customdata"][0][3] == pytest.approx(points[0].memory_bytes / 2**20)
+    assert "MiB / device" in trace["hovertemplate"]
+
+
 def test_far_budget_is_a_label_not_an_axis_stretch(frontier_json):
     points = page_points(frontier_json, 64 * GIB)
     fig = pareto_figure(points, 64 * GIB, None)
@@ -81,7 +95,8 @@ def test_page_embeds_exact_plan_files_and_plotly(frontier_json):
         assert data["texts"][plan_id] == plan_file_text(frontier_json, plan_id)
     meta = json.loads(_script(page, "tensoropt-meta"))
     assert meta["selected"] == "d8-p1" and meta["batch"] == 64
-    assert meta["budget_gib"] == pytest.approx(frontier_json["job"]["memory_budget"] / GIB)
+    assert meta["memory_unit"] == "GiB" and meta["unit_bytes"] == GIB
+    assert meta["budget_x"] == pytest.approx(frontier_json["job"]["memory_budget"] / GIB)
     figure = json.loads(_script(page, "tensoropt-figure"))
     assert sum(len(t["x"]) for t in figure["data"] if t["meta"]["kind"] == "frontier") == len(ids)
 
@@ -100,7 +115,7 @@ def test_cli_plot_writes_the_page(run_dir, capsys):
     assert main(["plot", str(run_dir / "frontier.json"), "-o", str(out), "--memory-budget", "512MiB"]) == 0
     assert "34 plans" in capsys.readouterr().out
     meta = json.loads(_script(out.read_text(), "tensoropt-meta"))
-    assert meta["budget_gib"] == pytest.approx(0.5)
+    assert meta["budget_x"] == pytest.approx(0.5)
     assert main(["plot", str(run_dir)]) == 0
     assert (run_dir / "pareto.html").stat().st_size > 3_000_000
 

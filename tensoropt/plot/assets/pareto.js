@@ -111,11 +111,11 @@
     const logx = $("logx").checked;
     const cds = Object.values(pointData);
     const budgetOnAxis = (gd.layout.shapes || []).length > 0;
-    const xs = cds.map((cd) => cd[3]).concat(budgetOnAxis ? [meta.budget_gib] : []);
+    const xs = cds.map((cd) => cd[3]).concat(budgetOnAxis ? [meta.budget_x] : []);
     const update = Object.assign(axisScale("xaxis", logx, xs), axisScale("yaxis", $("logy").checked, cds.map(yValue)));
     // annotations on a log axis take log10 positions; shapes take data values
     (gd.layout.annotations || []).forEach((a, i) => {
-      if (a.xref === "x" && meta.budget_gib) update[`annotations[${i}].x`] = logx ? Math.log10(meta.budget_gib) : meta.budget_gib;
+      if (a.xref === "x" && meta.budget_x) update[`annotations[${i}].x`] = logx ? Math.log10(meta.budget_x) : meta.budget_x;
     });
     return Plotly.relayout(gd, update);
   }
@@ -215,18 +215,19 @@
     }
     const cd = pointData[id];
     const plan = state.data.plans[id] || {
-      devices: cd[1], mesh: "", time_s: cd[2], memory_bytes: cd[3] * 2 ** 30, throughput: cd[4],
+      devices: cd[1], mesh: "", time_s: cd[2], memory_bytes: cd[3] * meta.unit_bytes, throughput: cd[4],
       summary: cd[5], fits: cd[6], layers: null,
     };
     const badges = [el("span", { class: plan.fits ? "badge fits" : "badge over" },
       plan.fits ? "fits budget" : "over budget")];
     if (id === state.selected) badges.push(el("span", { class: "badge selected" }, "selected"));
-    const budget = meta.budget_gib ? ` (budget ${num(meta.budget_gib)} GiB)` : "";
+    const unit = meta.memory_unit;
+    const budget = meta.budget_x ? ` (budget ${num(meta.budget_x)} ${unit})` : "";
     const facts = [
       ["Devices", `${plan.devices}${plan.mesh ? ` (mesh ${plan.mesh})` : ""}`],
-      ["Step time", `${num(plan.time_s)} s`],
+      ["Step time", plan.time_s < 1 ? `${num(plan.time_s * 1e3)} ms` : `${num(plan.time_s)} s`],
       ["Throughput", plan.throughput ? `${num(plan.throughput)} samples/s` : "n/a"],
-      ["Memory", `${num(plan.memory_bytes / 2 ** 30)} GiB per device${budget}`],
+      ["Memory", `${num(plan.memory_bytes / meta.unit_bytes)} ${unit} per device${budget}`],
       ["Split", plan.summary || "(no summary)"],
     ];
     const head = [
