@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -66,39 +64,6 @@ def frontier_plans(cg, count: int) -> dict[str, dict]:
     }
 
 
-def run_executor(spec: TrainSpec, plans: dict[str, dict], mesh, nproc: int, steps: int) -> dict[str, dict]:
-    """Train each plan for ``steps`` steps on ``nproc`` processes; plan name -> measured metrics."""
-    from tensoropt.launch import LaunchOptions, launch_workers
-
-    with tempfile.TemporaryDirectory(prefix="tensoropt-acc-") as tmp:
-        runs = []
-        for i, (name, plan) in enumerate(plans.items()):
-            doc = {
-                "id": name,
-                "mesh": mesh.to_json(),
-                "placements": {n: c.to_json() for n, c in plan.items()},
-            }
-            runs.append({"plan": doc, "metrics": str(Path(tmp) / f"m{i}.json"), "params_out": None})
-        env = {
-            "PYTHONPATH": os.pathsep.join(
-                [str(ROOT / "tests" / "estimators"), str(ROOT), os.environ.get("PYTHONPATH", "")]
-            )
-        }
-        rc = launch_workers(
-            {"spec": spec.to_json(), "runs": runs, "steps": steps},
-            LaunchOptions(nproc, timeout_s=900),
-            env=env,
-        )
-        out = {}
-        for i, name in enumerate(plans):
-            f = Path(tmp) / f"m{i}.json"
-            if f.is_file():
-                out[name] = json.loads(f.read_text())["measured"]
-        if rc != 0:
-            print(f"  executor exited with {rc}; {len(out)} of {len(plans)} plans measured", file=sys.stderr)
-        return out
-
-
 def _err(pred: float, meas: float | None) -> float | None:
     return None if not meas else (pred - meas) / meas
 
@@ -122,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         mesh = cg.graph["mesh"]
         plans = dict(hand(g.nx)) if args.nproc == 2 else {}
         plans.update(frontier_plans(cg, args.frontier_plans))
-        measured_exec = {} if args.no_executor else run_executor(spec, plans, mesh, args.nproc, args.steps)
+        measured_exec = {}
+        if not args.no_executor:
+            measured_exec = est_plans.run_executor(spec, plans, mesh, args.nproc, args.steps)
         for name, plan in plans.items():
             confs = {n: [c] for n, c in plan.items()}
             b = plan_breakdown(

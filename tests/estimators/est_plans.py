@@ -5,11 +5,19 @@ A plan maps node name -> Configuration on a 1-axis mesh of 2 devices (layouts as
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tensoropt.configspace.configuration import Configuration
+
+HERE = Path(__file__).resolve().parent
 
 R, S0, S1, S2 = ("R",), ("S(0)",), ("S(1)",), ("S(2)",)
 
@@ -209,3 +217,37 @@ def gpt_plans(g) -> dict[str, dict[str, Configuration]]:
         mixed[n] = tp[n]
     mixed["add_2"] = cfg("replicate", [R, R], R)
     return {"dp": dp, "megatron-tp": tp, "dp-attn+tp-mlp": mixed}
+
+
+def run_executor(spec, plans: dict[str, dict], mesh, nproc: int, steps: int) -> dict[str, dict]:
+    """Train each plan (name -> node -> Configuration) for ``steps`` steps on ``nproc`` processes with
+    tensoropt's executor (``spec``: an executor TrainSpec); returns plan name -> measured metrics."""
+    from tensoropt.launch import LaunchOptions, launch_workers
+
+    with tempfile.TemporaryDirectory(prefix="tensoropt-acc-") as tmp:
+        runs = []
+        for i, (name, plan) in enumerate(plans.items()):
+            doc = {
+                "id": name,
+                "mesh": mesh.to_json(),
+                "placements": {n: c.to_json() for n, c in plan.items()},
+            }
+            runs.append({"plan": doc, "metrics": str(Path(tmp) / f"m{i}.json"), "params_out": None})
+        env = {
+            "PYTHONPATH": os.pathsep.join(
+                [str(HERE), str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")]
+            )
+        }
+        rc = launch_workers(
+            {"spec": spec.to_json(), "runs": runs, "steps": steps},
+            LaunchOptions(nproc, timeout_s=900),
+            env=env,
+        )
+        out = {}
+        for i, name in enumerate(plans):
+            f = Path(tmp) / f"m{i}.json"
+            if f.is_file():
+                out[name] = json.loads(f.read_text())["measured"]
+        if rc != 0:
+            print(f"  executor exited with {rc}; {len(out)} of {len(plans)} plans measured", file=sys.stderr)
+        return out

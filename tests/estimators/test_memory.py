@@ -173,3 +173,45 @@ def test_plan_memory_within_two_percent_of_measured(model):
         predicted = priced(g, plan)
         measured = measure_plan_memory(g, plan, MESH, example, "adamw")["total"]
         assert abs(predicted - measured) <= 0.02 * measured, (model, name, predicted, measured)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_plan_memory_within_two_percent_of_the_running_executor():
+    """Acceptance: predicted per-device memory vs tensoropt's executor at 2 processes (gloo)."""
+    import warnings
+
+    from est_plans import run_executor
+
+    from tensoropt.executor.data import InputSpec, synthetic_batch
+    from tensoropt.executor.spec import TrainSpec
+
+    models = {
+        "MLP": ({}, (InputSpec((32,)), InputSpec((), "int64", 16)), 16, lambda g: mlp_plans()),
+        "CNN": ({}, (InputSpec((3, 8, 8)), InputSpec((), "int64", 10)), 8, cnn_plans),
+        "TinyGPT": (
+            {"causal": True, "p_attn": 0.0},
+            (InputSpec((8,), "int64", 64), InputSpec((8,), "int64", 64)),
+            4,
+            gpt_plans,
+        ),
+    }
+    checked = 0
+    for factory, (kwargs, inputs, batch, plans_of) in models.items():
+        spec = TrainSpec(f"est_plans:{factory}", inputs, batch, kwargs, optimizer="adamw", steps=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            g = capture(spec.build_model(), synthetic_batch(list(inputs), batch, 0, 0))
+        plans = plans_of(g.nx)
+        measured = run_executor(spec, plans, MESH, 2, 1)
+        assert set(measured) == set(plans), (
+            f"{factory}: the executor ran {sorted(measured)} of {sorted(plans)}"
+        )
+        for name, plan in plans.items():
+            confs = {k: [v] for k, v in plan.items()}
+            predicted = plan_memory(cost_graph(g, "cpu-local", 2, configurations=confs))  # executor's BN
+            real = measured[name]["memory_bytes"]
+            assert abs(predicted - real) <= 0.02 * real, (factory, name, predicted, real)
+            checked += 1
+    assert checked >= 9
