@@ -12,13 +12,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from tensoropt import cli
-from tensoropt.config import format_size
-from tensoropt.tables import format_table, format_time
 
 REPO = Path(__file__).resolve().parent.parent
 JOBS = REPO / "configs" / "jobs"
@@ -36,16 +33,15 @@ def plan(job: Path, out: Path, devices: str | None = None) -> int:
 
 
 def run_selected_plan(job: Path, out: Path, nproc: int = 2, steps: int = 5) -> int:
-    """Run ``out/plan.json`` of ``job`` on ``nproc`` local processes; print predicted vs measured.
+    """Run ``out/plan.json`` of ``job`` on ``nproc`` local processes (the executor's part of the demo).
 
-    This is the executor's part of the demo: it calls ``tensoropt run JOB --plan OUT/plan.json
-    --nproc N --steps S --metrics OUT/metrics.json`` and reads the metrics file (issue 6
-    schema). Where the ``run`` command is not available yet, it says so and returns 0.
+    Calls ``tensoropt run JOB --plan OUT/plan.json --nproc N --steps S --metrics
+    OUT/metrics.json``, which prints the predicted against the measured step time and memory.
+    Where the ``run`` command is not available, it says so and returns 0.
     """
     if not cli.command_available("run"):
         print("\n(skipping the 2-process run: the `tensoropt run` command is not available in this build)")
         return 0
-    metrics = out / "metrics.json"
     argv = [
         "run",
         str(job),
@@ -56,39 +52,10 @@ def run_selected_plan(job: Path, out: Path, nproc: int = 2, steps: int = 5) -> i
         "--steps",
         str(steps),
         "--metrics",
-        str(metrics),
+        str(out / "metrics.json"),
     ]
     print(f"\n$ tensoropt {' '.join(argv)}", flush=True)
-    rc = cli.main(argv)
-    if rc != 0 or not metrics.exists():
-        return rc or 1
-    print(predicted_vs_measured(json.loads(metrics.read_text())))
-    return 0
-
-
-def predicted_vs_measured(metrics: dict) -> str:
-    """A small table of predicted vs measured step time and memory from a metrics JSON.
-
-    Example:
-        >>> m = {"plan_id": "d2-p0", "devices": 2, "predicted": {"time_s": 0.01, "memory_bytes": 2**20},
-        ...      "measured": {"time_s": 0.011, "memory_bytes": 2**20}}
-        >>> "+10.0%" in predicted_vs_measured(m)
-        True
-    """
-    pred, meas = metrics.get("predicted", {}), metrics.get("measured", {})
-    rows = []
-    for key, fmt in (("time_s", format_time), ("memory_bytes", format_size)):
-        p, m = pred.get(key), meas.get(key)
-        if p is None or m is None:
-            continue
-        error = f"{(m - p) / p * 100:+.1f}%" if p else "-"
-        rows.append([key, fmt(p), fmt(m), error])
-    head = f"plan {metrics.get('plan_id')} on {metrics.get('devices')} processes"
-    return (
-        head
-        + "\n"
-        + format_table(["", "predicted", "measured", "measured vs predicted"], rows, right=[1, 2, 3])
-    )
+    return cli.main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,10 +62,3 @@ def test_run_hook_without_the_run_command(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(demo.cli, "command_available", lambda name: False)
     assert demo.run_selected_plan(tmp_path / "job.yaml", tmp_path) == 0
     assert "not available" in capsys.readouterr().out
-
-
-def test_predicted_vs_measured_table():
-    text = demo.predicted_vs_measured({"plan_id": "d2-p1", "devices": 2,
-                                       "predicted": {"time_s": 0.02, "memory_bytes": 1000},
-                                       "measured": {"time_s": 0.018, "memory_bytes": 1010}})
-    assert "plan d2-p1 on 2 processes" in text and "-10.0%" in text and "+1.0%" in text
