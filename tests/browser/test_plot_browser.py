@@ -66,7 +66,10 @@ def _hover_and_click(page, plan_id: str, devices: int, plan: dict) -> None:
     pos = page.evaluate(PIXEL_OF, plan_id)
     assert pos, f"{plan_id} is not drawn"
     page.mouse.move(pos["x"], pos["y"])
-    label = page.wait_for_selector(".hoverlayer .hovertext", timeout=5000).text_content()
+    # plotly throttles hover: wait for this point's label, not a previous one still shown
+    page.wait_for_function("""(id) => [...document.querySelectorAll(".hoverlayer .hovertext")]
+        .some((e) => e.textContent.includes(id + " "))""", arg=plan_id, timeout=10_000)
+    label = page.text_content(".hoverlayer .hovertext")
     assert plan_id in label and f"{devices} devices" in label, label
     numbers = {k: float(re.search(rf"{k}\s+([-+.e\d]+)", label).group(1))
                for k in ("step time", "throughput", "memory")}
