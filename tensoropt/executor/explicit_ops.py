@@ -136,6 +136,29 @@ def conv2d(node_name: str, x: DTensor, weight: DTensor, stride=1, padding=0, dil
     return fn(x, weight)
 
 
+def pool(node_name: str, op, x: DTensor, *args, **kwargs):
+    """A pooling op (max/avg/adaptive) on batch and channel splits, run locally through ``local_map``.
+
+    DTensor has no strategy for ``avg_pool2d_backward`` and fails on adaptive pooling's
+    ``as_strided_`` fast path; pooling is independent per sample and channel, so the local op
+    is exact.
+
+    Example:
+        >>> op = torch.ops.aten.adaptive_avg_pool2d.default
+        >>> pool("adaptive_avg_pool2d", op, x, [1, 1])  # doctest: +SKIP
+    """
+    placements = x.placements
+    for p in placements:
+        if p.is_partial() or (isinstance(p, Shard) and p.dim not in (0, 1)):
+            raise UnsupportedConfiguration(
+                f"node {node_name!r} ({op}): placement {p} is not a batch or channel split; "
+                "spatial splits of pooling are not supported by the executor"
+            )
+    fn = local_map(lambda xl: op(same_strides_grad(xl), *args, **kwargs), out_placements=list(placements),
+                   in_placements=(placements,), in_grad_placements=(placements,), device_mesh=x.device_mesh)
+    return fn(x)
+
+
 def add_bias(out, bias):
     """Add a per-channel bias (dim 1) to an NCHW (or N C ...) output, DTensor or plain.
 

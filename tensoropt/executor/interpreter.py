@@ -32,6 +32,9 @@ from tensoropt.executor.placements import normalise, raw_output_layout, to_layou
 from tensoropt.executor.program import arg_nodes, op_name, packet_name
 
 _CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_POOLS = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool1d", "avg_pool1d",
+          "adaptive_avg_pool1d"}
+"""Pooling ops (one output) run per sample and channel through ``explicit_ops.pool``."""
 
 
 class PlacementMismatch(RuntimeError):
@@ -260,6 +263,8 @@ class PlanInterpreter(fx.Interpreter):
             return explicit_ops.batch_norm(n.name, *args, **kwargs), None
         if name == "cross_entropy_loss":
             return explicit_ops.cross_entropy(n.name, n.target, *args, **kwargs), None
+        if name in _POOLS and isinstance(args[0], DTensor):
+            return explicit_ops.pool(n.name, n.target, *args, **kwargs), None
         return self.call_function(n.target, args, kwargs), None
 
     def _check_and_reduce(self, n: fx.Node, config: Configuration, out, bias):

@@ -29,7 +29,8 @@ class TrainSpec:
         steps: number of training steps.
         dataset: optional ``"module:function"``; called as ``f(step, global_batch_size, seed)``,
             returns the global batch (a tuple of tensors) of that step.
-        dtype: ``float32``, ``bfloat16`` or ``float16`` (parameters and float inputs).
+        dtype: ``float32``, ``bfloat16`` or ``float16`` (parameters and float inputs); ``float64``
+            for numerical checks of ill-conditioned models.
         job: the planner's job (``Job.to_dict()``) when the model comes from a job: the model is
             then built exactly as the planner built it (``tensoropt.planner.build_job_model``).
     """
@@ -51,8 +52,8 @@ class TrainSpec:
             raise ValueError(f"TrainSpec.optimizer: {self.optimizer!r} is not one of {OPTIMIZERS}")
         if self.global_batch_size < 1:
             raise ValueError(f"TrainSpec.global_batch_size must be >= 1, got {self.global_batch_size}")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"TrainSpec.dtype: {self.dtype!r} is not float32, bfloat16 or float16")
+        if self.dtype not in ("float32", "bfloat16", "float16", "float64"):
+            raise ValueError(f"TrainSpec.dtype: {self.dtype!r} is not float32, bfloat16, float16 or float64")
         if self.steps < 0:
             raise ValueError(f"TrainSpec.steps must be >= 0, got {self.steps}")
 
