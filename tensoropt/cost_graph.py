@@ -59,12 +59,27 @@ def _node_key(name: str, node: dict, info: GraphInfo) -> tuple:
         node.get("out_dtype"),
         int(node.get("flops", 0)),
         repr(node.get("attrs")),
-        tuple((k, tuple(s)) for k, s in node["params"].items()),
-        tuple(node.get("shared_params") or ()),
+        # parameter names differ between identical layers (h.0.*, h.1.*): key on shapes and order
+        tuple(tuple(s) for s in node["params"].values()),
+        tuple(k in (node.get("shared_params") or ()) for k in node["params"]),
         tuple((tuple(e["shape"]), e.get("dtype"), info.needs_grad.get(e["source"])) for e in node["inputs"]),
         info.computes_grad.get(name),
         info.needs_grad.get(name),
         info.output_charged.get(name),
+    )
+
+
+def _config_key(c: Configuration) -> tuple:
+    """A configuration without its parameter names (identical layers then share one cache entry)."""
+    return (
+        c.label,
+        c.splits,
+        c.inputs,
+        c.output,
+        c.partial_axes,
+        tuple(lay for _, lay in c.params),
+        tuple(axes for _, axes in c.grad_sync_axes),
+        c.options,
     )
 
 
@@ -167,7 +182,7 @@ def cost_graph(
         d = g.nodes[name]
         confs = list(configurations.get(name) or [replicated(d, mesh)])
         configs_of[name] = confs
-        key = (_node_key(name, d, info), tuple(confs))
+        key = (_node_key(name, d, info), tuple(_config_key(c) for c in confs))
         if key not in node_cache:
             node_cache[key] = [option_node_cost(model, info, name, d, c) for c in confs]
         costs = node_cache[key]
@@ -190,8 +205,8 @@ def cost_graph(
         key = (
             _node_key(u, g.nodes[u], info),
             _node_key(v, g.nodes[v], info),
-            tuple(cu),
-            tuple(cv),
+            tuple(_config_key(c) for c in cu),
+            tuple(_config_key(c) for c in cv),
             repr(g.edges[u, v].get("operands")),
             repr([(e.get("dim_map"), e["source"] == u) for e in g.nodes[v]["inputs"]]),
         )
