@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
@@ -122,3 +124,20 @@ def test_torchrun_command_standalone_and_multinode():
     assert "--nnodes 2" in multi and "--node-rank 1" in multi and "--rdzv-endpoint h:29500" in multi
     with pytest.raises(ValueError, match="needs --rdzv-endpoint"):
         LaunchOptions(2, nnodes="2")
+
+
+def test_run_command_explains_bad_input(tmp_path, capsys):
+    from tensoropt import cli
+
+    job = str(Path(__file__).resolve().parents[2] / "configs/jobs/cpu-demo.yaml")
+    bad = tmp_path / "plan.json"
+    bad.write_text("{}")
+    assert cli.main(["run", job, "--plan", str(bad)]) == 1
+    assert "missing the key 'mesh'" in capsys.readouterr().err
+    assert cli.main(["run", job]) == 1
+    assert "give the device count with --nproc N" in capsys.readouterr().err
+    plan = tmp_path / "p2.json"
+    plan.write_text('{"id": "d2-p0", "devices": 2, "mesh": {"shape": [2], "levels": ["gpu"]}, '
+                    '"placements": {}}')
+    assert cli.main(["run", job, "--plan", str(plan), "--nproc", "4"]) == 1
+    assert "is for 2 devices but --nproc 4" in capsys.readouterr().err
