@@ -25,13 +25,16 @@ the plot's download button both use it). Files are written atomically (:func:`wr
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tensoropt.configspace.configuration import Configuration, Mesh
+from tensoropt.files import write_text_atomic
+
+__all__ = ["SCHEMA_VERSION", "Frontier", "FrontierFile", "Layer", "Plan", "PlanFile", "PlanFileError",
+           "Redistribution", "frontier_file_text", "load_frontier_file", "load_plan_file", "plan_file_text",
+           "plan_id", "write_text_atomic"]
 
 SCHEMA_VERSION = 1
 """Version of frontier.json / plan.json written by this module."""
@@ -44,37 +47,6 @@ class PlanFileError(ValueError):
         >>> str(PlanFileError("out/frontier.json: no plan with id 'd3-p0'"))
         "out/frontier.json: no plan with id 'd3-p0'"
     """
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and ``os.replace``: never half-written.
-
-    Example:
-        >>> import tempfile, os
-        >>> p = os.path.join(tempfile.mkdtemp(), "a.json")
-        >>> write_text_atomic(p, "{}\\n"); open(p).read()
-        '{}\\n'
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 @dataclass
