@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,18 @@ def test_run_command_explains_bad_input(tmp_path, capsys):
                     '"placements": {}}')
     assert cli.main(["run", job, "--plan", str(plan), "--nproc", "4"]) == 1
     assert "is for 2 devices but --nproc 4" in capsys.readouterr().err
+
+
+def test_dataset_factory_feeds_the_global_batch_of_each_step():
+    from hand_plans import SPECS
+
+    spec = dataclasses.replace(SPECS["mlp"], dataset="toy_models:mlp_dataset", lr=0.1, optimizer="sgd")
+    trainer = Trainer(spec, ExecPlan.from_json({"mesh": {"shape": [], "levels": []}, "placements": {}}))
+    import toy_models
+
+    x, y = trainer.batch(3)
+    want_x, want_y = toy_models.mlp_dataset(3, spec.global_batch_size, spec.seed)
+    assert torch.equal(x, want_x) and torch.equal(y, want_y)
+    result = trainer.train(20)
+    assert result.steps[-1]["loss"] < result.steps[0]["loss"]  # it learns the rule
+    assert [s["step"] for s in trainer.train(2, start_step=20).steps] == [20, 21]

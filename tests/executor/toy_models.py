@@ -62,3 +62,10 @@ class GPT(nn.Module):
         h = h + self.out(F.gelu(self.fc(self.ln2(h))))
         logits = self.head(self.lnf(h))
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+
+
+def mlp_dataset(step: int, global_batch_size: int, seed: int):
+    """A dataset factory for the MLP: a fixed linear rule, different samples per step."""
+    gen = torch.Generator().manual_seed(seed * 7919 + step)
+    x = torch.randn(global_batch_size, 8, generator=gen)
+    return x, (x[:, :4].argmax(dim=1))
