@@ -75,7 +75,8 @@ def _hover_and_click(page, plan_id: str, devices: int, plan: dict) -> None:
                for k in ("step time", "throughput", "memory")}
     assert numbers["step time"] == pytest.approx(plan["time_s"], rel=1e-3)
     assert numbers["throughput"] == pytest.approx(plan["throughput_samples_per_s"], rel=1e-3)
-    assert numbers["memory"] == pytest.approx(plan["memory_bytes"] / 2**30, rel=5e-3)
+    unit_bytes = page.evaluate("JSON.parse(document.getElementById('tensoropt-meta').textContent).unit_bytes")
+    assert numbers["memory"] == pytest.approx(plan["memory_bytes"] / unit_bytes, rel=5e-3)
     assert plan["summary"].replace(" ", "") in label.replace(" ", "")
     page.mouse.click(pos["x"], pos["y"])
     page.wait_for_function("(id) => document.getElementById('plan-id')?.textContent === id", arg=plan_id)
@@ -211,3 +212,27 @@ def test_page_on_another_web_server_still_downloads(chromium, frontier_json, tmp
         server.server_close()
     assert not errors, errors
     assert not any("/api/" in u for u in requests), requests
+
+
+def test_page_written_by_tensoropt_plan(chromium, tmp_path):
+    """End to end on real planner output: `tensoropt plan` writes the page; a plan from it runs as is."""
+    from tensoropt.cli import main
+
+    job = Path(__file__).resolve().parents[2] / "configs" / "jobs" / "cpu-demo.yaml"
+    assert main(["plan", str(job), "--out", str(tmp_path), "--quiet"]) == 0
+    frontier_json = json.loads((tmp_path / "frontier.json").read_text())
+    plans = _plans(frontier_json)
+    plan_id = next(i for i in plans if i != frontier_json["selected"] and plans[i][0] > 1)
+    context, page, requests, errors = _open(chromium, (tmp_path / "pareto.html").as_uri())
+    try:
+        assert page.text_content("#plan-id") == frontier_json["selected"]
+        _hover_and_click(page, plan_id, *plans[plan_id])
+        _check_panel(page, *plans[plan_id])
+        with page.expect_download() as info:
+            page.click("#use-plan")
+        assert Path(info.value.path()).read_text() == plan_file_text(frontier_json, plan_id)
+        assert page.text_content("#run-command").startswith(f"tensoropt run {job} --plan plan.json --nproc")
+    finally:
+        context.close()
+    assert not errors, errors
+    assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), requests
