@@ -20,6 +20,7 @@ from torch.distributed.tensor import DeviceMesh, DTensor, distribute_tensor
 from tensoropt.capture.graph import build_graph
 from tensoropt.configspace.configuration import Layout
 from tensoropt.executor.data import load_factory, synthetic_batch
+from tensoropt.executor.gradsync import sync_gradients
 from tensoropt.executor.interpreter import PlanInterpreter
 from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
 from tensoropt.executor.placements import normalise, to_placements
@@ -209,10 +210,8 @@ class Trainer:
         return float(value.detach()), time_s, activation_bytes
 
     def _sync_grads(self) -> None:
-        """Bring each gradient to its parameter's placement (all-reduce partial sums)."""
-        for p in self.params.values():
-            if isinstance(p, DTensor) and p.grad is not None and p.grad.placements != p.placements:
-                p.grad = p.grad.redistribute(p.device_mesh, p.placements)
+        """Bring each gradient to its parameter's placement (bucketed all-reduce of partial sums)."""
+        sync_gradients(self.params.values())
 
     def state_bytes(self) -> int:
         """Local bytes of parameters + gradients + optimizer state on this rank."""
