@@ -236,3 +236,20 @@ def test_page_written_by_tensoropt_plan(chromium, tmp_path):
         context.close()
     assert not errors, errors
     assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), requests
+
+
+def test_old_browser_gets_a_clear_message(chromium, frontier_json, tmp_path):
+    html = write_pareto_html(frontier_json, tmp_path / "pareto.html")
+    context = chromium.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.add_init_script("delete window.DecompressionStream")
+    try:
+        page.goto(html.as_uri())
+        page.wait_for_selector("body[data-ready]", timeout=30_000)
+        assert page.evaluate("document.body.dataset.ready") == "error"
+        message = page.inner_text("#panel")
+        assert "DecompressionStream" in message and "Firefox 113+" in message
+        assert page.evaluate("document.querySelectorAll('#plot .scatterlayer .trace').length") >= 5, \
+            "the chart itself still draws"
+    finally:
+        context.close()

@@ -48,6 +48,10 @@
   }
 
   async function loadData() {
+    if (typeof DecompressionStream === "undefined") {
+      throw new Error("this browser cannot unpack the embedded plans (no DecompressionStream); " +
+        "open the page in Chrome/Edge 80+, Firefox 113+ or Safari 16.4+");
+    }
     const b64 = $("tensoropt-data").textContent.trim();
     const raw = atob(b64);
     const bytes = new Uint8Array(raw.length);
