@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import torch
@@ -50,3 +51,18 @@ def capture(model: torch.nn.Module, example_inputs: Sequence) -> OpGraph:
         48
     """
     return build_graph(export_program(model, example_inputs))
+
+
+class _CallableCaptureModule(type(sys.modules[__name__])):
+    """Makes ``tensoropt.capture(model, inputs)`` work although ``capture`` is also a subpackage.
+
+    Importing any ``tensoropt.capture.*`` module binds the *package* to the attribute
+    ``tensoropt.capture``, shadowing the lazy function; calling the package forwards to
+    :func:`capture`, so both spellings of the public API behave the same.
+    """
+
+    def __call__(self, model: torch.nn.Module, example_inputs: Sequence) -> OpGraph:
+        return capture(model, example_inputs)
+
+
+sys.modules[__name__].__class__ = _CallableCaptureModule
