@@ -205,14 +205,51 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
             progress(f"solving {_devices(num_devices)}", 0.3 + 0.7 * _fraction(args))
 
     try:
-        points = ft.solve(G, epsilon=job.planner.epsilon, progress=solver_progress)
+        points = ft.solve(G, epsilon=split_epsilon(job.planner.epsilon), progress=solver_progress)
     except ValueError as e:
         raise PlanningError(f"solving the frontier for {num_devices} devices: {e}") from None
+    points = thin_frontier(points, split_epsilon(job.planner.epsilon))
     timing["solve"] = time.perf_counter() - start - timing["cost_graph"]
     frontier = frontier_from_points(G, graph, points, job.training.global_batch_size)
     timing["breakdown"] = time.perf_counter() - start - timing["cost_graph"] - timing["solve"]
     frontier.timing_s = timing
     return frontier
+
+
+def split_epsilon(epsilon: float) -> float:
+    """The epsilon for the solver and for :func:`thin_frontier`, so that together they meet ``epsilon``.
+
+    The solver returns a (1+e)-cover of the true frontier and thinning keeps a (1+e)-cover of
+    that, so every true Pareto point is within ``(1+e)^2 = 1 + epsilon`` of a returned plan.
+
+    Example:
+        >>> round(split_epsilon(0.0201), 6), split_epsilon(0.0)
+        (0.01, 0.0)
+    """
+    return (1.0 + epsilon) ** 0.5 - 1.0 if epsilon > 0 else 0.0
+
+
+def thin_frontier(points: list, epsilon: float) -> list:
+    """The fewest points, in one sweep, such that each dropped one is (1+epsilon)-dominated by a kept one.
+
+    ``points`` are sorted by time (objective 0) and mutually non-dominated, so memory falls along
+    them; a point is kept when its memory is below the last kept memory divided by (1+epsilon).
+    A dropped point is then no faster than the last kept one and needs at least 1/(1+epsilon)
+    of its memory. The fastest point is always kept. ``epsilon == 0`` keeps everything.
+
+    Example:
+        >>> from types import SimpleNamespace as P
+        >>> pts = [P(cost=(1.0, 100.0)), P(cost=(1.1, 99.5)), P(cost=(1.2, 90.0)), P(cost=(2.0, 89.9))]
+        >>> [p.cost for p in thin_frontier(pts, 0.01)]
+        [(1.0, 100.0), (1.2, 90.0)]
+    """
+    if epsilon <= 0 or not points:
+        return list(points)
+    kept = [points[0]]
+    for p in points[1:]:
+        if float(p.cost[1]) * (1.0 + epsilon) < float(kept[-1].cost[1]):
+            kept.append(p)
+    return kept
 
 
 def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:

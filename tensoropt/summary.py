@@ -82,26 +82,23 @@ def plan_breakdown(
         ``(layers, redistributions)``.
     """
     nx_graph = getattr(graph, "nx", graph)
-    objectives = list(G.graph.get("objectives", ("time_s", "memory_bytes")))
-    t_col, m_col = objectives.index("time_s"), objectives.index("memory_bytes")
+    nodes, edges, t_col, m_col = _walk(G, nx_graph)
     edge_memory: dict[str, float] = {}
     redistributions = []
-    for u, v in nx.edge_dfs(G):
+    for u, v, cost_table, operand, confs_u, confs_v in edges:
         a, b = assignment[u], assignment[v]
-        cost = G.edges[u, v]["cost"][a, b]
-        from_layout, to_layout = _layouts(G, nx_graph, u, v, a, b)
-        edge_memory[v] = edge_memory.get(v, 0.0) + float(cost[m_col])
-        if float(cost[t_col]) > 0 or from_layout != to_layout:
-            redistributions.append(
-                Redistribution(u, v, from_layout, to_layout, float(cost[t_col]), float(cost[m_col]))
-            )
+        time_s, memory = float(cost_table[a, b, t_col]), float(cost_table[a, b, m_col])
+        edge_memory[v] = edge_memory.get(v, 0.0) + memory
+        src = confs_u[a].output if confs_u is not None else ()
+        dst_inputs = confs_v[b].inputs if confs_v is not None else ()
+        dst = dst_inputs[operand] if operand < len(dst_inputs) else ()
+        if time_s > 0 or src != dst:
+            redistributions.append(Redistribution(u, v, list(src), list(dst), time_s, memory))
     layers = []
-    for node in nx.topological_sort(G):
-        data = G.nodes[node]
-        attrs = nx_graph.nodes[node] if node in nx_graph else {}
-        if data.get("kind", attrs.get("kind")) == "input" or node not in assignment:
+    for node, data, op, module in nodes:
+        c = assignment.get(node)
+        if c is None:
             continue
-        c = assignment[node]
         if "compute_s" in data:
             compute_s, comm_s, memory = data["compute_s"][c], data["comm_s"][c], data["memory_bytes"][c]
         else:
@@ -109,8 +106,8 @@ def plan_breakdown(
         layers.append(
             Layer(
                 node=node,
-                op=str(data.get("op", attrs.get("op", ""))),
-                module=str(data.get("module", attrs.get("module", ""))),
+                op=op,
+                module=module,
                 config=str(data["configs"][c]),
                 compute_s=float(compute_s),
                 comm_s=float(comm_s),
@@ -120,20 +117,45 @@ def plan_breakdown(
     return layers, redistributions
 
 
-def _layouts(
-    G: nx.DiGraph, nx_graph: nx.DiGraph, u: str, v: str, a: int, b: int
-) -> tuple[list[str], list[str]]:
-    """The producer's output layout and the layout the consumer reads that edge's tensor in."""
-    confs_u, confs_v = G.nodes[u].get("configurations"), G.nodes[v].get("configurations")
-    if confs_u is None or confs_v is None:
-        return [], []
-    edge = (
-        G.edges[u, v]
-        if "operands" in G.edges[u, v]
-        else nx_graph.edges[u, v]
-        if nx_graph.has_edge(u, v)
-        else {}
-    )
-    operand = (edge.get("operands") or [0])[0]
-    inputs = confs_v[b].inputs
-    return list(confs_u[a].output), list(inputs[operand]) if operand < len(inputs) else []
+def _walk(G: nx.DiGraph, nx_graph: nx.DiGraph) -> tuple[list, list, int, int]:
+    """What every plan's breakdown walks, computed once per cost graph (cached on ``G.graph``).
+
+    Returns ``(nodes, edges, time column, memory column)``: non-input nodes in topological order
+    as ``(name, attrs, op, module)``, and edges in that order as ``(u, v, cost table, operand index
+    in v's inputs, u's configurations, v's configurations)``.
+    """
+    cached = G.graph.get("_breakdown_walk")
+    if cached is not None:
+        return cached
+    objectives = list(G.graph.get("objectives", ("time_s", "memory_bytes")))
+    nodes, edges = [], []
+    for node in nx.topological_sort(G):
+        data = G.nodes[node]
+        attrs = nx_graph.nodes[node] if node in nx_graph else {}
+        if data.get("kind", attrs.get("kind")) != "input":
+            nodes.append(
+                (
+                    node,
+                    data,
+                    str(data.get("op", attrs.get("op", ""))),
+                    str(data.get("module", attrs.get("module", ""))),
+                )
+            )
+        for v in G.successors(node):
+            edge = G.edges[node, v]
+            if "operands" not in edge and nx_graph.has_edge(node, v):
+                edge = nx_graph.edges[node, v]
+            operand = (edge.get("operands") or [0])[0]
+            edges.append(
+                (
+                    node,
+                    v,
+                    G.edges[node, v]["cost"],
+                    operand,
+                    data.get("configurations"),
+                    G.nodes[v].get("configurations"),
+                )
+            )
+    walk = (nodes, edges, objectives.index("time_s"), objectives.index("memory_bytes"))
+    G.graph["_breakdown_walk"] = walk
+    return walk

@@ -125,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
         print(frontier_table(frontier, batch, ff.selected, max_rows=args.rows or None))
         print()
     plans = sum(len(f.plans) for f in ff.frontiers)
-    print(f"planned {len(ff.frontiers)} device counts, {plans} Pareto-optimal plans in {elapsed:.1f} s")
+    epsilon = ff.job.get("planner", {}).get("epsilon", 0.0)
+    kind = "Pareto-optimal plans" if not epsilon else f"plans ((1+{epsilon:g})-approximate frontiers)"
+    print(f"planned {len(ff.frontiers)} device counts, {plans} {kind} in {elapsed:.1f} s")
     written = write_outputs(ff, out, args.job, plot=not args.no_plot)
     if selection is not None:
         print(describe(selection, batch))

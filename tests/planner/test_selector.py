@@ -106,3 +106,28 @@ def test_unplanned_device_count_and_unknown_rule(make_frontier_file):
         select(ff, memory_budget_bytes=None, devices=3)
     with pytest.raises(ValueError, match="unknown selection rule"):
         select(ff, rule="cheapest")
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("epsilon", [0.0, 0.01, 0.1])
+def test_thinning_keeps_a_cover_within_epsilon(seed, epsilon):
+    from types import SimpleNamespace
+
+    from tensoropt.planner import thin_frontier
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200))
+    times = np.sort(rng.uniform(0.01, 1.0, n))
+    mems = np.sort(rng.uniform(1e6, 1e9, n))[::-1]
+    points = [SimpleNamespace(cost=np.array([t, m])) for t, m in zip(times, mems)]
+    kept = thin_frontier(points, epsilon)
+    assert kept[0] is points[0] and all(any(k is p for p in points) for k in kept)
+    if epsilon == 0:
+        assert kept == points
+    for p in points:
+        assert any(
+            k.cost[0] <= p.cost[0] * (1 + epsilon) and k.cost[1] <= p.cost[1] * (1 + epsilon) for k in kept
+        )
+    # no two kept points within epsilon of each other in memory: the sweep keeps no redundant plan
+    for a, b in zip(kept, kept[1:]):
+        assert b.cost[1] * (1 + epsilon) < a.cost[1] or epsilon == 0
