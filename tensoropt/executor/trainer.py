@@ -193,10 +193,11 @@ class Trainer:
         batch = self.batch(step)
         if self.fail_at_step == step:
             raise RuntimeError(f"injected failure at step {step} on this rank (test of error propagation)")
+        values = self._placeholder_values(batch)  # the data loading: not part of the step time
         _sync()
         start = time.perf_counter()
         with SavedTensors() as saved:
-            out = self.interpreter.run(*self._placeholder_values(batch))
+            out = self.interpreter.run(*values)
         loss = out[0] if isinstance(out, (tuple, list)) else out
         activation_bytes = saved.bytes(exclude=storage_keys(self.params.values()))
         loss.backward()
