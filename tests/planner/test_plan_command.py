@@ -150,3 +150,16 @@ def test_transformer_plan_summary_and_explain(tmp_path, capsys):
     text = capsys.readouterr().out
     _, plan = ff.find(ff.selected)
     assert f"plan {plan.id}" in text and all(x.node in text for x in plan.layers)
+
+
+def test_epsilon_frontier_covers_the_exact_one(tmp_path, mlp_frontier):
+    path = write_job(tmp_path, MLP_JOB.replace("BUDGET", "1GiB") + "planner: {epsilon: 0.2}\n")
+    approx = plan_job(load_job(path))
+    for exact, thin in zip(mlp_frontier.frontiers, approx.frontiers):
+        assert len(thin.plans) <= len(exact.plans)
+        for p in exact.plans:
+            assert any(
+                q.time_s <= p.time_s * 1.2 * (1 + 1e-9) and q.memory_bytes <= p.memory_bytes * 1.2 + 1
+                for q in thin.plans
+            )
+    assert sum(len(f.plans) for f in approx.frontiers) < sum(len(f.plans) for f in mlp_frontier.frontiers)
