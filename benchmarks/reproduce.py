@@ -274,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     mcmc_s = args.mcmc_s if args.mcmc_s is not None else (3.0 if args.quick else 20.0)
     start, cpu = time.perf_counter(), time.process_time()
     cases = [Case(**c) for path in args.load or [] for c in json.loads(path.read_text())]
+    order = list(MODELS) + list(VARIANTS)
+    cases.sort(key=lambda c: (order.index(c.model), list(CLUSTERS).index(c.cluster)))
     todo = [] if args.load else [(m, c, FEWER_DEVICES.get((m, c), p)) for m in models
                                  for c, p in clusters.items() if c in VARIANT_CLUSTERS.get(m, (c,))]
     for i, (model, cluster, devices) in enumerate(todo, 1):
