@@ -216,6 +216,7 @@ def plot(cases: list[Case], out_dir: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -238,6 +239,10 @@ def plot(cases: list[Case], out_dir: Path) -> list[Path]:
                            label="device memory")
             ax.set_xscale("log")
             ax.set_yscale("log")
+            for axis in (ax.xaxis, ax.yaxis):  # plain numbers; label minor ticks when within a decade
+                axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+                minor = matplotlib.ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4))
+                axis.set_minor_formatter(minor)
             ax.set_xlabel("memory per GPU (GiB)")
             ax.set_ylabel("estimated step time (ms)")
             ax.set_title(f"{model}: {c.cluster}, {c.devices} GPUs, batch {c.batch}", fontsize=10)
