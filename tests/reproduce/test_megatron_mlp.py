@@ -76,11 +76,13 @@ def _check_megatron(g, G, linears, assignment):
     assert fc1.degree("out", mesh) == DEVICES and len(fc1.splits) == 1, f"first linear is {fc1.label}"
     assert fc2.degree("in", mesh) == DEVICES and len(fc2.splits) == 1, f"second linear is {fc2.label}"
     assert not fc1.partial_axes and set(fc2.partial_axes) == set(range(len(mesh.shape)))
+    # One reduction in the block: no other operator but the loss's mean leaves a partial sum.
+    reducing = [n for n, c in assignment.items() if G.nodes[n]["configurations"][c].partial_axes]
+    assert [n for n in reducing if g.nodes[n]["kind"] != "reduce"] == [linears[1]], reducing
     # The hidden activation never moves between the two linears.
     for u, v in G.edges:
-        if u in linears[:1] or v in linears[1:]:
-            if g.nodes[u]["kind"] != "layer_norm":
-                assert G.edges[u, v]["comm_s"][assignment[u], assignment[v]] == 0, f"{u}->{v} moves data"
+        if u == linears[0] or v == linears[1]:
+            assert G.edges[u, v]["comm_s"][assignment[u], assignment[v]] == 0, f"{u}->{v} moves data"
 
 
 def test_tight_budget_in_megatrons_space_is_column_then_row(block):
