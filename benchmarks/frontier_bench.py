@@ -206,10 +206,12 @@ def run_case(
     if ilp:
         mid = points[len(points) // 2]
         best, row.ilp_s, _ = _timed(
-            ilp_min_cost, G, objective=0, budgets={1: float(mid.cost[1])}, time_limit_s=600
+            ilp_min_cost, G, objective=0, budgets={1: float(mid.cost[1])}, time_limit_s=ilp_limit_s
         )
         want = min(p.cost[0] for p in points if p.cost[1] <= mid.cost[1])
         row.ilp_ok = "yes" if best is not None and np.isclose(best.cost[0], want, rtol=1e-6) else "NO"
+        if row.ilp_s >= 0.99 * ilp_limit_s:
+            row.ilp_ok += " (hit time limit)"
     return row
 
 
