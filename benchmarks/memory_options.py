@@ -9,7 +9,8 @@ plain data parallel, ``batch=P``).
 
 Usage::
 
-    .venv/bin/python benchmarks/memory_options.py [--jobs gpt2-small gpt-1.3b] [--devices 8] [--json OUT]
+    .venv/bin/python benchmarks/memory_options.py [--jobs gpt2-small gpt-1.3b] [--devices 8] [--epsilon 0]
+        [--json OUT]
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ def _batch_share(plan: dict, devices: int) -> float:
     return sum(1 for r in rows if r["config"].split("[")[0] == f"batch={devices}") / max(1, len(rows))
 
 
-def run(job_name: str, devices: int, options: list[str]) -> dict:
+def run(job_name: str, devices: int, options: list[str], epsilon: float = 0.0) -> dict:
     """Plan one job for ``devices`` with ``options``; returns the frontier's figures."""
     job = load_job(ROOT / "configs" / "jobs" / f"{job_name}.yaml")
     job.devices = [devices]
+    job.planner.epsilon = epsilon
     job.training.memory_options = list(options)
     start = time.perf_counter()
     with warnings.catch_warnings():
@@ -63,11 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", nargs="+", default=["gpt2-small", "gpt-1.3b"])
     ap.add_argument("--devices", type=int, default=8)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--epsilon", type=float, default=0.0, help="planner.epsilon (0: exact frontiers)")
     args = ap.parse_args(argv)
     rows = []
     for name in args.jobs:
         for options in ([], ["recompute", "zero3"]):
-            r = run(name, args.devices, options)
+            r = run(name, args.devices, options, args.epsilon)
             rows.append(r)
             print(f"{name:11s} P={r['devices']:<3d} options={','.join(options) or '-':16s} "
                   f"plans={r['plans']:<5d} leanest {format_size(r['min_memory_bytes']):>10s} "
