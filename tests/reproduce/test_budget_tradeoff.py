@@ -26,7 +26,6 @@ def planned(request):
     return FrontierFile(job=job.to_dict(), frontiers=[frontier]), frontier
 
 
-@pytest.mark.slow
 def test_frontier_trades_time_for_memory(planned):
     _, frontier = planned
     times = np.array([p.time_s for p in frontier.plans])
@@ -36,7 +35,6 @@ def test_frontier_trades_time_for_memory(planned):
     assert memory[0] / memory[-1] > 1.2, "the frontier offers no real memory saving"
 
 
-@pytest.mark.slow
 def test_shrinking_budget_selects_slower_leaner_plans(planned):
     file, frontier = planned
     lo, hi = frontier.plans[-1].memory_bytes, frontier.plans[0].memory_bytes

@@ -8,7 +8,7 @@ cheap), a fully-connected layer's weights are large and its activations small (m
 activation is cheaper than all-reducing a 400 MB gradient over 25 Gb/s Ethernet).
 
 Batch: 32 images per GPU (global 256 / 512), full 224x224 images. Capture is on the meta device,
-so the image size costs nothing here; the test runs in about 10 s per case on an idle machine.
+so the image size costs nothing here; each case takes a few seconds.
 """
 
 from __future__ import annotations

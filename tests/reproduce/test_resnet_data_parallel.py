@@ -15,7 +15,6 @@ docs/results_reproduce.md. The final 2048 x 1000 fc layer may be model parallel 
 
 from __future__ import annotations
 
-import pytest
 from reproduce_baselines import capture_zoo, data_parallel_space, solve_in_space
 
 import frontier as ft
@@ -24,7 +23,6 @@ from tensoropt.cost_graph import cost_graph
 DEVICES, BATCH = 8, 2048
 
 
-@pytest.mark.slow
 def test_resnet50_on_nvlink_is_data_parallel():
     graph, job, cluster = capture_zoo("resnet50", "h100x8", DEVICES, BATCH, optimizer="momentum")
     G = cost_graph(graph, cluster, DEVICES, batch_size=BATCH, optimizer="momentum")
