@@ -15,7 +15,7 @@ slow as the baseline), and the search times. All four are priced by the same cos
 (roofline compute, alpha-beta collectives, no overlap), so the comparison isolates the search.
 
     .venv/bin/python benchmarks/reproduce.py --quick    # 3 models x 2 clusters at 8 GPUs, a few minutes
-    .venv/bin/python benchmarks/reproduce.py            # the full table (see docs/results_reproduce.md)
+    .venv/bin/python benchmarks/reproduce.py            # the full table (see docs/results.md)
     .venv/bin/python benchmarks/reproduce.py --plots docs/images --json out/reproduce.json
 
 Batch sizes: 32 images per GPU for the CNNs, one sequence per GPU (GPT-2 small: 1024 tokens,

@@ -9,7 +9,7 @@ Batch 256 per GPU (global 2048), the MLPerf-style per-GPU batch that fills an 80
 ResNet-50. At small per-GPU batches the cost model (no overlap of gradient all-reduce with
 backward, one all-reduce per parameter as the DTensor executor issues them) makes FT shard
 layer4's 3x3 convolutions, whose 9.4 MB weights then outweigh their activations: see
-docs/results_reproduce.md. The final 2048 x 1000 fc layer may be model parallel (8 MB weight,
+docs/results.md. The final 2048 x 1000 fc layer may be model parallel (8 MB weight,
 2 MB activation per GPU: the same trade as VGG's fc layers), so it is not checked here.
 """
 
