@@ -243,10 +243,28 @@ class PlannerConfig:
     """0 for the exact frontier; > 0 keeps one plan per (1+epsilon) box (faster on huge models)."""
     compute: str = "roofline"
     """Compute-time estimator: roofline | profiled (times local shard shapes on this machine)."""
+    space: str = "auto"
+    """Configuration space: full (every split of every axis) | hierarchical (each cluster level's
+    axes go to one parallel dim: DP, TP and their node x GPU hybrids) | auto (full up to
+    ``full_space_max_devices``, hierarchical beyond: the full space grows as ~(dims+1)^log2(P))."""
+    full_space_max_devices: int = 8
+    """With ``space: auto``, the largest device count planned in the full space."""
 
     def __post_init__(self):
         self.epsilon = _positive_float(self.epsilon, "epsilon", zero_ok=True)
         _choice(self.compute, "compute", ("roofline", "profiled"))
+        _choice(self.space, "space", ("auto", "full", "hierarchical"))
+        self.full_space_max_devices = _int(self.full_space_max_devices, "full_space_max_devices")
+
+    def hierarchical_for(self, num_devices: int) -> bool:
+        """Whether ``num_devices`` is planned in the hierarchical space.
+
+        Example:
+            >>> PlannerConfig().hierarchical_for(8), PlannerConfig().hierarchical_for(16)
+            (False, True)
+        """
+        return self.space == "hierarchical" or (
+            self.space == "auto" and num_devices > self.full_space_max_devices)
 
 
 @dataclass

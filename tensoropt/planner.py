@@ -34,6 +34,25 @@ class PlanningError(RuntimeError):
     """A stage of planning failed; the message names the stage, the device count and the fix."""
 
 
+def job_model_kwargs(job: Job) -> dict:
+    """The model constructor's keyword arguments: ``model.kwargs`` plus the job-level overrides.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> job = Job(model={"name": "mlp", "num_classes": 7}, cluster="cpu-local", devices=[1])
+        >>> job_model_kwargs(job)["num_classes"]
+        7
+    """
+    m = job.model
+    overrides = dict(m.kwargs)
+    for key in ("num_classes", "seq_len", "vocab_size"):
+        if getattr(m, key) is not None:
+            overrides[key] = getattr(m, key)
+    if m.input_shape is not None and m.name is not None:
+        overrides["input_shape"] = tuple(m.input_shape)
+    return overrides
+
+
 def build_job_model(job: Job, device: str | None = "meta"):
     """Build the job's model and its spec (inputs, classes) with the job's overrides.
 
@@ -54,12 +73,7 @@ def build_job_model(job: Job, device: str | None = "meta"):
     from tensoropt.models import build_model
 
     m = job.model
-    overrides = dict(m.kwargs)
-    for key in ("num_classes", "seq_len", "vocab_size"):
-        if getattr(m, key) is not None:
-            overrides[key] = getattr(m, key)
-    if m.input_shape is not None and m.name is not None:
-        overrides["input_shape"] = tuple(m.input_shape)
+    overrides = job_model_kwargs(job)
     name = m.name if m.name is not None else m.factory
     try:
         model, spec = build_model(name, device=device, **overrides)
@@ -192,10 +206,18 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         if progress is not None:
             progress(f"cost graph for {_devices(num_devices)}", 0.3 * done / max(1, total))
 
+    configs = None
+    if job.planner.hierarchical_for(num_devices):
+        from tensoropt.configspace import configurations
+        from tensoropt.configspace.configuration import Mesh
+
+        configs = configurations(graph, Mesh.for_cluster(num_devices, cluster.devices_per_node),
+                                 whole_levels=True)
     try:
         G = cost_graph(graph, cluster, num_devices, batch_size=job.training.global_batch_size,
                        optimizer=job.training.optimizer, compute_mode=job.planner.compute,
-                       progress=graph_progress, memory_options=job.training.memory_options)
+                       progress=graph_progress, memory_options=job.training.memory_options,
+                       configurations=configs)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
     timing["cost_graph"] = time.perf_counter() - start

@@ -94,7 +94,7 @@ class TrainSpec:
             ([(8,), ()], 4, 4)
         """
         from tensoropt.config import Job
-        from tensoropt.planner import build_job_model
+        from tensoropt.planner import build_job_model, job_model_kwargs
 
         if isinstance(job, dict):
             job = Job.from_dict(job)
@@ -115,7 +115,7 @@ class TrainSpec:
         name = job.model.name or job.model.factory
         return TrainSpec(
             model=name, inputs=inputs, global_batch_size=t.global_batch_size or mspec.default_batch_size,
-            model_kwargs=dict(job.model.kwargs), optimizer=t.optimizer, lr=t.learning_rate, seed=t.seed,
+            model_kwargs=job_model_kwargs(job), optimizer=t.optimizer, lr=t.learning_rate, seed=t.seed,
             steps=steps if steps is not None else t.steps, dataset=dataset, dtype=t.dtype,
             job=job.to_dict(),
         )
