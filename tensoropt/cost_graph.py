@@ -18,6 +18,7 @@ per-configuration components ``compute_s``, ``comm_s``, ``memory_bytes``, ``buff
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 
 import networkx as nx
@@ -252,3 +253,17 @@ def _check_batch(g: nx.DiGraph, batch_size: int | None) -> None:
             f"batch_size={batch_size} but the graph was captured with batch {sorted(captured)}; "
             "capture the model with example inputs of the global batch size"
         )
+
+
+class _CallableCostGraphModule(type(sys.modules[__name__])):
+    """Keeps ``tensoropt.cost_graph(...)`` callable after this module is imported.
+
+    Importing ``tensoropt.cost_graph`` binds the *module* to that attribute of the package,
+    shadowing the lazily exported function; calling the module forwards to :func:`cost_graph`.
+    """
+
+    def __call__(self, *args, **kwargs) -> nx.DiGraph:
+        return cost_graph(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableCostGraphModule

@@ -4,6 +4,7 @@ import torch
 
 import tensoropt
 import tensoropt.capture.graph  # noqa: F401  (binds the subpackage to tensoropt.capture)
+import tensoropt.cost_graph  # noqa: F401  (binds the module to tensoropt.cost_graph)
 
 
 def test_capture_callable_after_subpackage_import():
