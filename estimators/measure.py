@@ -35,6 +35,17 @@ def _storage(t: torch.Tensor) -> tuple[int, int]:
     return st.data_ptr(), st.nbytes()
 
 
+
+def _recording_saved_storages(saved: dict[int, int]):
+    """Context in which every tensor autograd saves records ``saved[storage ptr] = storage bytes``."""
+
+    def pack(t):
+        ptr, nbytes = _storage(t)
+        saved[ptr] = nbytes
+        return t
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
 def _fit(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     """A tensor of ``shape`` cut from (or zero-padded around) ``t``; values do not matter here."""
     if tuple(t.shape) == tuple(shape):
@@ -91,12 +102,7 @@ def measure_plan_memory(
     values: dict[str, torch.Tensor] = {}
     saved: dict[int, int] = {}
 
-    def pack(t):
-        ptr, nbytes = _storage(t)
-        saved[ptr] = nbytes
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with _recording_saved_storages(saved):
         for name in _topo(g):
             d, conf = g.nodes[name], plan[name]
             if d["kind"] == "input":
@@ -254,12 +260,7 @@ def measure_model_memory(model: torch.nn.Module, example_inputs, optimizer: str 
     params = [p for p in model.parameters() if p.requires_grad]
     saved: dict[int, int] = {}
 
-    def pack(t):
-        ptr, nbytes = _storage(t)
-        saved[ptr] = nbytes
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with _recording_saved_storages(saved):
         out = model(*example_inputs)
     param_ptrs = {_storage(p)[0] for p in params}
     saved_bytes = sum(b for p, b in saved.items() if p not in param_ptrs)
