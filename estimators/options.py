@@ -1,6 +1,6 @@
-"""Costs of the memory options ``recompute`` and ``zero3`` (see :mod:`tensoropt.configspace.options`).
+"""Costs of the memory options recompute, zero1, zero2, zero3 (:mod:`tensoropt.configspace.options`).
 
-Both are priced as adjustments of the plain configuration's cost (:func:`estimators.op_costs.node_cost`
+All are priced as adjustments of the plain configuration's cost (:func:`estimators.op_costs.node_cost`
 on :func:`~tensoropt.configspace.options.base_configuration`), so the objective stays additive:
 
 * ``recompute`` (see :mod:`tensoropt.configspace.options`): time + two more forwards of the local
@@ -13,6 +13,13 @@ on :func:`~tensoropt.configspace.options.base_configuration`), so the objective 
   stored shard): memory - (b - s) x (2 + optimizer state factor); communication - all-reduce(b, A)
   + 2 all-gather(b, A) (forward, and again in backward) + reduce-scatter(b, A); the optimizer
   steps over s; the gathered parameter is a transient buffer (``buffer_bytes``).
+* ``zero1`` (per parameter it shards, :func:`~tensoropt.configspace.options.state_layouts`; b and
+  s as above, s the optimizer-state shard): memory - (b - s) x optimizer state factor;
+  communication + all-gather(b, A) of the updated shards (the all-reduce stays); the optimizer
+  steps over s; the gathered parameter is a transient buffer.
+* ``zero2``: as ``zero1``, and the gradient is reduce-scattered instead of all-reduced: memory
+  - (b - s) x (1 + optimizer state factor); communication + reduce-scatter(b, A) + all-gather(b, A)
+  - all-reduce(b, A); the full gradient, freed once reduce-scattered, is a transient buffer.
 
 The approximation beyond the plain model: the output of an operator that does not recompute, kept
 by a recomputing consumer and saved or kept by one more consumer (while the operator itself does
@@ -36,7 +43,7 @@ from estimators.compute import optimizer_time_s, roofline_time_s
 from estimators.memory import extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
 from estimators.op_costs import Cost, CostModel, GraphInfo, _bytes, local_op, node_cost
 from tensoropt.configspace.configuration import Configuration, local_shape
-from tensoropt.configspace.options import base_configuration
+from tensoropt.configspace.options import base_configuration, state_layouts
 
 
 def recomputable(info: GraphInfo, name: str, node: dict, rules) -> bool:
@@ -112,6 +119,30 @@ def _zero3_delta(model: CostModel, node: dict, config: Configuration, base: Conf
     return comm_s, opt_s, memory, buffer
 
 
+def _zero12_delta(model: CostModel, node: dict, config: Configuration, base: Configuration):
+    """(communication seconds, optimizer seconds, memory bytes, buffer bytes) changes of zero1/zero2."""
+    mesh, comm = model.mesh, model.comm
+    dtype = str(node.get("out_dtype", "float32"))
+    shapes, computed, sync = node["params"], dict(base.params), dict(config.grad_sync_axes)
+    grads_too = "zero2" in config.options
+    comm_s, full_total, shard_total, buffer = 0.0, 0, 0, 0.0
+    for key, layout in state_layouts(config, shapes, mesh).items():
+        b = _bytes(shapes[key], computed[key], mesh, dtype)
+        s = _bytes(shapes[key], layout, mesh, dtype)
+        full_total, shard_total = full_total + b, shard_total + s
+        axes = sync[key]
+        comm_s += comm.time_s("all_gather", b, axes)
+        if grads_too:
+            comm_s += comm.time_s("reduce_scatter", b, axes) - comm.time_s("all_reduce", b, axes)
+        buffer = max(buffer, b)
+    device, n = model.cluster.device, len(shapes)
+    opt_s = optimizer_time_s(device, shard_total, n, model.optimizer) - optimizer_time_s(
+        device, full_total, n, model.optimizer
+    )
+    memory = -(full_total - shard_total) * (int(grads_too) + optimizer_factor(model.optimizer))
+    return comm_s, opt_s, memory, buffer
+
+
 def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: Configuration) -> Cost:
     """:func:`estimators.op_costs.node_cost` for a configuration that may carry memory options.
 
@@ -129,8 +160,9 @@ def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, c
         extra_s, dropped = _recompute_delta(model, info, name, node, base)
         compute_s += extra_s
         memory -= dropped
-    if "zero3" in config.options:
-        d_comm, d_opt, d_mem, d_buf = _zero3_delta(model, node, config, base)
+    zero = _zero3_delta if "zero3" in config.options else _zero12_delta
+    if {"zero1", "zero2", "zero3"} & set(config.options):
+        d_comm, d_opt, d_mem, d_buf = zero(model, node, config, base)
         comm_s, compute_s, memory = comm_s + d_comm, compute_s + d_opt, memory + d_mem
         buffer = max(buffer, d_buf)
     return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer))

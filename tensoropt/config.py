@@ -14,7 +14,7 @@ A job file is a 1:1 serialisation of :class:`Job`::
       dtype: float32
       seed: 0
       steps: 100
-      memory_options: []          # recompute, zero3: offered per operator (empty: none)
+      memory_options: []          # recompute, zero1, zero2, zero3: offered per operator (empty: none)
     cluster: h100x8               # a profile name or path, or an inline mapping
     devices: [1, 2, 4, 8]         # device counts to plan for
     memory_budget: 40GiB          # per device
@@ -204,7 +204,7 @@ class TrainingConfig:
     learning_rate: float = 1e-3
     """Learning rate of the optimizer."""
     memory_options: list = field(default_factory=list)
-    """Memory options the planner may give each operator: recompute, zero3 (empty: none)."""
+    """Memory options the planner may give each operator: recompute, zero1, zero2, zero3 (empty: none)."""
 
     def __post_init__(self):
         _int(self.global_batch_size, "global_batch_size", optional=True)

@@ -121,8 +121,9 @@ def cost_graph(
         batch_norm: "native", "decomposed" (tensoropt's executor's synchronised batch norm, which
             saves more) or "auto" (decomposed on more than one device, as the executor runs it).
         progress: called as ``progress(done, total)`` while nodes and edges are priced.
-        memory_options: some of ``"recompute"``, ``"zero3"``: multiply the configurations with
-            these options (:mod:`tensoropt.configspace.options`, priced by :mod:`estimators.options`).
+        memory_options: some of ``"recompute"``, ``"zero1"``, ``"zero2"``, ``"zero3"``: multiply the
+            configurations with these options (:mod:`tensoropt.configspace.options`, priced by
+            :mod:`estimators.options`).
 
     Returns:
         A new ``networkx.DiGraph`` in ``frontier.solve``'s format (see the module docstring).

@@ -1,8 +1,9 @@
-"""Memory options that multiply an operator's configurations: recompute and ZeRO-3 (torch-free).
+"""Memory options that multiply an operator's configurations: recompute and ZeRO-1/2/3 (torch-free).
 
 A job opts in with ``training.memory_options`` (default: none, the plain space). Each option
-doubles the configurations of the operators it applies to; labels append it
-(``"batch=8,zero3,recompute"``):
+adds configurations to the operators it applies to; labels append it
+(``"batch=8,zero3,recompute"``). ``zero1``, ``zero2`` and ``zero3`` are mutually exclusive in one
+configuration; each combines with ``recompute`` (up to 8 variants of one split):
 
 * ``recompute``: nothing the operator produces is kept for backward: neither what it saves
   itself (it runs under ``torch.utils.checkpoint``) nor its output where consumers save it (they
@@ -19,6 +20,16 @@ doubles the configurations of the operators it applies to; labels append it
   ``Configuration.params`` of a zero3 configuration is the storage layout (the one the
   executor keeps, checkpoints and steps the optimizer on); :func:`compute_params` gives the layout
   the operator computes with. Not offered for tied parameters (one storage, several users).
+* ``zero1``: parameters and gradients stay as they are (gradients all-reduced over the
+  gradient-sync axes); the optimizer state is kept for a shard only (:func:`state_layouts`: the
+  parameter sharded further over its gradient-sync axes), the optimizer steps that shard and the
+  updated shards are all-gathered into the parameter.
+* ``zero2``: as ``zero1``, and the gradient is reduce-scattered to the shard (as soon as
+  backward has accumulated it) instead of all-reduced: each rank keeps only its gradient shard.
+
+  Both are offered where some parameter with gradient-sync axes has a state layout (a dim no other
+  mesh axis splits that divides evenly); parameters without one stay plain. Not for tied
+  parameters.
 
 Example:
     >>> from tensoropt.configspace.configuration import Configuration, Mesh
@@ -36,10 +47,13 @@ from collections.abc import Callable, Iterable
 
 from tensoropt.configspace.configuration import Configuration, Layout, Mesh, shard_dim
 
-MEMORY_OPTIONS: tuple[str, ...] = ("recompute", "zero3")
+MEMORY_OPTIONS: tuple[str, ...] = ("recompute", "zero1", "zero2", "zero3")
 """Options a job may list in ``training.memory_options``."""
 
-_LABEL_ORDER = ("zero3", "recompute")
+ZERO_OPTIONS: tuple[str, ...] = ("zero1", "zero2", "zero3")
+"""The sharding options (at most one per configuration)."""
+
+_LABEL_ORDER = (*ZERO_OPTIONS, "recompute")
 
 
 def check_options(options: Iterable[str]) -> tuple[str, ...]:
@@ -76,6 +90,60 @@ def zero_layout(layout: Layout, shape: tuple[int, ...], axes: tuple[int, ...], m
     return None
 
 
+def state_layout(layout: Layout, shape: tuple[int, ...], axes: tuple[int, ...], mesh: Mesh) -> Layout | None:
+    """Layout of the optimizer-state shard (zero1/zero2) of a parameter laid out as ``layout``.
+
+    Sharded over ``axes`` (its gradient-sync axes) on the first dim that no other mesh axis splits
+    and that divides evenly by the product of their sizes, so each rank's shard is a slice of its
+    local parameter; None when no dim qualifies.
+
+    Example:
+        >>> state_layout(("R", "S(0)"), (4, 6), (0,), Mesh((2, 3), ("gpu", "gpu")))
+        ('S(1)', 'S(0)')
+        >>> state_layout(("R",), (5,), (0,), Mesh((2,), ("gpu",))) is None
+        True
+    """
+    degree = 1
+    for a in axes:
+        degree *= mesh.shape[a]
+    taken = {shard_dim(p) for a, p in enumerate(layout) if a not in axes}
+    for d, size in enumerate(shape):
+        if d not in taken and size % degree == 0:
+            return tuple(f"S({d})" if a in axes else p for a, p in enumerate(layout))
+    return None
+
+
+def state_layouts(
+    config: Configuration, param_shapes: dict[str, tuple[int, ...]], mesh: Mesh
+) -> dict[str, Layout]:
+    """State-dict key -> optimizer-state layout of the parameters a zero1/zero2 configuration shards.
+
+    Parameters without gradient-sync axes or without a :func:`state_layout` are left out (they
+    stay plain); empty for configurations without ``zero1``/``zero2``.
+
+    Example:
+        >>> c = Configuration("batch=2,zero2", (("batch", (0,)),), (("S(0)",),),
+        ...                   (("w", ("R",)), ("b", ("R",))), ("S(0)",),
+        ...                   grad_sync_axes=(("w", (0,)), ("b", (0,))), options=("zero2",))
+        >>> state_layouts(c, {"w": (8, 4), "b": (3,)}, Mesh((2,), ("gpu",)))
+        {'w': ('S(0)',)}
+    """
+    if not {"zero1", "zero2"} & set(config.options):
+        return {}
+    return _state_layouts(config, param_shapes, mesh)
+
+
+def _state_layouts(config: Configuration, param_shapes, mesh: Mesh) -> dict[str, Layout]:
+    sync = dict(config.grad_sync_axes)
+    out = {}
+    for key, lay in config.params:
+        if sync.get(key) and key in param_shapes:
+            new = state_layout(lay, tuple(param_shapes[key]), tuple(sync[key]), mesh)
+            if new is not None:
+                out[key] = new
+    return out
+
+
 def compute_params(config: Configuration) -> tuple[tuple[str, Layout], ...]:
     """Parameter layouts the operator computes with (a zero3 storage layout gathered on its axes).
 
@@ -103,7 +171,7 @@ def base_configuration(config: Configuration) -> Configuration:
     """
     if not config.options:
         return config
-    label = ",".join(t for t in config.label.split(",") if t not in config.options)
+    label = ",".join(t for t in config.label.split(",") if t not in MEMORY_OPTIONS)
     return dataclasses.replace(config, label=label, params=compute_params(config), options=())
 
 
@@ -133,31 +201,47 @@ def option_variants(
         mesh: the device mesh.
         options: the job's memory options (:data:`MEMORY_OPTIONS`).
         recomputable: whether recomputing this operator keeps less (see the module docstring).
-        tied: parameter keys shared with other operators (never zero3-sharded).
+        tied: parameter keys shared with other operators (never sharded by a zero option).
+
+    Returns:
+        The plain configuration, then (where offered) ``recompute``, and for each of ``zero1``,
+        ``zero2``, ``zero3`` in that order the option alone and with ``recompute``.
 
     Example:
         >>> c = Configuration("replicate", (), (("R",),), (("w", ("R",)),), ("R",))
         >>> [x.label for x in option_variants(c, {"w": (4,)}, Mesh((2,), ("gpu",)), ("zero3",), False)]
         ['replicate']
     """
-    out = [config]
-    zero = None
-    if "zero3" in options and config.grad_sync_axes and not (set(param_shapes) & tied):
-        sync = dict(config.grad_sync_axes)
-        params = []
-        for key, lay in config.params:
-            new = zero_layout(lay, tuple(param_shapes[key]), sync[key], mesh) if sync.get(key) else lay
-            if new is None:
-                break
-            params.append((key, new))
-        else:
-            zero = _with(config, ("zero3",), tuple(params))
-            out.append(zero)
-    if "recompute" in options and recomputable and not config.partial_axes:
-        out.insert(1, _with(config, ("recompute",)))
-        if zero is not None:
-            out.append(_with(config, ("zero3", "recompute"), zero.params))
+    recompute = "recompute" in options and recomputable and not config.partial_axes
+    out = [config, _with(config, ("recompute",))] if recompute else [config]
+    if not config.grad_sync_axes or set(param_shapes) & tied:
+        return out
+    for option in ZERO_OPTIONS:
+        if option not in options:
+            continue
+        params = config.params
+        if option == "zero3":
+            params = _zero3_params(config, param_shapes, mesh)
+            if params is None:
+                continue
+        elif not _state_layouts(config, param_shapes, mesh):
+            continue
+        out.append(_with(config, (option,), params))
+        if recompute:
+            out.append(_with(config, (option, "recompute"), params))
     return out
+
+
+def _zero3_params(config: Configuration, param_shapes, mesh: Mesh):
+    """The zero3 storage layouts of ``config``'s parameters; None when one cannot be sharded."""
+    sync = dict(config.grad_sync_axes)
+    params = []
+    for key, lay in config.params:
+        new = zero_layout(lay, tuple(param_shapes[key]), sync[key], mesh) if sync.get(key) else lay
+        if new is None:
+            return None
+        params.append((key, new))
+    return tuple(params)
 
 
 def with_options(

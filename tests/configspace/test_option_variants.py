@@ -15,6 +15,8 @@ from tensoropt.configspace.options import (
     base_configuration,
     check_options,
     compute_params,
+    state_layout,
+    state_layouts,
     with_options,
     zero_layout,
 )
@@ -112,5 +114,57 @@ def test_zero_layout_needs_an_evenly_divisible_dim():
 
 
 def test_unknown_option_is_named():
-    with pytest.raises(ValueError, match="zero2"):
-        check_options(["recompute", "zero2"])
+    with pytest.raises(ValueError, match="zero4"):
+        check_options(["recompute", "zero2", "zero4"])
+    assert check_options(["zero1", "zero2", "zero3", "recompute"]) == ("zero1", "zero2", "zero3", "recompute")
+
+
+def test_zero1_zero2_variants_are_exclusive_and_combine_with_recompute(graph):
+    plain = configurations(graph, MESH)
+    everything = ["recompute", "zero1", "zero2", "zero3"]
+    opts = with_options(graph, plain, MESH, everything, recomputable=lambda n: True)
+    g = graph.nx
+    tied = {k for n in g for k in g.nodes[n]["shared_params"]}
+    counts = {"zero1": 0, "zero2": 0}
+    for node, confs in opts.items():
+        params = g.nodes[node]["params"]
+        labels = [c.label for c in confs]
+        assert len(set(labels)) == len(labels)
+        for c in confs:
+            zeros = [o for o in c.options if o.startswith("zero")]
+            assert len(zeros) <= 1, c.label  # mutually exclusive
+            if zeros and zeros[0] in counts:
+                counts[zeros[0]] += 1
+                base = base_configuration(c)
+                assert c.params == base.params  # parameters keep their compute layout
+                assert c.label == ",".join([base.label, *c.options])
+                assert not set(params) & tied
+                layouts = state_layouts(c, params, MESH)
+                sync = dict(c.grad_sync_axes)
+                assert layouts and set(layouts) <= set(sync)
+                for key, lay in layouts.items():
+                    computed = dict(c.params)[key]
+                    assert [a for a, (x, y) in enumerate(zip(lay, computed)) if x != y] == list(sync[key])
+        for c in plain[node]:
+            for z in ("zero1", "zero2"):
+                offered = c.label + "," + z in labels
+                assert offered == bool(c.grad_sync_axes and not set(params) & tied
+                                       and state_layouts(dict_replace(c, z), params, MESH)), (node, c.label)
+                if offered and c.label + ",recompute" in labels:
+                    assert c.label + "," + z + ",recompute" in labels
+    assert counts["zero1"] == counts["zero2"] >= 4
+    assert not state_layouts(base_configuration(confs[0]), params, MESH)  # no zero option: nothing
+
+
+def dict_replace(c, option):
+    import dataclasses
+
+    return dataclasses.replace(c, options=(option,))
+
+
+def test_state_layout_slices_the_local_parameter():
+    mesh = Mesh((2, 3), ("gpu", "gpu"))
+    assert state_layout(("R", "S(0)"), (6, 4), (0,), mesh) == ("S(1)", "S(0)")  # dim 0 taken by axis 1
+    assert state_layout(("R", "R"), (3, 4), (0,), mesh) == ("S(1)", "R")
+    assert state_layout(("R", "R"), (6, 4), (0, 1), mesh) == ("S(0)", "S(0)")
+    assert state_layout(("R", "S(0)"), (6,), (0,), mesh) is None

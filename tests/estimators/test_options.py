@@ -1,4 +1,4 @@
-"""Costs of the memory options (issue 10): what recompute and zero3 change in the cost graph."""
+"""Costs of the memory options (issue 10): what recompute, zero1, zero2 and zero3 change in the cost graph."""
 
 from __future__ import annotations
 
@@ -103,9 +103,50 @@ def test_job_memory_options_reach_the_cost_graph():
     assert job.training.memory_options == ["zero3"]
     with pytest.raises(ConfigError, match="training.memory_options"):
         Job.from_dict({"model": {"name": "mlp"}, "cluster": "cpu-local", "devices": [2],
-                       "training": {"memory_options": ["zero1"]}})
+                       "training": {"memory_options": ["zero4"]}})
     from tensoropt.planner import plan_job
 
     fj = plan_job(job).to_json()
     labels = {label for f in fj["frontiers"] for confs in f["configurations"].values() for label in confs}
     assert any(label.endswith(",zero3") for label in labels), labels
+
+
+@pytest.fixture(scope="module")
+def all_options(gpt):
+    return cost_graph(gpt, "h100x8", 4, memory_options=("recompute", "zero1", "zero2", "zero3"))
+
+
+def test_zero1_zero2_shard_optimizer_state_and_gradients(all_options):
+    g = all_options
+    factor = optimizer_factor("adamw")
+    checked = 0
+    for n in g:
+        labels = g.nodes[n]["configs"]
+        cost, comm = g.nodes[n]["cost"], g.nodes[n]["comm_s"]
+        for i, c in enumerate(g.nodes[n]["configurations"]):
+            if c.options != ("zero1",):
+                continue
+            base = labels.index(base_configuration(c).label)
+            two = labels.index(c.label.replace("zero1", "zero2"))
+            label3 = c.label.replace("zero1", "zero3")
+            three = labels.index(label3) if label3 in labels else None
+            saved1, saved2 = cost[base, 1] - cost[i, 1], cost[base, 1] - cost[two, 1]
+            # zero1 saves (b - s) x the AdamW state factor, zero2 (b - s) x (1 + factor)
+            assert saved1 > 0 and saved1 % factor == 0, (n, c.label, saved1)
+            assert saved2 * factor == pytest.approx(saved1 * (1 + factor), rel=1e-12), (n, c.label)
+            if three is not None:
+                assert cost[three, 1] <= cost[two, 1] + 1e-9
+            # zero1 adds an all-gather; zero2 swaps the all-reduce for reduce-scatter + all-gather
+            assert comm[i] > comm[base] and comm[two] < comm[i], (n, c.label)
+            assert g.nodes[n]["buffer_bytes"][i] > 0
+            checked += 1
+    assert checked >= 8
+
+
+def test_all_options_frontier_is_at_least_as_lean(graphs, all_options):
+    _, opt = graphs
+    lean = min(p.cost[1] for p in frontier.solve(opt))
+    points = frontier.solve(all_options)
+    assert min(p.cost[1] for p in points) <= lean * (1 + 1e-12)
+    for p in points[:: max(1, len(points) // 4)]:
+        assert plan_breakdown(all_options, p.assignment)["memory_bytes"] == pytest.approx(p.cost[1], rel=1e-9)
