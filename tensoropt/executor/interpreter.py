@@ -26,7 +26,7 @@ import torch.fx as fx
 from torch.distributed.tensor import DeviceMesh, DTensor, Replicate
 
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
-from tensoropt.executor import explicit_ops
+from tensoropt.executor import explicit_ops, local_ops
 from tensoropt.executor import options as memory_options
 from tensoropt.executor.placements import normalise, raw_output_layout, to_layout, to_placements
 from tensoropt.executor.program import arg_nodes, op_name, packet_name
@@ -84,13 +84,15 @@ class PlanInterpreter(fx.Interpreter):
         operands: node name -> the OpGraph node's ``operands`` (role, index or key, dim_map of
             each tensor argument in argument order).
         lazy: names of the view nodes folded into edges (evaluated by their consumers).
+        local: run plain splits of :data:`local_ops.LOCAL_PACKETS` on local shards (no DTensor
+            dispatch; :mod:`tensoropt.executor.local_ops`); False sends every op through DTensor.
 
     Example:
         >>> PlanInterpreter(ep.graph_module, placements, mesh, operands, lazy).run(*values)  # doctest: +SKIP
     """
 
     def __init__(self, gm: fx.GraphModule, placements: dict[str, Configuration], mesh: DeviceMesh | None,
-                 operands: dict[str, list[dict]], lazy: set[str]):
+                 operands: dict[str, list[dict]], lazy: set[str], local: bool = True):
         super().__init__(gm)
         self.placements = placements
         self.mesh = mesh
@@ -98,6 +100,10 @@ class PlanInterpreter(fx.Interpreter):
         self.lazy = lazy
         self.user_to_last_uses = self._last_uses()
         self._memo: dict[tuple, Any] = {}
+        self.local = {n.name: packet_name(n) for n in gm.graph.nodes
+                      if local and n.op == "call_function" and packet_name(n) in local_ops.LOCAL_PACKETS
+                      and n.name in placements and not placements[n.name].options}
+        """Node name -> aten packet of the nodes tried on local shards first."""
 
     def run(self, *args, **kwargs):
         # Views and redistributions are memoised within one forward pass: q, k and v taken from
@@ -142,6 +148,13 @@ class PlanInterpreter(fx.Interpreter):
         if config.options:  # recompute / zero3 (tensoropt.executor.options)
             return memory_options.run_node(self, n, config)
         args, kwargs = self._lay_out_operands(n, config)
+        if n.name in self.local:
+            done = local_ops.run_local(self.local[n.name], n.target, args, kwargs, n.meta.get("val"))
+            if done is not None and self.local[n.name] == "cross_entropy_loss":  # reduced already
+                return self._check_reduced(n, config, done[0])
+            if done is not None:
+                out = self._check_and_reduce(n, config, done[0], None)
+                return out if done[1] is None else out + done[1]
         out, bias = self._compute(n, args, kwargs)
         return self._check_and_reduce(n, config, out, bias)
 
@@ -266,6 +279,17 @@ class PlanInterpreter(fx.Interpreter):
         if name in _POOLS and isinstance(args[0], DTensor):
             return explicit_ops.pool(n.name, n.target, *args, **kwargs), None
         return self.call_function(n.target, args, kwargs), None
+
+    def _check_reduced(self, n: fx.Node, config: Configuration, out: DTensor) -> DTensor:
+        """Check an output that its op reduced itself against the configuration's output layout."""
+        expected = normalise(tuple(config.output), out.dim())
+        actual = to_layout(out.placements, out.dim())
+        if actual != expected:
+            raise PlacementMismatch(
+                f"node {n.name!r} ({op_name(n)}, configuration {config.label!r}): expected output "
+                f"placement {expected}, the local op produced {actual}"
+            )
+        return out
 
     def _check_and_reduce(self, n: fx.Node, config: Configuration, out, bias):
         first = out[0] if isinstance(out, (tuple, list)) else out
