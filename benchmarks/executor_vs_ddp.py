@@ -6,9 +6,14 @@
 (c) measured vs predicted step time and memory for every plan run (median relative error;
     targets 10 % for time with the profiled estimator, 2 % for memory).
 
-Usage: ``.venv/bin/python benchmarks/executor_vs_ddp.py [--steps 10] [--compute profiled]
-[--json results.json]``. Every model is built with the same seed and sees the same global
-batches in both systems.
+Everything runs in one torchrun launch, interleaved: each of ``--rounds`` rounds runs
+``--steps`` steps of every plan and of DDP (rotated order), so load from elsewhere on this
+shared machine hits every system alike; step times are medians over all rounds (the first
+step of each round left out). The load average before and after is printed with the figures.
+
+Usage: ``.venv/bin/python benchmarks/executor_vs_ddp.py [--steps 10] [--rounds 3] [--compute profiled]
+[--json results.json] [--plans-json plans.json]``. Every model is built with the same seed and
+sees the same global batches in both systems.
 """
 
 from __future__ import annotations
@@ -75,61 +80,101 @@ def plan_model(name: str, compute: str) -> tuple[list[dict], dict]:
     return plans, dp
 
 
-def run_executor(runs: list[tuple[str, dict]], steps: int, out: Path) -> dict[str, dict]:
-    """Metrics of every (model, plan) trained by the executor in one launch."""
-    from tensoropt.executor.spec import TrainSpec
-    from tensoropt.launch import LaunchOptions, launch_workers
+def run_interleaved(runs: list[tuple[str, dict]], steps: int, rounds: int, out: Path) -> dict:
+    """Train every (model, plan) with the executor and each model with DDP, interleaved, in one launch.
 
-    config = {"steps": steps, "runs": []}
-    for name, plan in runs:
-        spec = TrainSpec.from_job(_job(name, "roofline"), steps=steps)
-        config["runs"].append({"spec": spec.to_json(), "plan": plan,
-                               "metrics": str(out / f"{name}-{plan['id']}.json")})
-    rc = launch_workers(config, LaunchOptions(NPROC, timeout_s=1800))
-    if rc != 0:
-        raise SystemExit(f"executor workers failed (exit {rc})")
-    return {f"{n}/{p['id']}": json.loads((out / f"{n}-{p['id']}.json").read_text()) for n, p in runs}
-
-
-def run_ddp(names: list[str], steps: int, out: Path) -> dict[str, float]:
-    """Median step time of DistributedDataParallel on each model (same seed, same batches)."""
-    result = out / "ddp.json"
+    Each round runs ``steps`` steps of every executor plan and of DDP on every model, in a
+    rotated order (so a burst of load from elsewhere hits every system alike); the first step of
+    each round is left out (warm-up). Returns ``{"runs": {key: metrics}, "ddp": {model: [step
+    times]}, "pairs": [(ours dp, ddp) per round]}`` where ``metrics`` is the worker's metrics
+    document with every kept step and ``measured.time_s`` their median.
+    """
+    result = out / "interleaved.json"
+    options = {"runs": [[n, p] for n, p in runs], "steps": steps, "rounds": rounds, "out": str(result)}
+    config = out / "config.json"
+    config.write_text(json.dumps(options))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC),
-           __file__, "--ddp-worker", json.dumps({"names": names, "steps": steps, "out": str(result)})]
-    subprocess.run(cmd, check=True, timeout=1800)
+           "--monitor-interval", "0.2", __file__, "--worker", str(config)]
+    subprocess.run(cmd, check=True, timeout=3600)
     return json.loads(result.read_text())
 
 
-def ddp_worker(options: dict) -> None:
-    """torchrun entry: train each model with DDP, rank 0 writes median step times."""
+def _ddp_step(model, opt, batch, rank: int, world: int) -> float:
+    local = [t.chunk(world)[rank] for t in batch]
+    start = time.perf_counter()
+    loss = model(*local)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def worker(options: dict) -> None:
+    """torchrun entry: executor plans and DDP, interleaved round by round; rank 0 writes the times."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
+    from tensoropt.executor.data import synthetic_batch
+    from tensoropt.executor.plan import ExecPlan
     from tensoropt.executor.spec import TrainSpec
-    from tensoropt.executor.trainer import Trainer  # noqa: F401 (same import cost as the executor)
+    from tensoropt.executor.trainer import Trainer
+    from tensoropt.executor.worker import init_process_group, metrics_json
 
-    dist.init_process_group("gloo")
+    init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
-    times = {}
-    for name in options["names"]:
-        spec = TrainSpec.from_job(_job(name, "roofline"), steps=options["steps"])
+    steps, rounds = options["steps"], options["rounds"]
+    systems = []  # (key, run-one-round callable)
+    kept: dict[str, list[float]] = {}
+    memory: dict[str, int] = {}
+    plans: dict[str, ExecPlan] = {}
+    for name, plan_json in options["runs"]:
+        key = f"{name}/{plan_json['id']}"
+        spec = TrainSpec.from_job(_job(name, "roofline"), steps=steps)
+        plan = plans[key] = ExecPlan.from_json(plan_json)
+        trainer = Trainer(spec, plan)
+
+        def one_round(r, key=key, trainer=trainer):
+            res = trainer.train(steps, start_step=r * steps)
+            kept.setdefault(key, []).extend(s["time_s"] for s in res.steps[1:])
+            memory[key] = max(memory.get(key, 0), res.memory_bytes)
+        systems.append((key, one_round))
+    for name in JOBS:
+        spec = TrainSpec.from_job(_job(name, "roofline"), steps=steps)
         model = DistributedDataParallel(spec.build_model())
         opt = spec.make_optimizer(list(model.parameters()))
-        from tensoropt.executor.data import synthetic_batch
 
-        step_times = []
-        for step in range(spec.steps):
-            batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step)
-            local = [t.chunk(world)[rank] for t in batch]
-            start = time.perf_counter()
-            loss = model(*local)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step_times.append(time.perf_counter() - start)
-        times[name] = statistics.median(step_times[1:] if len(step_times) > 2 else step_times)
+        def ddp_round(r, name=name, spec=spec, model=model, opt=opt):
+            times = []
+            for step in range(r * steps, (r + 1) * steps):
+                batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step)
+                times.append(_ddp_step(model, opt, batch, rank, world))
+            kept.setdefault(f"ddp/{name}", []).extend(times[1:])
+        systems.append((f"ddp/{name}", ddp_round))
+    pairs = []
+    for r in range(rounds):
+        order = systems[r % len(systems):] + systems[:r % len(systems)]
+        if r % 2:
+            order = order[::-1]
+        for key, one_round in order:
+            before = len(kept.get(key, []))
+            dist.barrier()
+            one_round(r)
+            if key in ("mlp/data-parallel", "ddp/mlp"):
+                pairs.append((key, r, statistics.median(kept[key][before:])))
     if rank == 0:
-        Path(options["out"]).write_text(json.dumps(times))
+        runs = {}
+        for key, plan in plans.items():
+            from tensoropt.executor.trainer import RunResult
+
+            res = RunResult(plan.plan_id, plan.devices, [{"step": i, "time_s": t} for i, t in
+                                                         enumerate(kept[key])], memory[key])
+            runs[key] = metrics_json(res, plan)
+        by_round: dict[int, dict] = {}
+        for key, r, t in pairs:
+            by_round.setdefault(r, {})[key] = t
+        Path(options["out"]).write_text(json.dumps({
+            "runs": runs, "ddp": {n: kept[f"ddp/{n}"] for n in JOBS},
+            "pairs": [[v["mlp/data-parallel"], v["ddp/mlp"]] for _, v in sorted(by_round.items())]}))
     dist.destroy_process_group()
 
 
@@ -141,21 +186,34 @@ def main(argv: list[str] | None = None) -> int:
     """Run (a), (b), (c) and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=10, help="steps per system per round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds (every plan and DDP run --steps steps per round)")
+    parser.add_argument("--plans-json", default=None,
+                        help="reuse the plans written by an earlier run (skip planning)")
     parser.add_argument("--compute", choices=("roofline", "profiled"), default="profiled")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
     runs = []
-    for name in JOBS:
-        plans, dp = plan_model(name, args.compute)
-        runs += [(name, p) for p in plans] + [(name, dp)]
-        print(f"planned {name}: {len(plans)} frontier plans ({time.perf_counter() - start:.0f} s)",
-              flush=True)
+    if args.plans_json and Path(args.plans_json).is_file():
+        runs = [tuple(r) for r in json.loads(Path(args.plans_json).read_text())]
+    else:
+        for name in JOBS:
+            plans, dp = plan_model(name, args.compute)
+            runs += [(name, p) for p in plans] + [(name, dp)]
+            print(f"planned {name}: {len(plans)} frontier plans ({time.perf_counter() - start:.0f} s)",
+                  flush=True)
+        if args.plans_json:
+            Path(args.plans_json).write_text(json.dumps(runs))
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        measured = run_executor(runs, args.steps, Path(tmp))
-        ddp = run_ddp(list(JOBS), args.steps, Path(tmp))
+        got = run_interleaved(runs, args.steps, args.rounds, Path(tmp))
+    load_after = os.getloadavg()
+    measured = got["runs"]
+    ddp = {n: statistics.median(ts) for n, ts in got["ddp"].items()}
+    round_ratios = [ours / theirs for ours, theirs in got["pairs"]]
     print(f"\n{'model/plan':28} {'pred ms':>9} {'meas ms':>9} {'err':>6} {'pred MiB':>9} {'meas MiB':>9} "
           f"{'err':>6}")
     time_err, mem_err = [], []
@@ -172,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     frontier_fastest = measured["big-fc/d2-p0"]
     figures = {
         "a_dp_over_ddp_time_ratio": dp_ratio,
+        "a_ratio_per_round": round_ratios,
+        "a_median_of_round_ratios": statistics.median(round_ratios),
         "a_ddp_ms": ddp["mlp"] * 1e3,
         "a_ours_dp_ms": measured["mlp/data-parallel"]["measured"]["time_s"] * 1e3,
         "b_ddp_ms": ddp["big-fc"] * 1e3,
@@ -185,10 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         "plans_run": len(measured),
         "compute_estimator": args.compute,
         "steps": args.steps,
+        "rounds": args.rounds,
+        "load_average_before": load_before,
+        "load_average_after": load_after,
         "wall_s": time.perf_counter() - start,
     }
     print(f"\n(a) mlp, data parallel: ours {figures['a_ours_dp_ms']:.2f} ms vs DDP "
-          f"{figures['a_ddp_ms']:.2f} ms: ratio {dp_ratio:.2f} (target <= 1.15)")
+          f"{figures['a_ddp_ms']:.2f} ms: ratio {dp_ratio:.2f} (target <= 1.15); per round "
+          f"{', '.join(f'{r:.2f}' for r in round_ratios)}")
     print(f"(b) big-fc: DDP {figures['b_ddp_ms']:.2f} ms; frontier's fastest plan d2-p0 "
           f"{figures['b_predicted_fastest_ms']:.2f} ms: speed-up "
           f"{figures['b_speedup_predicted_fastest_vs_ddp']:.2f}x (target >= 1.3); fastest measured "
@@ -196,14 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"(c) {len(measured)} plans: median |measured - predicted| / predicted: time "
           f"{figures['c_median_time_error']:.0%} (target 10%), memory "
           f"{figures['c_median_memory_error']:.1%} (target 2%)")
+    print(f"load average (1, 5, 15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, "
+          f"after {' '.join(f'{x:.2f}' for x in load_after)}; {args.rounds} rounds x "
+          f"{args.steps} steps, medians over {args.rounds * (args.steps - 1)} steps per system")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--ddp-worker":
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        ddp_worker(json.loads(sys.argv[2]))
+        worker(json.loads(Path(sys.argv[2]).read_text()))
         sys.exit(0)
     sys.exit(main())
