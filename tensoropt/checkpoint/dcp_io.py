@@ -91,7 +91,9 @@ def broadcast(obj):
 
 
 def _state(trainer) -> tuple[nn.Module, dict]:
-    holder = state_module(trainer.params, trainer.buffers)
+    # zero1/zero2 parameters are saved and loaded through the shard the optimizer steps
+    params = trainer.checkpoint_params() if hasattr(trainer, "checkpoint_params") else trainer.params
+    holder = state_module(params, trainer.buffers)
     model_sd, optim_sd = get_state_dict(holder, trainer.optimizer)
     return holder, {"model": model_sd, "optim": optim_sd}
 
@@ -150,6 +152,8 @@ def load_checkpoint(trainer, found: Found) -> None:
     dcp.load(state, checkpoint_id=str(found.path))
     set_state_dict(holder, trainer.optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
+    if hasattr(trainer, "after_load"):
+        trainer.after_load()  # all-gather the loaded zero1/zero2 shards into the parameters
 
 
 def resume(trainer, root: str | Path, job_hash: str, verify_checksums: bool = True) -> Manifest | None:

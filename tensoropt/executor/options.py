@@ -1,4 +1,7 @@
-"""Memory options of a plan's nodes in the executor: ``recompute`` and ``zero3``.
+"""Memory options of a plan's nodes in the executor: ``recompute`` and ``zero3`` (forward).
+
+``zero1`` and ``zero2`` change nothing in forward (the node runs as its plain configuration):
+they live in the optimizer step, :mod:`tensoropt.executor.zero`.
 
 See :mod:`tensoropt.configspace.options` for what they mean and :mod:`estimators.options` for
 what they cost. Both rest on :class:`Recipes`, saved-tensor hooks active over the whole forward
@@ -133,6 +136,10 @@ class Recipes:
                                       stride=global_stride)
 
 
+_FORWARD = {"recompute", "zero3"}
+"""Options that act in forward (and so need :class:`Recipes`)."""
+
+
 def forward_hooks(interp):
     """The :class:`Recipes` of one forward pass of ``interp`` (a no-op when no node has options).
 
@@ -140,7 +147,7 @@ def forward_hooks(interp):
         >>> with forward_hooks(interpreter):  # doctest: +SKIP
         ...     out = interpreter.run(*values)
     """
-    if interp.mesh is None or not any(c.options for c in interp.placements.values()):
+    if interp.mesh is None or not any(_FORWARD & set(c.options) for c in interp.placements.values()):
         interp._recipes = None
         return contextlib.nullcontext()
     interp._recipes = Recipes()

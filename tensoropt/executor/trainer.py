@@ -27,6 +27,7 @@ from tensoropt.executor.placements import normalise, to_placements
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.program import export_program, lazy_views, signature
 from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.zero import ShardedState
 
 
 @dataclass
@@ -146,7 +147,9 @@ class Trainer:
             self.constants[key] = value
         self.grad_bytes = 0
         self.fail_at_step: int | None = None
-        self.optimizer = spec.make_optimizer(list(self.params.values()))
+        # zero1/zero2 parameters: the optimizer steps (and keeps state for) a shard of each
+        self.zero = ShardedState.for_plan(plan, self.params, self.mesh)
+        self.optimizer = spec.make_optimizer(self.zero.optimizer_params(self.params))
         self.interpreter = PlanInterpreter(self.ep.graph_module, plan.placements, self.mesh, self.operands,
                                            lazy_views(self.ep, plan.placements))
         self.input_names = [n.name for n in self.ep.graph.nodes if n.op == "placeholder"
@@ -202,9 +205,13 @@ class Trainer:
         activation_bytes = saved.bytes(exclude=storage_keys(self.params.values()))
         loss.backward()
         self._sync_grads()
-        self.grad_bytes = storage_bytes([p.grad for p in self.params.values() if p.grad is not None])
+        self.zero.shard_gradients()
+        grads = [p.grad for p in self.params.values() if p.grad is not None] + self.zero.gradients()
+        self.grad_bytes = storage_bytes(grads)
         self.optimizer.step()
+        self.zero.gather()
         self.optimizer.zero_grad(set_to_none=True)
+        self.zero.zero_grad()
         _sync()
         time_s = time.perf_counter() - start
         value = loss.full_tensor() if isinstance(loss, DTensor) else loss
@@ -236,6 +243,14 @@ class Trainer:
                 after_step(step + 1)
         result.memory_bytes = _max_over_ranks(self.state_bytes() + peak_act)
         return result
+
+    def checkpoint_params(self) -> dict[str, torch.Tensor]:
+        """State-dict key -> the tensor checkpoints save and load (a zero1/zero2 shard or the parameter)."""
+        return self.zero.checkpoint_params(self.params)
+
+    def after_load(self) -> None:
+        """Bring the parameters up to date after a checkpoint was loaded into :meth:`checkpoint_params`."""
+        self.zero.gather()
 
     def full_params(self) -> dict[str, torch.Tensor]:
         """Every parameter as a full plain tensor (a collective: call on all ranks)."""
