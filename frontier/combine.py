@@ -23,14 +23,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from frontier import staircase
 from frontier.bounded import bounded_sum_union
 from frontier.pareto import pareto_select, ragged_arange
 from frontier.table import Table
 
 #: Most candidate points expanded at once; larger combines are split by output group.
 CHUNK_POINTS = 4_000_000
-#: Combines with more candidates than this use the bounded kernel (two objectives).
+#: Combines with more candidates than this use the bounded kernel (two objectives, numpy).
 BOUNDED_MIN = 50_000
+#: Two-objective combines use the compiled staircase merge (:mod:`frontier.staircase`)
+#: when numba is installed; False selects the numpy kernels (comparisons, tests).
+COMPILED_KERNEL = True
 
 
 @dataclass
@@ -69,7 +73,9 @@ class Combiner:
     reuse: bool = True
     """Memoise results of identical combines."""
     bounded: bool = True
-    """Skip blocks of candidates that a partial frontier already dominates (K = 2)."""
+    """Skip blocks of candidates that a partial frontier already dominates (K = 2, numpy kernel)."""
+    compiled: bool = True
+    """Use the compiled staircase merge for K = 2 (:mod:`frontier.staircase`) when numba is installed."""
     stats: CombineStats = field(default_factory=CombineStats)
     _memo: dict = field(default_factory=dict, repr=False)
 
@@ -125,6 +131,16 @@ class Combiner:
         per_x = np.prod(np.stack(counts).astype(np.float64), axis=0)
         per_out = per_x.reshape(-1, width).sum(axis=1)
         self.stats.candidates += int(per_out.sum())
+        if self.compiled and COMPILED_KERNEL and staircase.AVAILABLE and tables[0].cost.shape[1] == 2:
+            cost, out_group, rows, vals = staircase.sum_union_2d(
+                [t.cost for t in tables], [t.start for t in tables], groups, n_full // width, width
+            )
+            if drop is not None and self.box_eps > 0:
+                keep = pareto_select(cost, out_group, self.box_eps)
+                cost, out_group, rows, vals = cost[keep], out_group[keep], rows[keep], vals[keep]
+            start = np.r_[0, np.cumsum(np.bincount(out_group, minlength=n_full // width))].astype(np.int64)
+            self.stats.kept += len(cost)
+            return cost, start, rows, (vals if drop is not None else None)
         parts = []
         for lo, hi in _chunks(per_out):
             parts.append(

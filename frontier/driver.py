@@ -138,7 +138,5 @@ def solve(
     if not np.allclose(costs, root.cost, rtol=1e-9, atol=1e-12 * max(scale, 1.0)):
         raise RuntimeError("internal error: a reconstructed plan's cost differs from its frontier point")
     keep = pareto_select(costs)
-    return [
-        Point(cost=costs[i], assignment={name: int(s) for name, s in zip(original.names, configs[i])})
-        for i in keep
-    ]
+    names = original.names
+    return [Point(cost=costs[i], assignment=dict(zip(names, configs[i].tolist()))) for i in keep]
