@@ -133,7 +133,12 @@ class Combiner:
         self.stats.candidates += int(per_out.sum())
         if self.compiled and COMPILED_KERNEL and staircase.AVAILABLE and tables[0].cost.shape[1] == 2:
             cost, out_group, rows, vals = staircase.sum_union_2d(
-                [t.cost for t in tables], [t.start for t in tables], groups, n_full // width, width
+                [t.cost for t in tables],
+                [t.start for t in tables],
+                groups,
+                n_full // width,
+                width,
+                work=float(per_out.sum()),
             )
             if drop is not None and self.box_eps > 0:
                 keep = pareto_select(cost, out_group, self.box_eps)

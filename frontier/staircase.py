@@ -29,7 +29,13 @@ Example:
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
+
+#: Combines with at least this many candidates run on all cores (threads; the kernel is nogil).
+PARALLEL_MIN_CANDIDATES = 2_000_000
 
 try:  # numba is a dependency; the numpy kernels remain for the rare install without it
     from numba import njit
@@ -47,7 +53,10 @@ except ImportError:  # pragma: no cover - exercised only without numba
 
 #: Points of a copy whose corner is tested against the bound at once.
 _CHUNK = 16
-#: Most slices of objective 0 (finer slices: fewer survivors to sort, more memory).
+#: Slices of objective 0 per expected staircase point (the longest copy plus one per copy):
+#: finer slices leave fewer survivors to sort but fall out of the cache.
+_SLICES_PER_POINT = 8
+#: Most slices.
 _MAX_SLICES = 1 << 16
 
 
@@ -132,7 +141,7 @@ def _merge(bx, by, cstart, clen, cdx, cdy, ncopies):
             xmax = max(xmax, bx[cstart[c] + m - 1] + cdx[c])
     if total == 0:
         return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    nb = min(max(total // 64, 16), _MAX_SLICES)
+    nb = min(max(_SLICES_PER_POINT * (clen.max() + ncopies), 64), _MAX_SLICES)
     inv_w = (nb - 1) / (xmax - xmin) if xmax > xmin else 0.0
     # per slice, one row (one cache line): least y, its x, its candidate id (first found),
     # and the bound: the least y of the slices before
@@ -272,8 +281,8 @@ def _sum_group(cost, row_off, start, start_off, groups, m, x, k_last, px, py, pr
     return n, px, py, prow
 
 
-@njit(cache=True)
-def _sum_union(cost, row_off, start, start_off, groups, m, n_out, width):
+@njit(cache=True, nogil=True)
+def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
     out_cost = np.empty((1024, 2))
     out_group = np.empty(1024, dtype=np.int64)
     out_rows = np.empty((1024, m), dtype=np.int64)
@@ -283,7 +292,7 @@ def _sum_union(cost, row_off, start, start_off, groups, m, n_out, width):
     py = np.empty(16)
     prow = np.empty((16, m), dtype=np.int64)
     k_last = m - 1 if m > 1 else 1
-    for o in range(n_out):
+    for o in range(o_lo, o_hi):
         # the staircases P_s of the first tables, for every value s of the dropped variable
         pstart = np.zeros(width + 1, dtype=np.int64)
         allx = np.empty(16)
@@ -400,7 +409,7 @@ def _sum_union(cost, row_off, start, start_off, groups, m, n_out, width):
     return out_cost[:total], out_group[:total], out_rows[:total], out_vals[:total]
 
 
-def sum_union_2d(costs, starts, groups, n_out: int, width: int):
+def sum_union_2d(costs, starts, groups, n_out: int, width: int, work: float = 0.0):
     """Exact grouped sum-and-union of K = 2 tables (the combine kernel, compiled).
 
     Args:
@@ -408,6 +417,8 @@ def sum_union_2d(costs, starts, groups, n_out: int, width: int):
         starts: per table, its ``(G_i + 1,)`` group row offsets.
         groups: per table, its group index for every joint configuration ``x = o * width + s``.
         n_out: number of output groups ``o``; width: values ``s`` of the dropped variable (1 if none).
+        work: the number of candidates (sums) if known; at least ``PARALLEL_MIN_CANDIDATES``
+            spreads the output groups over the cores.
 
     Returns:
         (cost, group, rows, vals): kept points ordered by (group, objective 0); ``rows[:, i]`` is
@@ -426,4 +437,27 @@ def sum_union_2d(costs, starts, groups, n_out: int, width: int):
     start = np.concatenate([np.asarray(s, dtype=np.int64) for s in starts])
     start_off = np.r_[0, np.cumsum([len(s) for s in starts])[:-1]].astype(np.int64)
     group = np.ascontiguousarray(np.stack([np.asarray(g, dtype=np.int64) for g in groups]))
-    return _sum_union(cost, row_off, start, start_off, group, m, int(n_out), int(width))
+    args = (cost, row_off, start, start_off, group, m)
+    threads = min(_threads(), n_out) if work >= PARALLEL_MIN_CANDIDATES else 1
+    if threads <= 1:
+        return _sum_union(*args, 0, int(n_out), int(width))
+    # output groups are independent: ranges of them on threads (the kernel releases the GIL)
+    bounds = np.linspace(0, n_out, min(n_out, 4 * threads) + 1).astype(int)
+    with ThreadPoolExecutor(threads) as pool:
+        parts = list(
+            pool.map(
+                lambda r: _sum_union(*args, int(r[0]), int(r[1]), int(width)), zip(bounds[:-1], bounds[1:])
+            )
+        )
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
+
+
+def _threads() -> int:
+    """CPU cores this process may use (``TENSOROPT_THREADS`` overrides)."""
+    env = os.environ.get("TENSOROPT_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1

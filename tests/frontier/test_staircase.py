@@ -75,3 +75,18 @@ def test_many_copies_of_one_staircase_with_duplicate_sums():
     cost, group, rows, vals = staircase.sum_union_2d([a, a], [start, start], [np.zeros(1, int)] * 2, 1, 1)
     assert cost.tolist() == [[float(s), 600.0 - s] for s in range(599)]
     assert (rows.sum(axis=1) == cost[:, 0]).all()
+
+
+def test_threaded_ranges_equal_one_thread(monkeypatch):
+    """Output groups split over threads give the same arrays as one pass."""
+    rng = np.random.default_rng(7)
+    cost, start = _random_table(rng, 24, max_rows=40, scale=1000)
+    groups = [np.arange(24), rng.permutation(24)]
+    monkeypatch.setattr(staircase, "PARALLEL_MIN_CANDIDATES", 0)
+    monkeypatch.setenv("TENSOROPT_THREADS", "3")
+    threaded = staircase.sum_union_2d([cost, cost], [start, start], groups, 24, 1, work=1.0)
+    monkeypatch.setenv("TENSOROPT_THREADS", "1")
+    single = staircase.sum_union_2d([cost, cost], [start, start], groups, 24, 1, work=1.0)
+    for a, b in zip(threaded, single):
+        np.testing.assert_array_equal(a, b)
+    assert len(single[0]) > 24
