@@ -3,15 +3,17 @@
 For the MLP (AdamW), the CNN (SGD) and the causal transformer (momentum SGD) of
 tests/estimators/est_plans.py on 2 processes (gloo): the data-parallel plan plain, with every node
 ``zero1``, with every node ``zero2``, with ``zero2,recompute``, and the leanest plan using zero1 or
-zero2 on the exact frontier over all four memory options (CNN, transformer: with zero3 and recompute
-on other nodes) train 3 steps; on 4 processes (a 2 x 2 mesh) the MLP with
-``batch=4,zero2`` (shards over both axes) and ``batch=2,out=2,zero1`` (the state shard cut along
-dim 1 of a weight split on dim 0). Losses and final parameters must equal the 1-process run's
-(1e-5 relative; 1e-4 for parameters, reached through reordered reductions), the measured memory
-per device (parameters + gradients + optimizer state + saved activations, unique storages, max
-over ranks) must be within 2 % of the cost model's, and must shrink plain > zero1 > zero2 where the
-optimizer has state. Checkpoints: a zero2 run's checkpoint resumes in the plain plan, a plain
-run's in a zero1 plan, and both end where the uninterrupted 1-process run does.
+zero2 on the exact frontier over all four memory options (CNN and transformer, with zero3 and
+recompute on other nodes; the MLP's frontier has none) train 3 steps. On 4 processes (a 2 x 2
+mesh): the MLP with ``batch=4,zero2`` (shards over both axes) and ``batch=2,out=2,zero1`` (the
+state shard cut along dim 1 of a weight split on dim 0).
+
+Losses and final parameters must equal the 1-process run's (1e-5 relative; 1e-4 for parameters,
+reached through reordered reductions); the measured memory per device (parameters + gradients +
+optimizer state + saved activations, unique storages, max over ranks) must be within 2 % of the
+cost model's, and shrink plain > zero1 > zero2 where the optimizer has state. Checkpoints: a zero2
+run's checkpoint resumes in the plain plan, a plain run's in a zero1 plan, and both end where the
+uninterrupted 1-process run does.
 """
 
 from __future__ import annotations
