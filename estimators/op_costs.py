@@ -41,6 +41,7 @@ import numpy as np
 from estimators.collectives import CommModel
 from estimators.compute import LocalOp, optimizer_time_s, roofline_time_s
 from estimators.memory import SavingRules, extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
+from estimators.overhead import node_overhead_s, runs_local
 from estimators.profiles import Cluster
 from estimators.redistribution import (
     edge_time_s,
@@ -249,10 +250,12 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
             if sync.get(key):
                 comm_s += comm.time_s("all_reduce", b, sync[key])
                 buffer = max(buffer, b)
+    device = model.cluster.device
     compute_s = (
         fwd_s
         + bwd_s
-        + optimizer_time_s(model.cluster.device, own_param_bytes, len(node["params"]), model.optimizer)
+        + optimizer_time_s(device, own_param_bytes, len(node["params"]), model.optimizer)
+        + node_overhead_s(device, node, config)
     )
     out_dtype = str(node.get("out_dtype", "float32"))
     if config.partial_axes:
@@ -261,6 +264,9 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
             comm, tuple(node["out_shape"]), itemsize(out_dtype), src, config.output
         )
         buffer = max(buffer, numel(op.out_shape) * itemsize(out_dtype))
+        reduced_locally = "cross_entropy" in str(node.get("op")) and runs_local(node, config)
+        if device.redistribute_overhead_s and not reduced_locally:  # a DTensor redistribution
+            comm_s += device.redistribute_overhead_s * (1 + bool(info.needs_grad.get(name)))
         if info.needs_grad.get(name):
             gathered = tuple("R" if a in config.partial_axes else p for a, p in enumerate(config.output))
             comm_s += redistribution_time_s(
@@ -289,6 +295,8 @@ def _operand_move(model: CostModel, out_shape, size, src, dim_map, shape, dst, s
     if gathered != src:
         t += redistribution_time_s(comm, out_shape, size, src, gathered)
     fwd, bwd = edge_time_s(comm, shape, size, translated, dst, split_axes, grad)
+    redistributions = (gathered != src) + (translated != dst)
+    t += model.cluster.device.redistribute_overhead_s * redistributions * (1 + bool(grad))
     buf = 0.0
     if moved:
         buf = max(

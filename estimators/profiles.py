@@ -34,6 +34,9 @@ __all__ = [
     "load_device",
 ]
 
+OVERHEAD_KEYS: tuple[str, ...] = ("op_overhead_local_s", "op_overhead_dtensor_s", "redistribute_overhead_s")
+"""Device keys of the executor's host overhead (:mod:`estimators.overhead`)."""
+
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
 
@@ -63,6 +66,15 @@ class Device:
     """Fraction of peak bandwidth memory-bound kernels reach."""
     kernel_launch_s: float = 5e-6
     """Per-kernel floor (launch + framework dispatch) in seconds."""
+    op_overhead_local_s: float = 0.0
+    """Executor host time per operator run on local shards, forward + backward, beyond the op itself
+    (``tensoropt calibrate --overhead``; 0 by default: on a GPU it overlaps the kernels)."""
+    op_overhead_dtensor_s: float = 0.0
+    """Executor host time per operator run through DTensor dispatch, forward + backward, beyond the op
+    itself (``tensoropt calibrate --overhead``; 0 by default)."""
+    redistribute_overhead_s: float = 0.0
+    """Host time of one DTensor redistribution beyond its collective (``tensoropt calibrate
+    --overhead``; 0 by default)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     """Citation of each constant."""
 
@@ -96,6 +108,7 @@ class Device:
                 "matmul_efficiency",
                 "memory_efficiency",
                 "kernel_launch_s",
+                *OVERHEAD_KEYS,
                 "description",
             }
         )
@@ -122,6 +135,7 @@ class Device:
             kernel_launch_s=r.number(
                 "kernel_launch_s", positive=False, default=5e-6, cited="kernel_launch_s" in data
             ),
+            **{k: r.number(k, positive=False, default=0.0, cited=k in data) for k in OVERHEAD_KEYS},
             sources=dict(r.sources),
         )
         for k in ("matmul_efficiency", "memory_efficiency"):
@@ -356,7 +370,7 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             "memory_bytes": d.memory_bytes,
             **{
                 k: getattr(d, k)
-                for k in ("matmul_efficiency", "memory_efficiency", "kernel_launch_s")
+                for k in ("matmul_efficiency", "memory_efficiency", "kernel_launch_s", *OVERHEAD_KEYS)
                 if k in d.sources
             },
             "sources": dict(d.sources),

@@ -1,10 +1,20 @@
-"""``tensoropt calibrate --nproc N [--out FILE]``: measure collectives, fit alpha-beta, write a profile.
+"""``tensoropt calibrate --nproc N [--out FILE] [--overhead]``: measure collectives (and the executor's
+per-operator overhead), fit, write a profile.
 
 Spawns N local processes (gloo on CPU, nccl when N GPUs are visible), times all-reduce,
 all-gather, reduce-scatter, broadcast (and all-to-all where the backend has it) at several
 sizes, fits ``time = alpha + beta * bytes`` per collective (estimators.calibration) and writes a
 cluster profile YAML that ``cost_graph``/``tensoropt plan`` accept by path. Prints each point's
 fit error.
+
+With ``--overhead`` it also times one forward + backward of data-parallel MLPs of growing depth
+(tiny layers, so the ops cost next to nothing) three ways on the same processes: the plain
+module on the local batch shard, the executor running the plan on local tensors (a pure batch
+split), and the executor sending every operator through DTensor. The slope of each against the operator count
+(:func:`estimators.overhead.fit_overhead`) minus the plain slope is the executor's host time
+per operator (``op_overhead_local_s``, ``op_overhead_dtensor_s``); a DTensor redistribution
+without communication (Replicate -> Shard) gives ``redistribute_overhead_s``. They go into the
+profile's device (see :mod:`estimators.overhead`).
 """
 
 from __future__ import annotations
@@ -47,6 +57,11 @@ def add_parser(subparsers) -> None:
         "--backend", choices=("gloo", "nccl"), default=None, help="default: nccl with GPUs, else gloo"
     )
     p.add_argument("--timeout-s", type=float, default=300.0, help="give up after this many seconds")
+    p.add_argument(
+        "--overhead",
+        action="store_true",
+        help="also measure the executor's per-operator and per-redistribution host overhead",
+    )
 
 
 def _free_port() -> int:
@@ -61,7 +76,8 @@ def _collectives(backend: str) -> list[str]:
 
 
 def _worker(
-    rank: int, nproc: int, port: int, backend: str, sizes: list[int], iters: int, out_file: str
+    rank: int, nproc: int, port: int, backend: str, sizes: list[int], iters: int, out_file: str,
+    overhead: bool = False,
 ) -> None:
     """One rank: time every collective at every size; rank 0 writes {collective: [[bytes, s], ...]}."""
     import torch
@@ -93,29 +109,121 @@ def _worker(
                     else:
                         dist.all_to_all_single(torch.empty_like(full), full)
 
-                times = []
-                for i in range(iters + 2):
-                    dist.barrier()
-                    if backend == "nccl":
-                        torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    call()
-                    if backend == "nccl":
-                        torch.cuda.synchronize()
-                    if i >= 2:
-                        times.append(time.perf_counter() - t0)
                 # the model's n: all-to-all counts bytes per device, the others the full tensor
-                # the fastest repetition: on a shared machine the others measure the neighbours
-                t = torch.tensor([min(times)], dtype=torch.float64, device=device)
-                dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's time
-                results.setdefault(coll, []).append([float(numel * 4), float(t.item())])
+                results.setdefault(coll, []).append([float(numel * 4), _fastest_s(call, iters, 2, device)])
+        if overhead:
+            results["executor_overhead"] = _overhead_points(nproc, backend, max(iters, 20))
         if rank == 0:
             Path(out_file).write_text(yaml.safe_dump(results))
     finally:
         dist.destroy_process_group()
 
 
-def measure(nproc: int, sizes: list[int], iters: int, backend: str, timeout_s: float) -> dict:
+def _fastest_s(fn, iters: int, warmup: int, device) -> float:
+    """The fastest of ``iters`` timed calls of ``fn`` (after ``warmup``), the slowest rank's figure.
+
+    The fastest repetition: on a shared machine the others measure the neighbours.
+    """
+    import torch
+    import torch.distributed as dist
+
+    times = []
+    for i in range(iters + warmup):
+        dist.barrier()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    t = torch.tensor([min(times)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's time
+    return float(t.item())
+
+
+OVERHEAD_DEPTHS = (1, 4, 8, 16)
+"""Hidden layers of the MLPs the overhead calibration times (2 operators each: linear + relu)."""
+
+
+def _overhead_points(nproc: int, backend: str, iters: int) -> dict[str, list[list[float]]]:
+    """(operators, fastest forward + backward seconds) per way of running, and redistribution times.
+
+    Runs inside the calibration workers (the process group is up). Returns ``{"plain": [[ops, s],
+    ...], "local": [...], "dtensor": [...], "redistribute": [[0, s]]}``.
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from tensoropt.capture import capture
+    from tensoropt.config import Job
+    from tensoropt.configspace import configurations
+    from tensoropt.configspace.configuration import Mesh
+    from tensoropt.executor.data import synthetic_batch
+    from tensoropt.executor.plan import ExecPlan
+    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.trainer import Trainer
+
+    rank = dist.get_rank()
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    width = 8
+    cases = []  # (way, operators, callable)
+    mesh = Mesh((nproc,), ("gpu",))
+    trainer = None
+    for depth in OVERHEAD_DEPTHS:
+        kwargs = {"in_features": width, "hidden": [width] * depth, "num_classes": width}
+        job = Job.from_dict({"model": {"name": "mlp", "kwargs": kwargs, "input_shape": [width],
+                                       "num_classes": width},
+                             "cluster": "cpu-local", "devices": [nproc],
+                             "training": {"global_batch_size": 4 * nproc, "optimizer": "sgd"}})
+        spec = TrainSpec.from_job(job, steps=1)
+        model = spec.build_model().to(device)
+        batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
+        batch = [t.to(device) for t in batch]
+        placements = {}
+        for name, confs in configurations(capture(model, tuple(batch)), mesh).items():
+            by_label = {c.label: c for c in confs}
+            placements[name] = by_label.get(f"batch={nproc}", by_label.get("replicate", confs[0]))
+        trainer = Trainer(spec, ExecPlan("calibrate", mesh, placements))
+        values = trainer._placeholder_values(trainer.batch(0))
+        ops = sum(1 for n in trainer.ep.graph.nodes if n.op == "call_function")
+        interp = trainer.interpreter
+        if interp.batch_axes is None:
+            raise RuntimeError("calibrate --overhead: the data-parallel MLP plan should run on local tensors")
+        modes = {"local": (dict(interp.local), interp.batch_axes), "dtensor": ({}, None)}
+        for way, mode in modes.items():
+            def step(trainer=trainer, values=values, mode=mode):
+                trainer.interpreter.local, trainer.interpreter.batch_axes = mode
+                loss = trainer.interpreter.run(*values)
+                (loss[0] if isinstance(loss, (tuple, list)) else loss).backward()
+                trainer.grad_sync.finish()  # one bucket: a constant per step, not in the slope
+                for p in trainer.params.values():
+                    p.grad = None
+            cases.append((way, ops, step))
+        shards = [t.chunk(nproc)[rank] for t in batch]
+
+        def plain(model=model, shards=shards):
+            model(*shards).backward()
+            model.zero_grad(set_to_none=True)
+        cases.append(("plain", ops, plain))
+    rep = distribute_tensor(torch.ones(4 * nproc, width, device=device), trainer.mesh, [Replicate()])
+    cases.append(("redistribute", 0, lambda: rep.redistribute(placements=[Shard(0)])))
+    # rounds over every case, the fastest of each kept: a burst of load from elsewhere hits one
+    # repetition of each case rather than every repetition of one case
+    best = [float("inf")] * len(cases)
+    for _ in range(iters):
+        for i, (_, _, fn) in enumerate(cases):
+            best[i] = min(best[i], _fastest_s(fn, 1, 1, device))
+    out: dict[str, list[list[float]]] = {}
+    for (way, ops, _), t in zip(cases, best):
+        out.setdefault(way, []).append([ops, t])
+    return out
+
+
+def measure(nproc: int, sizes: list[int], iters: int, backend: str, timeout_s: float,
+            overhead: bool = False) -> dict:
     """Spawn ``nproc`` processes and return {collective: [(bytes, seconds), ...]}.
 
     Example:
@@ -127,7 +235,7 @@ def measure(nproc: int, sizes: list[int], iters: int, backend: str, timeout_s: f
         out_file = os.path.join(tmp, "points.yaml")
         ctx = mp.start_processes(
             _worker,
-            args=(nproc, _free_port(), backend, sizes, iters, out_file),
+            args=(nproc, _free_port(), backend, sizes, iters, out_file, overhead),
             nprocs=nproc,
             join=False,
             start_method="spawn",
@@ -139,7 +247,43 @@ def measure(nproc: int, sizes: list[int], iters: int, backend: str, timeout_s: f
                     p.terminate()
                 raise TimeoutError(f"calibration did not finish within {timeout_s:.0f} s")
         data = yaml.safe_load(Path(out_file).read_text())
-    return {c: [(float(n), float(t)) for n, t in pts] for c, pts in data.items()}
+    extra = data.pop("executor_overhead", None)
+    out = {c: [(float(n), float(t)) for n, t in pts] for c, pts in data.items()}
+    if extra is not None:
+        out["executor_overhead"] = extra
+    return out
+
+
+def overhead_profile_keys(points: dict, nproc: int, backend: str) -> dict:
+    """Device keys (and their sources) fitted from :func:`_overhead_points`' measurements.
+
+    Example:
+        >>> pts = {"plain": [[4, 1e-3], [8, 1.2e-3]], "local": [[4, 2e-3], [8, 2.6e-3]],
+        ...        "dtensor": [[4, 3e-3], [8, 4e-3]], "redistribute": [[0, 5e-5]]}
+        >>> keys = overhead_profile_keys(pts, 2, "gloo")
+        >>> round(keys["op_overhead_local_s"] * 1e6), round(keys["op_overhead_dtensor_s"] * 1e6)
+        (100, 200)
+    """
+    from estimators.overhead import fit_overhead
+
+    slope = {w: fit_overhead([p[0] for p in points[w]], [p[1] for p in points[w]])[1]
+             for w in ("plain", "local", "dtensor")}
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    counts = ", ".join(str(int(p[0])) for p in points["plain"])
+    why = (f"tensoropt calibrate --overhead --nproc {nproc} ({backend}, {stamp}): slope of the fastest "
+           f"forward+backward of data-parallel MLPs with {counts} operators, minus the plain module's slope")
+    return {
+        "op_overhead_local_s": max(0.0, slope["local"] - slope["plain"]),
+        "op_overhead_dtensor_s": max(0.0, slope["dtensor"] - slope["plain"]),
+        "redistribute_overhead_s": float(points["redistribute"][0][1]),
+        "sources": {
+            "op_overhead_local_s": why + " (the plan run on local tensors)",
+            "op_overhead_dtensor_s": why + " (operators through DTensor)",
+            "redistribute_overhead_s": f"tensoropt calibrate --overhead --nproc {nproc} ({backend}, "
+            f"{stamp}): fastest DTensor Replicate -> Shard(0) redistribution of a 4N x 8 tensor (no "
+            "communication)",
+        },
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,8 +310,17 @@ def run(args: argparse.Namespace) -> int:
         f"calibrating {backend} collectives on {args.nproc} processes, sizes {sizes} B, {args.iters} iters",
         flush=True,
     )
-    points = measure(args.nproc, sizes, args.iters, backend, args.timeout_s)
+    points = measure(args.nproc, sizes, args.iters, backend, args.timeout_s, args.overhead)
+    extra = points.pop("executor_overhead", None)
     profile = calibrated_profile(base, args.nproc, points, backend)
+    if extra is not None:
+        fitted = overhead_profile_keys(extra, args.nproc, backend)
+        profile["device"].update({k: v for k, v in fitted.items() if k != "sources"})
+        profile["device"]["sources"].update(fitted["sources"])
+        for way in ("plain", "local", "dtensor"):
+            print(f"{way:<9}" + "  ".join(f"{int(n)} ops {t * 1e3:.3f} ms" for n, t in extra[way]))
+        print("executor overhead: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in fitted.items()
+                                                 if k != "sources"))
     cluster = Cluster.from_dict(profile, "<calibrated>")
     print(f"{'collective':<15}{'bytes':>12}{'measured ms':>14}{'fit ms':>10}{'error':>8}")
     for coll, pts in sorted(points.items()):

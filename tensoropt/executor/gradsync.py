@@ -18,6 +18,9 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 BUCKET_BYTES = 25 * 2**20
 """Largest flattened bucket (DDP's default bucket size)."""
 
+FIRST_BUCKET_BYTES = 2**20
+"""The first bucket of a step is started at this size (DDP's default), so communication starts early."""
+
 
 def _single_partial_axis(p: DTensor) -> int | None:
     """The one mesh axis where ``p.grad`` is Partial(sum) and ``p`` Replicate, all else equal."""
@@ -32,45 +35,89 @@ def _single_partial_axis(p: DTensor) -> int | None:
     return axis
 
 
+class GradSync:
+    """The data-parallel gradient all-reduce, overlapped with backward and bucketed as DDP does.
+
+    A post-accumulate-grad hook on each parameter: as soon as backward has accumulated a
+    gradient that is a partial sum over exactly one mesh axis where the parameter is replicated,
+    it joins the open bucket of its (mesh, axis, dtype, device); a bucket reaching
+    ``bucket_bytes`` (the step's first bucket: ``FIRST_BUCKET_BYTES``) is flattened and
+    all-reduced asynchronously while backward goes on (later layers' gradients arrive first, as
+    in DDP's reverse-order buckets). :meth:`finish` starts the buckets still open, waits for all,
+    and gives each parameter its reduced gradient (a view of its bucket); any other gradient
+    placement goes through DTensor's redistribute. Buckets are formed in the order the hooks
+    fire, which is the same on every rank (same graph, same autograd order), so every rank
+    issues the same collectives in the same order.
+
+    Example:
+        >>> sync = GradSync([torch.zeros(2, requires_grad=True)])  # plain tensors: nothing to do
+        >>> sync.finish()
+        0
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor], bucket_bytes: int = BUCKET_BYTES, hooks: bool = True):
+        self.params = list(params)
+        self.bucket_bytes = bucket_bytes
+        self._open: dict[tuple, tuple[list[DTensor], list[int]]] = {}
+        self._inflight: list[tuple] = []
+        self._collectives = 0
+        if hooks:
+            for p in self.params:
+                if isinstance(p, DTensor) and p.requires_grad:
+                    p.register_post_accumulate_grad_hook(self.add)
+
+    def add(self, p: torch.Tensor) -> None:
+        """Put ``p``'s gradient in its bucket if it is a single-axis partial sum (a hook)."""
+        if not isinstance(p, DTensor) or not isinstance(p.grad, DTensor):
+            return
+        axis = _single_partial_axis(p)
+        if axis is None:
+            return
+        key = (id(p.device_mesh), axis, p.grad.dtype, p.grad.device)
+        members, size = self._open.setdefault(key, ([], [0]))
+        members.append(p)
+        size[0] += p.grad._local_tensor.numel() * p.grad.element_size()
+        if size[0] >= (self.bucket_bytes if self._inflight else min(self.bucket_bytes, FIRST_BUCKET_BYTES)):
+            self._launch(key)
+
+    def _launch(self, key: tuple) -> None:
+        members, _ = self._open.pop(key)
+        axis = key[1]
+        flat = torch.cat([p.grad._local_tensor.reshape(-1) for p in members])
+        work = dist.all_reduce(flat, group=members[0].device_mesh.get_group(axis), async_op=True)
+        self._inflight.append((work, flat, members))
+        self._collectives += 1
+
+    def finish(self) -> int:
+        """Start the open buckets, wait for every bucket, set the reduced gradients; returns collectives."""
+        for key in list(self._open):
+            self._launch(key)
+        for work, flat, members in self._inflight:
+            work.wait()
+            offset = 0
+            for p in members:
+                n = p.grad._local_tensor.numel()
+                reduced = flat[offset:offset + n].view(p.grad._local_tensor.shape)
+                offset += n
+                p.grad = DTensor(reduced, p._spec, requires_grad=False)  # p's placements, shape, stride
+        collectives, self._inflight, self._collectives = self._collectives, [], 0
+        for p in self.params:
+            if isinstance(p, DTensor) and p.grad is not None and p.grad.placements != p.placements:
+                p.grad = p.grad.redistribute(p.device_mesh, p.placements)
+                collectives += 1
+        return collectives
+
+
 def sync_gradients(params: Iterable[torch.Tensor]) -> int:
     """All-reduce partial gradients in place of ``params``' ``.grad``; returns the collectives issued.
+
+    The same buckets as :class:`GradSync`, formed after backward (no overlap).
 
     Example:
         >>> sync_gradients([torch.zeros(2, requires_grad=True)])  # plain tensors: nothing to do
         0
     """
-    buckets: dict[tuple, list[DTensor]] = {}
-    collectives = 0
-    for p in params:
-        if not isinstance(p, DTensor) or p.grad is None or p.grad.placements == p.placements:
-            continue
-        axis = _single_partial_axis(p)
-        if axis is None:
-            p.grad = p.grad.redistribute(p.device_mesh, p.placements)
-            collectives += 1
-            continue
-        buckets.setdefault((id(p.device_mesh), axis, p.grad.dtype, p.grad.device), []).append(p)
-    for (_, axis, _, _), members in buckets.items():
-        start = 0
-        while start < len(members):
-            chunk, size = [], 0
-            while start < len(members) and (not chunk or size < BUCKET_BYTES):
-                chunk.append(members[start])
-                size += members[start].grad._local_tensor.numel() * members[start].grad.element_size()
-                start += 1
-            _all_reduce_bucket(chunk, axis)
-            collectives += 1
-    return collectives
-
-
-def _all_reduce_bucket(members: list[DTensor], axis: int) -> None:
-    locals_ = [p.grad._local_tensor for p in members]
-    flat = torch.cat([t.reshape(-1) for t in locals_])
-    dist.all_reduce(flat, group=members[0].device_mesh.get_group(axis))
-    offset = 0
-    for p, t in zip(members, locals_):
-        n = t.numel()
-        reduced = flat[offset:offset + n].view(t.shape)
-        offset += n
-        p.grad = DTensor.from_local(reduced, p.device_mesh, p.placements, run_check=False,
-                                    shape=p.shape, stride=p.stride())
+    sync = GradSync(params, hooks=False)
+    for p in sync.params:
+        sync.add(p)
+    return sync.finish()

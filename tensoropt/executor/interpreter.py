@@ -15,6 +15,14 @@ For each node the plan names (a compute node of the OpGraph), :class:`PlanInterp
 
 View nodes are evaluated lazily (by their consumers); static nodes (built from buffers and
 constants only, e.g. ``arange``) run as they are, a plain tensor result wrapped as replicated.
+
+A plan that is a pure batch split throughout (every node :func:`estimators.overhead.batch_local`,
+each consuming its producers' layout unchanged: data parallelism of an MLP) needs no
+communication in forward but the loss's mean; it runs as a whole on local tensors, as DDP does:
+the parameters' local tensors as leaves whose gradients become Partial(sum) DTensor gradients
+(``on_grad`` is then told, for the bucketed all-reduce), the batch-split cross entropy through
+:func:`local_ops.mean_cross_entropy`, the loss returned as a replicated DTensor. DTensor's
+per-operator dispatch costs about as much as a small operator's compute on a CPU.
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.distributed.tensor import DeviceMesh, DTensor, Replicate
+from torch.distributed.tensor import DeviceMesh, DTensor, Partial, Replicate
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
+from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
 from tensoropt.executor import explicit_ops, local_ops
 from tensoropt.executor import options as memory_options
@@ -84,8 +94,8 @@ class PlanInterpreter(fx.Interpreter):
         operands: node name -> the OpGraph node's ``operands`` (role, index or key, dim_map of
             each tensor argument in argument order).
         lazy: names of the view nodes folded into edges (evaluated by their consumers).
-        local: run plain splits of :data:`local_ops.LOCAL_PACKETS` on local shards (no DTensor
-            dispatch; :mod:`tensoropt.executor.local_ops`); False sends every op through DTensor.
+        local: run :data:`local_ops.LOCAL_PACKETS` (batch-split cross entropy) on local shards
+            (:mod:`tensoropt.executor.local_ops`); False sends every op through DTensor.
 
     Example:
         >>> PlanInterpreter(ep.graph_module, placements, mesh, operands, lazy).run(*values)  # doctest: +SKIP
@@ -104,16 +114,118 @@ class PlanInterpreter(fx.Interpreter):
                       if local and n.op == "call_function" and packet_name(n) in local_ops.LOCAL_PACKETS
                       and n.name in placements and not placements[n.name].options}
         """Node name -> aten packet of the nodes tried on local shards first."""
+        self.on_grad = None
+        """Called with each parameter whose gradient the whole-graph local mode has just set."""
+        self.batch_axes = self._batch_axes(gm, placements) if local and mesh is not None else None
+        """Mesh axes the batch is split on when the whole plan runs on local tensors, else None."""
+        self._leaves: dict[int, tuple[DTensor, torch.Tensor]] = {}
 
     def run(self, *args, **kwargs):
         # Views and redistributions are memoised within one forward pass: q, k and v taken from
         # one split must share that split (its backward needs every output's gradient).
         self._memo = {}
+        if self.batch_axes is not None:
+            return self._run_local_graph(args)
         try:
             with memory_options.forward_hooks(self):
                 return super().run(*args, **kwargs)
         finally:
             self._memo = {}
+
+    # -- whole-graph local mode (pure batch splits) -------------------------------------------
+
+    def _batch_axes(self, gm: fx.GraphModule, placements: dict[str, Configuration]) -> tuple[int, ...] | None:
+        if self.lazy:
+            return None
+        layout = None
+        for n in gm.graph.nodes:
+            if n.op in ("placeholder", "output"):
+                continue
+            config = placements.get(n.name)
+            operands = self.operands.get(n.name)
+            nodes = arg_nodes(n)
+            if n.op != "call_function" or config is None or operands is None or len(operands) != len(nodes):
+                return None
+            inputs = [{"shape": tuple(o["shape"])} for o in operands if o["role"] == "input"]
+            if not batch_local({"op": op_name(n), "inputs": inputs}, config):
+                return None
+            for a, o in zip(nodes, operands):
+                if o["role"] != "input":
+                    continue
+                source = placements.get(a.name)
+                if source is None or tuple(source.output) != tuple(config.inputs[o["index"]]):
+                    return None  # a redistribution between the two: DTensor runs it
+                if layout is None:
+                    layout = tuple(source.output)
+                elif tuple(source.output) != layout:
+                    return None
+        if layout is None:
+            return None
+        return tuple(a for a, p in enumerate(layout) if p == "S(0)")
+
+    def _run_local_graph(self, args: tuple):
+        mesh = self.mesh
+        grad_placements = [Partial() if a in self.batch_axes else Replicate() for a in range(mesh.ndim)]
+        env: dict[fx.Node, Any] = {}
+        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        for n, value in zip(placeholders, args):
+            if isinstance(value, DTensor) and value.requires_grad and value.is_leaf:  # a parameter
+                env[n] = self._leaf(value, grad_placements)
+            elif isinstance(value, DTensor):
+                config = self.placements.get(n.name)
+                expected = normalise(tuple(config.output), value.dim()) if config else ("R",) * mesh.ndim
+                if to_layout(value.placements, value.dim()) != expected:
+                    raise PlacementMismatch(
+                        f"input {n.name!r} is {value.placements}, the plan lays it out as {expected}")
+                env[n] = value._local_tensor
+            else:
+                env[n] = value
+        result = None
+        for n in self.graph.nodes:
+            if n.op == "call_function":
+                a, kw = fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
+                if packet_name(n) == "cross_entropy_loss":
+                    bound = dict(zip(("logits", "labels", "weight", "reduction", "ignore_index"), a), **kw)
+                    groups = [mesh.get_group(x) for x in self.batch_axes]
+                    env[n] = local_ops.mean_cross_entropy(bound["logits"], bound["labels"],
+                                                          bound.get("ignore_index", -100), groups)
+                else:
+                    env[n] = n.target(*a, **kw)
+            elif n.op == "output":
+                result = fx.node.map_arg(n.args[0], lambda a: self._local_output(a, env[a]))
+            for used in self.user_to_last_uses.get(n, []):
+                env.pop(used, None)
+        return result
+
+    def _local_output(self, n: fx.Node, value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        config = self.placements.get(n.name)
+        layout = tuple(config.output) if config is not None else ("R",) * self.mesh.ndim
+        meta = n.meta.get("val")
+        return DTensor.from_local(value, self.mesh, to_placements(normalise(layout, value.dim())),
+                                  run_check=False, shape=None if meta is None else tuple(meta.shape),
+                                  stride=None if meta is None else tuple(meta.stride()))
+
+    def _leaf(self, p: DTensor, grad_placements) -> torch.Tensor:
+        """The local tensor of parameter ``p`` as an autograd leaf (kept across steps: it shares the
+        storage the optimizer updates), whose gradient is handed to ``p`` as a Partial(sum) DTensor."""
+        local = p._local_tensor
+        cached = self._leaves.get(id(p))
+        if cached is not None and cached[0] is p and cached[1].data_ptr() == local.data_ptr():
+            return cached[1]
+        leaf = local.detach().requires_grad_()
+        spec = DTensorSpec(p.device_mesh, tuple(grad_placements), tensor_meta=p._spec.tensor_meta)
+        leaf.register_post_accumulate_grad_hook(lambda leaf, p=p, spec=spec: self._local_grad(p, leaf, spec))
+        self._leaves[id(p)] = (p, leaf)
+        return leaf
+
+    def _local_grad(self, p: DTensor, leaf: torch.Tensor, spec: DTensorSpec) -> None:
+        grad = DTensor(leaf.grad, spec, requires_grad=False)
+        leaf.grad = None
+        p.grad = grad if p.grad is None else p.grad + grad
+        if self.on_grad is not None:
+            self.on_grad(p)
 
     def _last_uses(self) -> dict[fx.Node, list[fx.Node]]:
         """When each value can be freed: a lazy view keeps its inputs alive until its consumers ran."""
@@ -149,12 +261,9 @@ class PlanInterpreter(fx.Interpreter):
             return memory_options.run_node(self, n, config)
         args, kwargs = self._lay_out_operands(n, config)
         if n.name in self.local:
-            done = local_ops.run_local(self.local[n.name], n.target, args, kwargs, n.meta.get("val"))
-            if done is not None and self.local[n.name] == "cross_entropy_loss":  # reduced already
-                return self._check_reduced(n, config, done[0])
-            if done is not None:
-                out = self._check_and_reduce(n, config, done[0], None)
-                return out if done[1] is None else out + done[1]
+            out = local_ops.run_local(self.local[n.name], args, kwargs)
+            if out is not None:
+                return self._check_reduced(n, config, out)
         out, bias = self._compute(n, args, kwargs)
         return self._check_and_reduce(n, config, out, bias)
 

@@ -20,7 +20,7 @@ from torch.distributed.tensor import DeviceMesh, DTensor, distribute_tensor
 from tensoropt.capture.graph import build_graph
 from tensoropt.configspace.configuration import Layout
 from tensoropt.executor.data import load_factory, synthetic_batch
-from tensoropt.executor.gradsync import sync_gradients
+from tensoropt.executor.gradsync import GradSync
 from tensoropt.executor.interpreter import PlanInterpreter
 from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
 from tensoropt.executor.placements import normalise, to_placements
@@ -152,6 +152,9 @@ class Trainer:
         self.optimizer = spec.make_optimizer(self.zero.optimizer_params(self.params))
         self.interpreter = PlanInterpreter(self.ep.graph_module, plan.placements, self.mesh, self.operands,
                                            lazy_views(self.ep, plan.placements))
+        # after zero's hooks (a zero2 gradient is reduce-scattered there, not all-reduced here)
+        self.grad_sync = GradSync(self.params.values())
+        self.interpreter.on_grad = self.grad_sync.add  # the whole-graph local mode's gradients
         self.input_names = [n.name for n in self.ep.graph.nodes if n.op == "placeholder"
                             and n.name in self.sig.user_inputs]
 
@@ -218,8 +221,9 @@ class Trainer:
         return float(value.detach()), time_s, activation_bytes
 
     def _sync_grads(self) -> None:
-        """Bring each gradient to its parameter's placement (bucketed all-reduce of partial sums)."""
-        sync_gradients(self.params.values())
+        """Bring each gradient to its parameter's placement (bucketed all-reduce of partial sums, started
+        during backward by :class:`GradSync`'s hooks; this waits for them)."""
+        self.grad_sync.finish()
 
     def state_bytes(self) -> int:
         """Local bytes of parameters + gradients + optimizer state on this rank."""

@@ -1,0 +1,59 @@
+"""Which plans the executor runs on local tensors (no DTensor dispatch), decided without a process group.
+
+Parity of the local mode with the 1-process run is in test_parity.py (the MLP's data-parallel
+plan runs in it); here: the mode is chosen exactly for pure batch splits laid out alike.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tensoropt.capture.graph import build_graph
+from tensoropt.configspace import configurations
+from tensoropt.configspace.configuration import Mesh
+from tensoropt.executor.interpreter import PlanInterpreter
+from tensoropt.executor.program import export_program, lazy_views
+from tensoropt.models import build_model
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _setup():
+    torch.manual_seed(0)
+    model, _ = build_model("mlp", in_features=8, hidden=[16, 16], num_classes=4)
+    example = (torch.randn(8, 8), torch.randint(0, 4, (8,)))
+    ep = export_program(model, example)
+    graph = build_graph(ep)
+    operands = {n: d["operands"] for n, d in graph.nx.nodes(data=True)}
+    return ep, operands, configurations(graph, Mesh((2,), ("gpu",)))
+
+
+def _interpreter(ep, operands, placements, local=True):
+    mesh = object()  # the choice reads the plan only; no process group is needed
+    return PlanInterpreter(ep.graph_module, placements, mesh, operands, lazy_views(ep, placements),
+                           local=local)
+
+
+def _pick(confs, label):
+    return {name: next((c for c in cs if c.label == label), next(c for c in cs if c.label == "replicate"))
+            for name, cs in confs.items()}
+
+
+def test_data_parallel_plan_runs_on_local_tensors():
+    ep, operands, confs = _setup()
+    dp = _pick(confs, "batch=2")
+    assert _interpreter(ep, operands, dp).batch_axes == (0,)
+    assert _interpreter(ep, operands, dp, local=False).batch_axes is None
+
+
+def test_a_sharded_weight_or_a_layout_change_goes_through_dtensor():
+    ep, operands, confs = _setup()
+    dp = _pick(confs, "batch=2")
+    linears = [n for n in dp if n.startswith("linear")]
+    tp = dict(dp, **{linears[1]: next(c for c in confs[linears[1]] if c.label == "out=2")})
+    assert _interpreter(ep, operands, tp).batch_axes is None
+    # every node replicated except the input batch split: a redistribution (S(0) -> R) in between
+    rep = _pick(confs, "replicate")
+    rep["x"] = dp["x"]
+    assert _interpreter(ep, operands, rep).batch_axes is None
