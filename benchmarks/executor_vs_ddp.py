@@ -125,6 +125,8 @@ def worker(options: dict) -> None:
     steps, rounds = options["steps"], options["rounds"]
     systems = []  # (key, run-one-round callable)
     kept: dict[str, list[float]] = {}
+    cpu_times: dict[str, list[float]] = {}
+    cpu_kept: dict[str, list[float]] = {}
     memory: dict[str, int] = {}
     plans: dict[str, ExecPlan] = {}
     for name, plan_json in options["runs"]:
@@ -133,9 +135,20 @@ def worker(options: dict) -> None:
         plan = plans[key] = ExecPlan.from_json(plan_json)
         trainer = Trainer(spec, plan)
 
+        step = trainer.step
+
+        def cpu_timed(i, step=step, key=key):  # also the process's CPU time of each step
+            c0 = time.process_time()
+            out = step(i)
+            cpu_times.setdefault(key, []).append(time.process_time() - c0)
+            return out
+        trainer.step = cpu_timed
+
         def one_round(r, key=key, trainer=trainer):
+            before = len(cpu_times.get(key, []))
             res = trainer.train(steps, start_step=r * steps)
             kept.setdefault(key, []).extend(s["time_s"] for s in res.steps[1:])
+            cpu_kept.setdefault(key, []).extend(cpu_times[key][before + 1:])
             memory[key] = max(memory.get(key, 0), res.memory_bytes)
         systems.append((key, one_round))
     for name in JOBS:
@@ -144,11 +157,14 @@ def worker(options: dict) -> None:
         opt = spec.make_optimizer(list(model.parameters()))
 
         def ddp_round(r, name=name, spec=spec, model=model, opt=opt):
-            times = []
+            times, cpu = [], []
             for step in range(r * steps, (r + 1) * steps):
                 batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step)
+                c0 = time.process_time()
                 times.append(_ddp_step(model, opt, batch, rank, world))
+                cpu.append(time.process_time() - c0)
             kept.setdefault(f"ddp/{name}", []).extend(times[1:])
+            cpu_kept.setdefault(f"ddp/{name}", []).extend(cpu[1:])
         systems.append((f"ddp/{name}", ddp_round))
     pairs = []
     for r in range(rounds):
@@ -169,11 +185,14 @@ def worker(options: dict) -> None:
             res = RunResult(plan.plan_id, plan.devices, [{"step": i, "time_s": t} for i, t in
                                                          enumerate(kept[key])], memory[key])
             runs[key] = metrics_json(res, plan)
+            runs[key]["measured"]["cpu_time_s"] = statistics.median(cpu_kept[key])
+            runs[key]["measured"]["min_time_s"] = min(kept[key])
         by_round: dict[int, dict] = {}
         for key, r, t in pairs:
             by_round.setdefault(r, {})[key] = t
         Path(options["out"]).write_text(json.dumps({
             "runs": runs, "ddp": {n: kept[f"ddp/{n}"] for n in JOBS},
+            "ddp_cpu": {n: statistics.median(cpu_kept[f"ddp/{n}"]) for n in JOBS},
             "pairs": [[v["mlp/data-parallel"], v["ddp/mlp"]] for _, v in sorted(by_round.items())]}))
     dist.destroy_process_group()
 
@@ -214,15 +233,19 @@ def main(argv: list[str] | None = None) -> int:
     measured = got["runs"]
     ddp = {n: statistics.median(ts) for n, ts in got["ddp"].items()}
     round_ratios = [ours / theirs for ours, theirs in got["pairs"]]
-    print(f"\n{'model/plan':28} {'pred ms':>9} {'meas ms':>9} {'err':>6} {'pred MiB':>9} {'meas MiB':>9} "
-          f"{'err':>6}")
-    time_err, mem_err = [], []
+    print(f"\n{'model/plan':28} {'pred ms':>9} {'meas ms':>9} {'err':>6} {'cpu ms':>8} {'err':>6} "
+          f"{'min ms':>8} {'err':>6} {'pred MiB':>9} {'meas MiB':>9} {'err':>6}")
+    time_err, cpu_err, min_err, mem_err = [], [], [], []
     for key, m in measured.items():
         p, q = m["predicted"], m["measured"]
         te, me = _rel(q["time_s"], p["time_s"]), _rel(q["memory_bytes"], p["memory_bytes"])
+        ce, ne = _rel(q["cpu_time_s"], p["time_s"]), _rel(q["min_time_s"], p["time_s"])
         time_err.append(te)
+        cpu_err.append(ce)
+        min_err.append(ne)
         mem_err.append(me)
         print(f"{key:28} {p['time_s'] * 1e3:9.2f} {q['time_s'] * 1e3:9.2f} {te:6.0%} "
+              f"{q['cpu_time_s'] * 1e3:8.2f} {ce:6.0%} {q['min_time_s'] * 1e3:8.2f} {ne:6.0%} "
               f"{p['memory_bytes'] / 2**20:9.2f} {q['memory_bytes'] / 2**20:9.2f} {me:6.1%}")
     dp_ratio = measured["mlp/data-parallel"]["measured"]["time_s"] / ddp["mlp"]
     fastest = min((m for k, m in measured.items() if k.startswith("big-fc/")),
@@ -241,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
         "b_measured_fastest_plan": fastest["plan_id"],
         "b_speedup_measured_fastest_vs_ddp": ddp["big-fc"] / fastest["measured"]["time_s"],
         "c_median_time_error": statistics.median(time_err),
+        "c_median_time_error_cpu_time": statistics.median(cpu_err),
+        "c_median_time_error_fastest_step": statistics.median(min_err),
+        "a_dp_over_ddp_cpu_time_ratio": measured["mlp/data-parallel"]["measured"]["cpu_time_s"]
+        / got["ddp_cpu"]["mlp"],
         "c_median_memory_error": statistics.median(mem_err),
         "plans_run": len(measured),
         "compute_estimator": args.compute,
@@ -257,9 +284,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{figures['b_predicted_fastest_ms']:.2f} ms: speed-up "
           f"{figures['b_speedup_predicted_fastest_vs_ddp']:.2f}x (target >= 1.3); fastest measured "
           f"{fastest['plan_id']}: {figures['b_speedup_measured_fastest_vs_ddp']:.2f}x")
+    print(f"    CPU time of a step (the process's, load-robust): ratio "
+          f"{figures['a_dp_over_ddp_cpu_time_ratio']:.2f}")
     print(f"(c) {len(measured)} plans: median |measured - predicted| / predicted: time "
           f"{figures['c_median_time_error']:.0%} (target 10%), memory "
-          f"{figures['c_median_memory_error']:.1%} (target 2%)")
+          f"{figures['c_median_memory_error']:.1%} (target 2%); against the median CPU time of a step "
+          f"{figures['c_median_time_error_cpu_time']:.0%}, the fastest step "
+          f"{figures['c_median_time_error_fastest_step']:.0%}")
     print(f"load average (1, 5, 15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, "
           f"after {' '.join(f'{x:.2f}' for x in load_after)}; {args.rounds} rounds x "
           f"{args.steps} steps, medians over {args.rounds * (args.steps - 1)} steps per system")

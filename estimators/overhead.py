@@ -12,7 +12,8 @@ Per-step time model (seconds), each constant from the device profile:
 
     node:  compute (roofline or profiled) + optimizer
            + op_overhead_local_s    if the node is a pure batch split (:func:`batch_local`)
-           + op_overhead_dtensor_s  otherwise
+           + op_overhead_dtensor_s  otherwise (x the operators of an explicit implementation:
+                                    class-split cross entropy, :data:`CLASS_SPLIT_CROSS_ENTROPY`)
     edge:  collectives (alpha-beta fits) + redistribute_overhead_s per redistribution, per direction
 
 The objective stays additive: a node is charged the local overhead when *it* is a pure batch
@@ -37,6 +38,13 @@ LOCAL_PACKETS = frozenset({"cross_entropy_loss"})
 
 BATCH_LOCAL_PACKETS = frozenset({"linear", "relu", "gelu", "silu", "tanh", "sigmoid", "cross_entropy_loss"})
 """Aten packets whose batch split is purely local (no size argument, no RNG, no batch statistics)."""
+
+
+CLASS_SPLIT_CROSS_ENTROPY = (17, 3)
+"""DTensor operators and partial-sum reductions of the executor's class-split cross entropy
+(``explicit_ops.cross_entropy``: max, shift, exp, sums, log, the target mask and pick, the mean;
+three all-reduces), each charged its overhead (the reductions' collectives are in the node's
+communication)."""
 
 
 def _packet(node: dict) -> str:
@@ -116,9 +124,13 @@ def node_overhead_s(device: Device, node: dict, config) -> float:
     """
     if node.get("kind") == "input":
         return 0.0
-    if device.op_overhead_local_s == device.op_overhead_dtensor_s:
+    if batch_local(node, config):
         return device.op_overhead_local_s
-    return device.op_overhead_local_s if batch_local(node, config) else device.op_overhead_dtensor_s
+    if _packet(node) == "cross_entropy_loss" and config is not None and config.inputs and any(
+            _shard(p) == 1 for p in _normalise(config.inputs[0], 2)):
+        ops, redistributions = CLASS_SPLIT_CROSS_ENTROPY
+        return ops * device.op_overhead_dtensor_s + 2 * redistributions * device.redistribute_overhead_s
+    return device.op_overhead_dtensor_s
 
 
 def fit_overhead(counts: Sequence[float], times_s: Sequence[float]) -> tuple[float, float]:

@@ -113,3 +113,14 @@ def test_edge_time_grows_by_one_redistribution_each_way():
     moved, same = extra(OUT), extra(BATCH)
     assert moved == pytest.approx(2 * 2e-4)  # S(0) -> R forward, its gradient back
     assert same == 0.0
+
+
+def test_class_split_cross_entropy_is_charged_its_explicit_operators():
+    device = _model(op_overhead_local_s=2e-5, op_overhead_dtensor_s=1e-4,
+                    redistribute_overhead_s=3e-4).cluster.device
+    ce = {"op": "aten.cross_entropy_loss.default", "kind": "loss",
+          "inputs": [{"shape": (8, 4)}, {"shape": (8,)}]}
+    classes = Configuration("classes=2", (("classes", (0,)),), (("S(1)",), ("R",)), (), ("R",))
+    replicated = Configuration("replicate", (), (("R",), ("R",)), (), ("R",))
+    assert node_overhead_s(device, ce, replicated) == pytest.approx(2e-5)  # runs on local tensors
+    assert node_overhead_s(device, ce, classes) == pytest.approx(17 * 1e-4 + 6 * 3e-4)
