@@ -21,6 +21,11 @@ on :func:`~tensoropt.configspace.options.base_configuration`), so the objective 
   - (b - s) x (1 + optimizer state factor); communication + reduce-scatter(b, A) + all-gather(b, A)
   - all-reduce(b, A); the full gradient, freed once reduce-scattered, is a transient buffer.
 
+Executor host overhead (:mod:`estimators.overhead`; 0 on GPU profiles): a node with options runs
+through DTensor dispatch (never the local batch-split path), and each redistribution the option
+adds costs ``redistribute_overhead_s`` (zero1: the all-gather; zero2: + the reduce-scatter; zero3:
+the gather in forward, its backward and the gather again in backward), per sharded parameter.
+
 The approximation beyond the plain model: the output of an operator that does not recompute, kept
 by a recomputing consumer and saved or kept by one more consumer (while the operator itself does
 not charge it), is charged on both edges (an over-count of one tensor).
@@ -42,6 +47,7 @@ import numpy as np
 from estimators.compute import optimizer_time_s, roofline_time_s
 from estimators.memory import extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
 from estimators.op_costs import Cost, CostModel, GraphInfo, _bytes, local_op, node_cost
+from estimators.overhead import node_overhead_s
 from tensoropt.configspace.configuration import Configuration, local_shape
 from tensoropt.configspace.options import base_configuration, state_layouts
 
@@ -91,7 +97,7 @@ def _recompute_delta(model: CostModel, info: GraphInfo, name: str, node: dict, b
 
 
 def _zero3_delta(model: CostModel, node: dict, config: Configuration, base: Configuration):
-    """(communication seconds, optimizer seconds, memory bytes, buffer bytes) changes of zero3."""
+    """(communication s, optimizer s, memory bytes, buffer bytes, redistributions) changes of zero3."""
     mesh, comm = model.mesh, model.comm
     dtype = str(node.get("out_dtype", "float32"))
     shared = set(node.get("shared_params") or ())
@@ -116,11 +122,12 @@ def _zero3_delta(model: CostModel, node: dict, config: Configuration, base: Conf
         device, full_total, n, model.optimizer
     )
     memory = -(full_total - shard_total) * (2 + optimizer_factor(model.optimizer))
-    return comm_s, opt_s, memory, buffer
+    moves = 3 * sum(1 for key in node["params"] if key not in shared and sync.get(key))
+    return comm_s, opt_s, memory, buffer, moves
 
 
 def _zero12_delta(model: CostModel, node: dict, config: Configuration, base: Configuration):
-    """(communication seconds, optimizer seconds, memory bytes, buffer bytes) changes of zero1/zero2."""
+    """(communication s, optimizer s, memory bytes, buffer bytes, redistributions) changes of zero1/zero2."""
     mesh, comm = model.mesh, model.comm
     dtype = str(node.get("out_dtype", "float32"))
     shapes, computed, sync = node["params"], dict(base.params), dict(config.grad_sync_axes)
@@ -140,7 +147,8 @@ def _zero12_delta(model: CostModel, node: dict, config: Configuration, base: Con
         device, full_total, n, model.optimizer
     )
     memory = -(full_total - shard_total) * (int(grads_too) + optimizer_factor(model.optimizer))
-    return comm_s, opt_s, memory, buffer
+    moves = (1 + int(grads_too)) * len(state_layouts(config, shapes, mesh))
+    return comm_s, opt_s, memory, buffer, moves
 
 
 def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: Configuration) -> Cost:
@@ -156,13 +164,16 @@ def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, c
     if not config.options:
         return cost
     compute_s, comm_s, memory, buffer = cost.compute_s, cost.comm_s, cost.memory_bytes, cost.buffer_bytes
+    device = model.cluster.device
+    compute_s += node_overhead_s(device, node, config) - node_overhead_s(device, node, base)
     if "recompute" in config.options:
         extra_s, dropped = _recompute_delta(model, info, name, node, base)
         compute_s += extra_s
         memory -= dropped
     zero = _zero3_delta if "zero3" in config.options else _zero12_delta
     if {"zero1", "zero2", "zero3"} & set(config.options):
-        d_comm, d_opt, d_mem, d_buf = zero(model, node, config, base)
+        d_comm, d_opt, d_mem, d_buf, moves = zero(model, node, config, base)
+        d_comm += moves * device.redistribute_overhead_s
         comm_s, compute_s, memory = comm_s + d_comm, compute_s + d_opt, memory + d_mem
         buffer = max(buffer, d_buf)
     return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer))
