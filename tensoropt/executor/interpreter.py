@@ -84,6 +84,13 @@ def preimage(target: Layout, dim_map: list[int | None], shape: tuple[int, ...],
     return tuple(out)
 
 
+def _plain_mean(n: fx.Node) -> bool:
+    """Whether a cross-entropy node is the plain mean (no class weights, no label smoothing)."""
+    names = ("input", "target", "weight", "reduction", "ignore_index", "label_smoothing")
+    bound = dict(zip(names, n.args), **n.kwargs)
+    return bound.get("weight") is None and bound.get("reduction", 1) == 1 and not bound.get("label_smoothing")
+
+
 class PlanInterpreter(fx.Interpreter):
     """An ``fx.Interpreter`` over an exported program's graph that follows a plan.
 
@@ -149,6 +156,8 @@ class PlanInterpreter(fx.Interpreter):
             inputs = [{"shape": tuple(o["shape"])} for o in operands if o["role"] == "input"]
             if not batch_local({"op": op_name(n), "inputs": inputs}, config):
                 return None
+            if packet_name(n) == "cross_entropy_loss" and not _plain_mean(n):
+                return None  # class weights, another reduction or label smoothing: DTensor runs it
             for a, o in zip(nodes, operands):
                 if o["role"] != "input":
                     continue

@@ -57,3 +57,21 @@ def test_a_sharded_weight_or_a_layout_change_goes_through_dtensor():
     rep = _pick(confs, "replicate")
     rep["x"] = dp["x"]
     assert _interpreter(ep, operands, rep).batch_axes is None
+
+
+@pytest.mark.parametrize("smoothing, want", [(0.0, (0,)), (0.1, None)])
+def test_a_smoothed_loss_goes_through_dtensor(smoothing, want):
+    class Smoothed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x, y):
+            return torch.nn.functional.cross_entropy(self.fc(x), y, label_smoothing=smoothing)
+
+    example = (torch.randn(8, 8), torch.randint(0, 4, (8,)))
+    ep = export_program(Smoothed(), example)
+    graph = build_graph(ep)
+    operands = {n: d["operands"] for n, d in graph.nx.nodes(data=True)}
+    dp = _pick(configurations(graph, Mesh((2,), ("gpu",))), "batch=2")
+    assert _interpreter(ep, operands, dp).batch_axes == want
