@@ -52,6 +52,46 @@ def same_strides_grad(x: torch.Tensor) -> torch.Tensor:
     return _StridedGrad.apply(x)
 
 
+def _dense_strides_in_order(local: torch.Tensor, global_stride: tuple[int, ...]) -> list[int]:
+    """Strides of a dense tensor of ``local``'s shape whose dims are ordered as ``global_stride``'s."""
+    order = sorted(range(local.dim()), key=lambda d: (-global_stride[d], d))
+    want = [0] * local.dim()
+    step = 1
+    for d in reversed(order):
+        want[d] = step
+        step *= local.shape[d]
+    return want
+
+
+def _dim_order(shape, stride) -> list[int]:
+    """The dims of size > 1, outermost (largest stride) first."""
+    return sorted((d for d in range(len(shape)) if shape[d] > 1), key=lambda d: (-stride[d], d))
+
+
+def _wanted_strides(x: DTensor, dense: bool = False) -> list[int] | None:
+    """Dense local strides in ``x``'s global dim order, or None where its local tensor has them
+    (``dense=False``: where its local dims are already in that order, a strided slice or not)."""
+    local = x._local_tensor
+    if local.numel() == 0:
+        return None
+    want = _dense_strides_in_order(local, x.stride())
+    if dense:
+        return None if list(local.stride()) == want else want
+    same = _dim_order(local.shape, local.stride()) == _dim_order(local.shape, x.stride())
+    return None if same else want
+
+
+def _relaid(x: DTensor, dense: bool) -> DTensor | None:
+    """``x`` with its local tensor copied densely into its global dim order, or None if it already is."""
+    want = _wanted_strides(x, dense)
+    if want is None:
+        return None
+    local = x._local_tensor
+    dense = torch.empty_strided(local.shape, want, dtype=local.dtype, device=local.device).copy_(local)
+    return DTensor.from_local(dense, x.device_mesh, x.placements, run_check=False,
+                              shape=x.shape, stride=x.stride())
+
+
 class _ConsistentGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -59,20 +99,38 @@ class _ConsistentGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        if not isinstance(grad, DTensor) or grad._local_tensor.numel() == 0:
+        if not isinstance(grad, DTensor):
             return grad
-        local = grad._local_tensor
-        order = sorted(range(grad.dim()), key=lambda d: (-grad.stride()[d], d))
-        want = [0] * grad.dim()
-        step = 1
-        for d in reversed(order):
-            want[d] = step
-            step *= local.shape[d]
-        if list(local.stride()) == want:
-            return grad
-        dense = torch.empty_strided(local.shape, want, dtype=local.dtype, device=local.device).copy_(local)
-        return DTensor.from_local(dense, grad.device_mesh, grad.placements, run_check=False,
-                                  shape=grad.shape, stride=grad.stride())
+        relaid = _relaid(grad, dense=True)
+        return grad if relaid is None else relaid
+
+
+class _ConsistentStrides(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return _relaid(x, dense=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def consistent_strides(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (a DTensor) with its local tensor laid out in the dim order of its global strides.
+
+    A redistribution (an all-gather) returns a contiguous local tensor while the DTensor keeps
+    the global strides of the value before it (torch 2.13). When that value was a transposed
+    view (an attention output), DTensor then decides from the global strides that a later
+    ``reshape`` is a ``view``, which fails on the local tensor. Applied to every value the
+    executor redistributes; a copy only where the two disagree, the identity otherwise.
+
+    Example:
+        >>> consistent_strides(torch.ones(2, 3)).shape  # plain tensors pass through
+        torch.Size([2, 3])
+    """
+    if not isinstance(x, DTensor) or _wanted_strides(x) is None:
+        return x
+    return _ConsistentStrides.apply(x)
 
 
 def consistent_grad(x: torch.Tensor) -> torch.Tensor:

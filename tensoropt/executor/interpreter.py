@@ -371,6 +371,7 @@ class PlanInterpreter(fx.Interpreter):
         key = ("redistribute", id(value), tuple(target))
         if key not in self._memo:
             moved = explicit_ops.consistent_grad(value).redistribute(self.mesh, to_placements(target))
+            moved = explicit_ops.consistent_strides(moved)
             self._memo[key] = (value, moved)
         return self._memo[key][1]
 

@@ -157,3 +157,29 @@ def test_dataset_factory_feeds_the_global_batch_of_each_step():
     result = trainer.train(20)
     assert result.steps[-1]["loss"] < result.steps[0]["loss"]  # it learns the rule
     assert [s["step"] for s in trainer.train(2, start_step=20).steps] == [20, 21]
+
+
+def test_redistributed_values_keep_reshape_working(tmp_path):
+    """A gathered value whose global strides are those of a transposed view (an attention
+    output) must still reshape after a transpose: the local tensor is relaid, values unchanged."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DeviceMesh, DTensor
+
+    from tensoropt.executor.explicit_ops import consistent_strides
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        mesh = DeviceMesh("cpu", [0])
+        # (b, h, t, d) laid out in (b, t, h, d) memory, as attention returns it
+        global_value = torch.arange(48.0).reshape(2, 3, 4, 2).transpose(1, 2)
+        gathered = DTensor.from_local(global_value.contiguous().requires_grad_(), mesh, [Replicate()],
+                                      run_check=False, shape=global_value.shape, stride=global_value.stride())
+        with pytest.raises(RuntimeError, match="view size"):
+            gathered.transpose(1, 2).reshape(2, 4, 6)  # what DTensor does without the fix
+        fixed = consistent_strides(gathered)
+        out = fixed.transpose(1, 2).reshape(2, 4, 6)
+        assert torch.equal(out.full_tensor(), global_value.transpose(1, 2).reshape(2, 4, 6))
+        out.sum().backward()  # differentiable: the gradient reaches the gathered value
+        assert consistent_strides(fixed) is fixed  # already consistent: the identity, no copy
+    finally:
+        dist.destroy_process_group()
