@@ -298,14 +298,37 @@ def cases(quick: bool) -> list[tuple]:
     return out
 
 
+def _selected(name: str, configs, only: list[str] | None) -> bool:
+    """Whether row ``name`` with ``configs`` per node is among ``only`` (None: every row).
+
+    Example:
+        >>> _selected("transformer-48", 32, ["transformer-48:32"]), _selected("chain-200", 32, ["transformer"])
+        (True, False)
+    """
+    if only is None:
+        return True
+    for pattern in only:
+        prefix, _, size = pattern.partition(":")
+        if name.startswith(prefix) and (not size or str(configs) == size):
+            return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes for CI (< 60 s)")
+    parser.add_argument("--only", nargs="+", metavar="NAME[:CONFIGS]", default=None,
+                        help="run only these rows, e.g. transformer-48:32 'gpt2-xl' (name prefix, "
+                             "optionally ':' and the configurations per node)")
     args = parser.parse_args(argv)
     frontier.solve(transformer_graph(2, 4))  # load (or compile, once per checkout) the kernels
     rows = []
-    for name, G, configs, options in cases(args.quick):
+    selected = [c for c in cases(args.quick) if _selected(c[0], c[2], args.only)]
+    if not selected:
+        parser.error(f"--only {' '.join(args.only)} matches no row; rows are "
+                     + ", ".join(f"{n}:{c}" for n, _, c, _ in cases(args.quick)))
+    for name, G, configs, options in selected:
         options = {"baselines": False, "ilp": False, "eps": False, **options}
         rows.append(run_case(name, G, configs, **options))
         r = rows[-1]
