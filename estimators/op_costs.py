@@ -260,11 +260,14 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
     out_dtype = str(node.get("out_dtype", "float32"))
     if config.partial_axes:
         src = tuple("P" if a in config.partial_axes else p for a, p in enumerate(config.output))
-        comm_s += redistribution_time_s(
-            comm, tuple(node["out_shape"]), itemsize(out_dtype), src, config.output
-        )
-        buffer = max(buffer, numel(op.out_shape) * itemsize(out_dtype))
+        # a batch-split cross entropy the executor runs on local shards leaves the loss a partial
+        # sum, read after the step; only its label count is all-reduced, during forward (overlapped)
         reduced_locally = "cross_entropy" in str(node.get("op")) and runs_local(node, config)
+        if not reduced_locally:
+            comm_s += redistribution_time_s(
+                comm, tuple(node["out_shape"]), itemsize(out_dtype), src, config.output
+            )
+        buffer = max(buffer, numel(op.out_shape) * itemsize(out_dtype))
         if device.redistribute_overhead_s and not reduced_locally:  # a DTensor redistribution
             comm_s += device.redistribute_overhead_s * (1 + bool(info.needs_grad.get(name)))
         if info.needs_grad.get(name):

@@ -21,8 +21,12 @@ each consuming its producers' layout unchanged: data parallelism of an MLP) need
 communication in forward but the loss's mean; it runs as a whole on local tensors, as DDP does:
 the parameters' local tensors as leaves whose gradients become Partial(sum) DTensor gradients
 (``on_grad`` is then told, for the bucketed all-reduce), the batch-split cross entropy through
-:func:`local_ops.mean_cross_entropy`, the loss returned as a replicated DTensor. DTensor's
-per-operator dispatch costs about as much as a small operator's compute on a CPU.
+:func:`local_ops.partial_mean_cross_entropy`: the loss is returned as a Partial(sum) DTensor (each
+rank's share of the global mean; the count of valid labels is all-reduced asynchronously while
+forward runs), so forward has no blocking collective and the loss is summed only when read,
+after the step (:func:`local_ops.mean_cross_entropy`, one blocking all-reduce, where the loss
+feeds further ops). DTensor's per-operator dispatch costs about as much as a small operator's
+compute on a CPU.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.fx as fx
 from torch.distributed.tensor import DeviceMesh, DTensor, Partial, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
@@ -84,10 +89,14 @@ def preimage(target: Layout, dim_map: list[int | None], shape: tuple[int, ...],
     return tuple(out)
 
 
+_CE_ARGS = ("input", "target", "weight", "reduction", "ignore_index", "label_smoothing")
+_RESHAPES = {"view", "reshape", "_unsafe_view", "flatten"}
+"""Ops that keep every element of a tensor (the count of valid labels does not change through them)."""
+
+
 def _plain_mean(n: fx.Node) -> bool:
     """Whether a cross-entropy node is the plain mean (no class weights, no label smoothing)."""
-    names = ("input", "target", "weight", "reduction", "ignore_index", "label_smoothing")
-    bound = dict(zip(names, n.args), **n.kwargs)
+    bound = dict(zip(_CE_ARGS, n.args), **n.kwargs)
     return bound.get("weight") is None and bound.get("reduction", 1) == 1 and not bound.get("label_smoothing")
 
 
@@ -126,6 +135,10 @@ class PlanInterpreter(fx.Interpreter):
         self.batch_axes = self._batch_axes(gm, placements) if local and mesh is not None else None
         """Mesh axes the batch is split on when the whole plan runs on local tensors, else None."""
         self._leaves: dict[int, tuple[DTensor, torch.Tensor]] = {}
+        self._partial_outputs: set[fx.Node] = set()
+        """Loss nodes returned as partial sums over the batch axes (summed when read, after the step)."""
+        self._counts: dict[fx.Node, tuple] = {}
+        """Loss node -> its label count's all-reduce, launched when the forward pass starts."""
 
     def run(self, *args, **kwargs):
         # Views and redistributions are memoised within one forward pass: q, k and v taken from
@@ -133,11 +146,18 @@ class PlanInterpreter(fx.Interpreter):
         self._memo = {}
         if self.batch_axes is not None:
             return self._run_local_graph(args)
+        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        self._counts = self._launch_label_counts({n: v for n, v in zip(placeholders, args)})
+        self._partial_outputs = set()
         try:
             with memory_options.forward_hooks(self):
                 return super().run(*args, **kwargs)
         finally:
             self._memo = {}
+            for work, _ in self._counts.values():  # a failed forward still matches the collectives
+                if work is not None:
+                    work.wait()
+            self._counts = {}
 
     # -- whole-graph local mode (pure batch splits) -------------------------------------------
 
@@ -189,15 +209,27 @@ class PlanInterpreter(fx.Interpreter):
                 env[n] = value._local_tensor
             else:
                 env[n] = value
+        # a loss that is the graph's output stays a partial sum over the batch axes (read after the
+        # step): its label count is all-reduced while forward runs, and forward has no blocking collective
+        counts = self._launch_label_counts({n: v for n, v in zip(placeholders, args)})
+        self._partial_outputs = set(counts)
         result = None
         for n in self.graph.nodes:
             if n.op == "call_function":
                 a, kw = fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
                 if packet_name(n) == "cross_entropy_loss":
                     bound = dict(zip(("logits", "labels", "weight", "reduction", "ignore_index"), a), **kw)
-                    groups = [mesh.get_group(x) for x in self.batch_axes]
-                    env[n] = local_ops.mean_cross_entropy(bound["logits"], bound["labels"],
-                                                          bound.get("ignore_index", -100), groups)
+                    ignore_index = bound.get("ignore_index", -100)
+                    if n in counts:
+                        work, count = counts.pop(n)
+                        if work is not None:
+                            work.wait()
+                        env[n] = local_ops.partial_mean_cross_entropy(bound["logits"], bound["labels"],
+                                                                      ignore_index, count)
+                    else:
+                        groups = [mesh.get_group(x) for x in self.batch_axes]
+                        env[n] = local_ops.mean_cross_entropy(bound["logits"], bound["labels"], ignore_index,
+                                                              groups)
                 else:
                     env[n] = n.target(*a, **kw)
             elif n.op == "output":
@@ -206,13 +238,56 @@ class PlanInterpreter(fx.Interpreter):
                 env.pop(used, None)
         return result
 
+    def _launch_label_counts(self, values: dict) -> dict:
+        """Cross-entropy node -> (async all-reduce work or None, float64 count of valid labels on all ranks).
+
+        For each plain-mean cross entropy whose only user is the graph's output and whose labels are
+        a graph input (through reshapes only, which keep every label): its loss can stay a partial
+        sum, read after the step, so the one number forward needs from the other ranks, the count of
+        valid labels, is all-reduced while the forward pass runs instead of the loss after it.
+        ``values``: placeholder node -> its value (a local tensor or a DTensor). Inputs split over
+        more than one mesh axis are left to the blocking path.
+        """
+        out = {}
+        for n in self.graph.nodes:
+            if n.op != "call_function" or packet_name(n) != "cross_entropy_loss" or not _plain_mean(n):
+                continue
+            config = self.placements.get(n.name)
+            users = list(n.users)
+            if config is None or config.options or len(users) != 1 or users[0].op != "output":
+                continue
+            if self.batch_axes is None and n.name not in self.local:
+                continue
+            labels = n.args[1] if len(n.args) > 1 else n.kwargs.get("target")
+            while isinstance(labels, fx.Node) and labels.op == "call_function" \
+                    and packet_name(labels) in _RESHAPES:
+                labels = labels.args[0]
+            if not isinstance(labels, fx.Node) or labels.op != "placeholder" or labels not in values:
+                continue
+            source = self.placements.get(labels.name)
+            layout = tuple(source.output) if source is not None else ("R",) * self.mesh.ndim
+            axes = [a for a, p in enumerate(layout) if shard_dim(p) is not None]
+            if len(axes) > 1:
+                continue
+            value = values[labels]
+            local = value._local_tensor if isinstance(value, DTensor) else value
+            ignore_index = dict(zip(_CE_ARGS, n.args), **n.kwargs).get("ignore_index", -100)
+            count = (local != ignore_index).sum().to(torch.float64).reshape(1)
+            work = dist.all_reduce(count, group=self.mesh.get_group(axes[0]), async_op=True) if axes else None
+            out[n] = (work, count)
+        return out
+
     def _local_output(self, n: fx.Node, value):
         if not isinstance(value, torch.Tensor):
             return value
-        config = self.placements.get(n.name)
-        layout = tuple(config.output) if config is not None else ("R",) * self.mesh.ndim
         meta = n.meta.get("val")
-        return DTensor.from_local(value, self.mesh, to_placements(normalise(layout, value.dim())),
+        if n in self._partial_outputs:  # the loss's partial sum over the batch axes
+            placements = [Partial() if a in self.batch_axes else Replicate() for a in range(self.mesh.ndim)]
+        else:
+            config = self.placements.get(n.name)
+            layout = tuple(config.output) if config is not None else ("R",) * self.mesh.ndim
+            placements = to_placements(normalise(layout, value.dim()))
+        return DTensor.from_local(value, self.mesh, placements,
                                   run_check=False, shape=None if meta is None else tuple(meta.shape),
                                   stride=None if meta is None else tuple(meta.stride()))
 
@@ -269,6 +344,14 @@ class PlanInterpreter(fx.Interpreter):
         if config.options:  # recompute / zero3 (tensoropt.executor.options)
             return memory_options.run_node(self, n, config)
         args, kwargs = self._lay_out_operands(n, config)
+        if n in self._counts:  # the loss, left a partial sum (see _launch_label_counts)
+            work, count = self._counts.pop(n)
+            if work is not None:
+                work.wait()
+            out = local_ops.partial_cross_entropy(args, kwargs, count)
+            if out is not None:
+                self._partial_outputs.add(n)
+                return out
         if n.name in self.local:
             out = local_ops.run_local(self.local[n.name], args, kwargs)
             if out is not None:

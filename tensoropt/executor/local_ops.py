@@ -20,11 +20,12 @@ import math  # noqa: F401 (doctest)
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
 from estimators.overhead import LOCAL_PACKETS
 
-__all__ = ["LOCAL_PACKETS", "cross_entropy", "mean_cross_entropy", "run_local"]
+__all__ = ["LOCAL_PACKETS", "cross_entropy", "mean_cross_entropy", "partial_cross_entropy",
+           "partial_mean_cross_entropy", "run_local"]
 
 _R = Replicate()
 
@@ -77,6 +78,53 @@ def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index:
     """
     local_sum = torch.nn.functional.cross_entropy(logits, labels, reduction="sum", ignore_index=ignore_index)
     return _GlobalMean.apply(local_sum, (labels != ignore_index).sum(), groups)
+
+
+def partial_mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int,
+                               count: torch.Tensor) -> torch.Tensor:
+    """This rank's share of the mean cross entropy over all ranks: its samples' loss sum / ``count``.
+
+    ``count`` is the number of valid labels on all ranks (already all-reduced); the shares sum to
+    the global mean, and the gradient of each is its samples' gradient / ``count``, no collective.
+
+    Example:
+        >>> share = partial_mean_cross_entropy(torch.zeros(2, 4), torch.tensor([0, 1]), -100,
+        ...                                    torch.tensor([4.0], dtype=torch.float64))
+        >>> abs(share.item() - math.log(4) / 2) < 1e-6
+        True
+    """
+    local_sum = torch.nn.functional.cross_entropy(logits, labels, reduction="sum", ignore_index=ignore_index)
+    return local_sum / count.to(local_sum.dtype).reshape(())
+
+
+def partial_cross_entropy(args: tuple, kwargs: dict, count: torch.Tensor):
+    """A plain-mean cross entropy of DTensors as this rank's share (:func:`partial_mean_cross_entropy`):
+    Partial(sum) on the axes the batch is split on, replicated on the others; None when the
+    logits and labels are not both batch-split or both replicated on every axis, or the loss is not
+    a plain mean.
+
+    Example:
+        >>> loss = partial_cross_entropy((z, y), {}, count)  # doctest: +SKIP
+    """
+    names = ("logits", "labels", "weight", "reduction", "ignore_index", "label_smoothing")
+    bound = dict(zip(names, args), **kwargs)
+    logits, labels = bound.get("logits"), bound.get("labels")
+    plain_mean = (bound.get("weight") is None and bound.get("reduction", 1) == 1
+                  and not bound.get("label_smoothing"))
+    if set(bound) - set(names) or not plain_mean or not isinstance(logits, DTensor) \
+            or not isinstance(labels, DTensor) or logits.dim() != 2 or labels.dim() != 1:
+        return None
+    placements = []
+    for zp, yp in zip(logits.placements, labels.placements):
+        if isinstance(zp, Shard) and zp.dim == 0 and isinstance(yp, Shard) and yp.dim == 0:
+            placements.append(Partial())
+        elif zp == _R and yp == _R:
+            placements.append(_R)
+        else:
+            return None
+    zl = logits.to_local(grad_placements=logits.placements)
+    share = partial_mean_cross_entropy(zl, labels.to_local(), bound.get("ignore_index", -100), count)
+    return DTensor.from_local(share, logits.device_mesh, placements, run_check=False, shape=(), stride=())
 
 
 def run_local(packet: str, args: tuple, kwargs: dict):

@@ -75,3 +75,32 @@ def test_a_smoothed_loss_goes_through_dtensor(smoothing, want):
     operands = {n: d["operands"] for n, d in graph.nx.nodes(data=True)}
     dp = _pick(configurations(graph, Mesh((2,), ("gpu",))), "batch=2")
     assert _interpreter(ep, operands, dp).batch_axes == want
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_partial_loss_with_uneven_label_counts_matches_one_process(tmp_path):
+    """The local mode's loss stays a partial sum (its label count all-reduced during forward):
+    with ignored labels only on rank 0, losses and parameters still equal the 1-process run."""
+    import dataclasses
+
+    from hand_plans import SPECS, mlp_plans
+    from launch_helpers import parity_errors, run_plans, single_process
+
+    spec = dataclasses.replace(SPECS["mlp"], dataset="toy_models:mlp_dataset_ignored")
+    dp = next(p for p in mlp_plans(2) if p["id"] == "mlp-dp")
+    rc, _ = run_plans([("mlp", spec, dp)], 2, tmp_path)
+    assert rc == 0
+    assert parity_errors("mlp", "mlp-dp", tmp_path, single_process(spec)) == []
+
+
+def test_the_partial_loss_share_sums_to_the_global_mean():
+    from tensoropt.executor.local_ops import partial_mean_cross_entropy
+
+    torch.manual_seed(0)
+    logits, labels = torch.randn(8, 4), torch.randint(0, 4, (8,))
+    labels[:3] = -100
+    count = torch.tensor([float((labels != -100).sum())], dtype=torch.float64)
+    shares = [partial_mean_cross_entropy(logits[i:i + 4], labels[i:i + 4], -100, count) for i in (0, 4)]
+    want = torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100)
+    assert torch.allclose(shares[0] + shares[1], want)

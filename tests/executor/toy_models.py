@@ -69,3 +69,11 @@ def mlp_dataset(step: int, global_batch_size: int, seed: int):
     gen = torch.Generator().manual_seed(seed * 7919 + step)
     x = torch.randn(global_batch_size, 8, generator=gen)
     return x, (x[:, :4].argmax(dim=1))
+
+
+def mlp_dataset_ignored(step: int, global_batch_size: int, seed: int):
+    """:func:`mlp_dataset` with the first quarter of the labels ignored (-100): the ranks of a
+    batch split hold different numbers of valid labels."""
+    x, y = mlp_dataset(step, global_batch_size, seed)
+    y[: global_batch_size // 4] = -100
+    return x, y
