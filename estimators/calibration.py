@@ -18,6 +18,35 @@ import numpy as np
 from estimators.collectives import ring_coefficients
 from estimators.profiles import Cluster, CollectiveFit, cluster_to_dict
 
+STATISTICS = ("mean", "median", "fastest")
+"""How repeated timings are summarised (:func:`summarise_s`)."""
+
+
+def summarise_s(times: list[float], statistic: str) -> float:
+    """One figure from repeated timings: ``mean`` (slowest 10 % left out), ``median`` or ``fastest``.
+
+    A step's time is a sum of operators and collectives, so its average is the sum of their
+    averages: ``mean`` is what predicts measured step times where timings scatter (gloo on a
+    shared CPU host stalls a few ms on a fraction of the collectives); ``fastest`` is the best
+    case, right for a quiet cluster and for comparing with datasheets.
+
+    Example:
+        >>> summarise_s([2.0] * 9 + [100.0], "mean"), summarise_s([3.0, 1.0, 2.0], "median")
+        (2.0, 2.0)
+    """
+    if not times:
+        raise ValueError("summarise_s: no timings")
+    if statistic == "fastest":
+        return min(times)
+    ordered = sorted(times)
+    if statistic == "median":
+        n = len(ordered)
+        return ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+    if statistic == "mean":
+        kept = ordered[: max(1, len(ordered) - len(ordered) // 10)]
+        return sum(kept) / len(kept)
+    raise ValueError(f"summarise_s: statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+
 
 def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float]) -> tuple[float, float]:
     """Least-squares (relative error) fit of ``t = alpha + beta * n``; both kept >= 0.
@@ -106,15 +135,17 @@ def calibrated_profile(
     measurements: dict[str, list[tuple[float, float]]],
     backend: str,
     name: str | None = None,
+    statistic: str = "mean",
 ) -> dict:
     """A cluster profile mapping (YAML-ready) with ``base``'s hardware and the measured fits.
 
     Args:
         base: the cluster the measurements refine (its device and node layout are kept).
         nproc: processes the collectives ran on (one node: level "gpu").
-        measurements: collective -> [(bytes, median seconds), ...].
+        measurements: collective -> [(bytes, seconds), ...], each the ``statistic`` of repeated timings.
         backend: "gloo" or "nccl".
         name: profile name (default: base name + "-calibrated").
+        statistic: how the timings were summarised (``mean``, ``median``, ``fastest``), for the sources.
 
     Example:
         >>> from estimators.profiles import load_cluster
@@ -141,8 +172,8 @@ def calibrated_profile(
                     "alpha_s": seg.alpha_s,
                     "beta_s_per_byte": seg.beta_s_per_byte,
                     "min_bytes": seg.min_bytes,
-                    "source": f"tensoropt calibrate --nproc {nproc} ({backend}, {stamp}); {len(pts)} sizes "
-                    f"{int(min(ns))}..{int(max(ns))} B; worst fit error {worst:.1%}",
+                    "source": f"tensoropt calibrate --nproc {nproc} ({backend}, {stamp}); {statistic} times; "
+                    f"{len(pts)} sizes {int(min(ns))}..{int(max(ns))} B; worst fit error {worst:.1%}",
                 }
             )
     data["fits"] = fits

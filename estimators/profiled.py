@@ -2,7 +2,10 @@
 
 The roofline misjudges small shards (they run far below peak); this mode runs the node's real
 aten op (from the exported program) at the local shapes a configuration gives one device,
-forward then backward, and keeps the fastest of a few repetitions. Results are cached in
+forward then backward, and keeps the mean of a few repetitions (the slowest 10 % left out, as
+``tensoropt calibrate`` summarises collectives: a step's average is the sum of its operators'
+averages), on as many CPU threads as a worker gets (``OMP_NUM_THREADS``, 1 under torchrun with
+several processes). Results are cached in
 ``<cache_dir>/<device>.json`` keyed by device name + op + local shapes + dtypes + attributes,
 so a later plan (another device count, another model sharing layer shapes) reuses them.
 Anything that cannot be timed (an op whose arguments do not fit the local shapes) falls back to
@@ -19,6 +22,7 @@ import os
 import time
 from pathlib import Path
 
+from estimators.calibration import summarise_s
 from estimators.compute import LocalOp
 from estimators.profiles import Device
 
@@ -33,6 +37,23 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("TENSOROPT_CACHE") or Path.home() / ".cache" / "tensoropt")
 
 
+#: Tag of how timings are taken; part of every cache key, so a change re-measures.
+TIMING = "mean-v2"
+
+
+def worker_threads() -> int:
+    """CPU threads a training worker runs with: ``OMP_NUM_THREADS`` if set, else 1 (torchrun's default).
+
+    Example:
+        >>> worker_threads() >= 1
+        True
+    """
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
 def cache_key(device_name: str, node: dict, op: LocalOp) -> str:
     """Stable key of one timing: device, aten op, local shapes and dtypes, attributes, what needs grad.
 
@@ -44,6 +65,8 @@ def cache_key(device_name: str, node: dict, op: LocalOp) -> str:
     """
     text = json.dumps(
         [
+            TIMING,
+            worker_threads(),
             device_name,
             node["op"],
             op.in_shapes,
@@ -69,7 +92,7 @@ class ProfiledCompute:
         program: the ExportedProgram of the graph (``OpGraph.program``); without it every node
             falls back to the roofline.
         cache_dir: where the cache file lives (default :func:`default_cache_dir`).
-        repeats: timed repetitions per shape (the fastest is kept).
+        repeats: timed repetitions per shape (their mean, the slowest 10 % left out, is kept).
 
     Example:
         >>> from estimators.profiles import load_device
@@ -80,7 +103,7 @@ class ProfiledCompute:
     """
 
     def __init__(
-        self, device: Device, program=None, cache_dir: str | os.PathLike | None = None, repeats: int = 5
+        self, device: Device, program=None, cache_dir: str | os.PathLike | None = None, repeats: int = 10
     ):
         self.device, self.program, self.repeats = device, program, repeats
         self.path = Path(cache_dir or default_cache_dir()) / f"{device.name}.json"
@@ -115,8 +138,11 @@ class ProfiledCompute:
         tmp.replace(self.path)
 
 
-def time_local_op(fx_node, node: dict, op: LocalOp, repeats: int = 5) -> tuple[float, float]:
-    """Run the aten op of ``fx_node`` at ``op``'s local shapes; fastest forward and backward seconds.
+def time_local_op(fx_node, node: dict, op: LocalOp, repeats: int = 10) -> tuple[float, float]:
+    """Run the aten op of ``fx_node`` at ``op``'s local shapes; mean forward and backward seconds.
+
+    The mean leaves the slowest 10 % of the repetitions out (:func:`estimators.calibration.summarise_s`);
+    on the CPU the op runs on :func:`worker_threads` threads, as it will in a worker.
 
     Example:
         >>> import torch
@@ -170,6 +196,12 @@ def time_local_op(fx_node, node: dict, op: LocalOp, repeats: int = 5) -> tuple[f
             sync()
         return t1 - t0, time.perf_counter() - t1 if leaves and out.requires_grad else 0.0
 
-    once()  # warm-up
-    runs = [once() for _ in range(max(1, repeats))]
-    return min(r[0] for r in runs), min(r[1] for r in runs)
+    threads = torch.get_num_threads()
+    if dev.type == "cpu":
+        torch.set_num_threads(worker_threads())
+    try:
+        once()  # warm-up
+        runs = [once() for _ in range(max(1, repeats))]
+    finally:
+        torch.set_num_threads(threads)
+    return summarise_s([r[0] for r in runs], "mean"), summarise_s([r[1] for r in runs], "mean")

@@ -29,11 +29,10 @@ from pathlib import Path
 
 import yaml
 
+from estimators.calibration import STATISTICS, summarise_s
 from tensoropt.commands import CommandError
 
 DEFAULT_SIZES = "4096,65536,1048576,4194304,16777216"
-
-
 def add_parser(subparsers) -> None:
     """Add the ``calibrate`` subcommand."""
     p = subparsers.add_parser(
@@ -52,7 +51,15 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--sizes", default=DEFAULT_SIZES, help=f"comma-separated byte sizes (default {DEFAULT_SIZES})"
     )
-    p.add_argument("--iters", type=int, default=5, help="timed iterations per size (fastest kept; default 5)")
+    p.add_argument("--iters", type=int, default=20, help="timed iterations per size (default 20)")
+    p.add_argument(
+        "--statistic",
+        choices=STATISTICS,
+        default="mean",
+        help="what of the timed iterations the fit uses: mean (default; the slowest 10%% left out): "
+        "what a step of several collectives adds up to on average, stalls included; median; "
+        "fastest: the hardware's best case (a quiet dedicated cluster)",
+    )
     p.add_argument(
         "--backend", choices=("gloo", "nccl"), default=None, help="default: nccl with GPUs, else gloo"
     )
@@ -77,7 +84,7 @@ def _collectives(backend: str) -> list[str]:
 
 def _worker(
     rank: int, nproc: int, port: int, backend: str, sizes: list[int], iters: int, out_file: str,
-    overhead: bool = False,
+    overhead: bool = False, statistic: str = "mean",
 ) -> None:
     """One rank: time every collective at every size; rank 0 writes {collective: [[bytes, s], ...]}."""
     import torch
@@ -110,20 +117,18 @@ def _worker(
                         dist.all_to_all_single(torch.empty_like(full), full)
 
                 # the model's n: all-to-all counts bytes per device, the others the full tensor
-                results.setdefault(coll, []).append([float(numel * 4), _fastest_s(call, iters, 2, device)])
+                seconds = _timed_s(call, iters, 2, device, statistic)
+                results.setdefault(coll, []).append([float(numel * 4), seconds])
         if overhead:
-            results["executor_overhead"] = _overhead_points(nproc, backend, max(iters, 20))
+            results["executor_overhead"] = _overhead_points(nproc, backend, max(iters, 20), statistic)
         if rank == 0:
             Path(out_file).write_text(yaml.safe_dump(results))
     finally:
         dist.destroy_process_group()
 
 
-def _fastest_s(fn, iters: int, warmup: int, device) -> float:
-    """The fastest of ``iters`` timed calls of ``fn`` (after ``warmup``), the slowest rank's figure.
-
-    The fastest repetition: on a shared machine the others measure the neighbours.
-    """
+def _times_s(fn, iters: int, warmup: int, device) -> list[float]:
+    """This rank's times of ``iters`` calls of ``fn`` (after ``warmup``), each started after a barrier."""
     import torch
     import torch.distributed as dist
 
@@ -138,17 +143,30 @@ def _fastest_s(fn, iters: int, warmup: int, device) -> float:
             torch.cuda.synchronize()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
-    t = torch.tensor([min(times)], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's time
+    return times
+
+
+def _slowest_rank(value_s: float, device) -> float:
+    """The largest of every rank's ``value_s`` (a collective)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value_s], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
+
+
+def _timed_s(fn, iters: int, warmup: int, device, statistic: str) -> float:
+    """``statistic`` (:func:`summarise_s`) of ``iters`` timed calls of ``fn``, the slowest rank's figure."""
+    return _slowest_rank(summarise_s(_times_s(fn, iters, warmup, device), statistic), device)
 
 
 OVERHEAD_DEPTHS = (1, 4, 8, 16)
 """Hidden layers of the MLPs the overhead calibration times (2 operators each: linear + relu)."""
 
 
-def _overhead_points(nproc: int, backend: str, iters: int) -> dict[str, list[list[float]]]:
-    """(operators, fastest forward + backward seconds) per way of running, and redistribution times.
+def _overhead_points(nproc: int, backend: str, iters: int, statistic: str = "mean") -> dict[str, list]:
+    """(operators, forward + backward seconds) per way of running, and redistribution times.
 
     Runs inside the calibration workers (the process group is up). Returns ``{"plain": [[ops, s],
     ...], "local": [...], "dtensor": [...], "redistribute": [[0, s]]}``.
@@ -210,20 +228,21 @@ def _overhead_points(nproc: int, backend: str, iters: int) -> dict[str, list[lis
         cases.append(("plain", ops, plain))
     rep = distribute_tensor(torch.ones(4 * nproc, width, device=device), trainer.mesh, [Replicate()])
     cases.append(("redistribute", 0, lambda: rep.redistribute(placements=[Shard(0)])))
-    # rounds over every case, the fastest of each kept: a burst of load from elsewhere hits one
-    # repetition of each case rather than every repetition of one case
-    best = [float("inf")] * len(cases)
+    # rounds over every case: a burst of load from elsewhere hits one repetition of each case
+    # rather than every repetition of one case
+    # (each repetition's figure is the slowest rank's)
+    times: list[list[float]] = [[] for _ in cases]
     for _ in range(iters):
         for i, (_, _, fn) in enumerate(cases):
-            best[i] = min(best[i], _fastest_s(fn, 1, 1, device))
+            times[i].append(_timed_s(fn, 1, 1, device, "fastest"))
     out: dict[str, list[list[float]]] = {}
-    for (way, ops, _), t in zip(cases, best):
-        out.setdefault(way, []).append([ops, t])
+    for (way, ops, _), t in zip(cases, times):
+        out.setdefault(way, []).append([ops, summarise_s(t, statistic)])
     return out
 
 
 def measure(nproc: int, sizes: list[int], iters: int, backend: str, timeout_s: float,
-            overhead: bool = False) -> dict:
+            overhead: bool = False, statistic: str = "mean") -> dict:
     """Spawn ``nproc`` processes and return {collective: [(bytes, seconds), ...]}.
 
     Example:
@@ -235,7 +254,7 @@ def measure(nproc: int, sizes: list[int], iters: int, backend: str, timeout_s: f
         out_file = os.path.join(tmp, "points.yaml")
         ctx = mp.start_processes(
             _worker,
-            args=(nproc, _free_port(), backend, sizes, iters, out_file, overhead),
+            args=(nproc, _free_port(), backend, sizes, iters, out_file, overhead, statistic),
             nprocs=nproc,
             join=False,
             start_method="spawn",
@@ -254,7 +273,7 @@ def measure(nproc: int, sizes: list[int], iters: int, backend: str, timeout_s: f
     return out
 
 
-def overhead_profile_keys(points: dict, nproc: int, backend: str) -> dict:
+def overhead_profile_keys(points: dict, nproc: int, backend: str, statistic: str = "mean") -> dict:
     """Device keys (and their sources) fitted from :func:`_overhead_points`' measurements.
 
     Example:
@@ -270,7 +289,8 @@ def overhead_profile_keys(points: dict, nproc: int, backend: str) -> dict:
              for w in ("plain", "local", "dtensor")}
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     counts = ", ".join(str(int(p[0])) for p in points["plain"])
-    why = (f"tensoropt calibrate --overhead --nproc {nproc} ({backend}, {stamp}): slope of the fastest "
+    what = {"mean": "mean (slowest 10 % left out)", "median": "median", "fastest": "fastest"}[statistic]
+    why = (f"tensoropt calibrate --overhead --nproc {nproc} ({backend}, {stamp}): slope of the {what} "
            f"forward+backward of data-parallel MLPs with {counts} operators, minus the plain module's slope")
     return {
         "op_overhead_local_s": max(0.0, slope["local"] - slope["plain"]),
@@ -280,7 +300,7 @@ def overhead_profile_keys(points: dict, nproc: int, backend: str) -> dict:
             "op_overhead_local_s": why + " (the plan run on local tensors)",
             "op_overhead_dtensor_s": why + " (operators through DTensor)",
             "redistribute_overhead_s": f"tensoropt calibrate --overhead --nproc {nproc} ({backend}, "
-            f"{stamp}): fastest DTensor Replicate -> Shard(0) redistribution of a 4N x 8 tensor (no "
+            f"{stamp}): {what} DTensor Replicate -> Shard(0) redistribution of a 4N x 8 tensor (no "
             "communication)",
         },
     }
@@ -310,11 +330,12 @@ def run(args: argparse.Namespace) -> int:
         f"calibrating {backend} collectives on {args.nproc} processes, sizes {sizes} B, {args.iters} iters",
         flush=True,
     )
-    points = measure(args.nproc, sizes, args.iters, backend, args.timeout_s, args.overhead)
+    statistic = getattr(args, "statistic", "mean")
+    points = measure(args.nproc, sizes, args.iters, backend, args.timeout_s, args.overhead, statistic)
     extra = points.pop("executor_overhead", None)
-    profile = calibrated_profile(base, args.nproc, points, backend)
+    profile = calibrated_profile(base, args.nproc, points, backend, statistic=statistic)
     if extra is not None:
-        fitted = overhead_profile_keys(extra, args.nproc, backend)
+        fitted = overhead_profile_keys(extra, args.nproc, backend, statistic)
         profile["device"].update({k: v for k, v in fitted.items() if k != "sources"})
         profile["device"]["sources"].update(fitted["sources"])
         for way in ("plain", "local", "dtensor"):

@@ -9,7 +9,13 @@ import sys
 
 import pytest
 
-from estimators.calibration import calibrated_profile, fit_alpha_beta, fit_segments, segment_errors
+from estimators.calibration import (
+    calibrated_profile,
+    fit_alpha_beta,
+    fit_segments,
+    segment_errors,
+    summarise_s,
+)
 from estimators.collectives import CommModel
 from estimators.profiles import Cluster, load_cluster
 from tensoropt.configspace.configuration import Mesh
@@ -67,6 +73,8 @@ def test_calibrate_command_measures_gloo(tmp_path):
             "4096,262144,4194304",
             "--iters",
             "3",
+            "--statistic",
+            "median",
             "--timeout-s",
             "200",
         ],
@@ -88,3 +96,14 @@ def test_calibrate_command_measures_gloo(tmp_path):
         if line.split() and line.split()[0] in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
     ]
     assert len(errors) == 12 and statistics.median(errors) < 30  # noisy shared machine: median, loosely
+
+
+def test_timings_are_summarised_as_asked():
+    stalls = [1.0] * 7 + [4.0] * 2 + [50.0]  # a few gloo stalls and one outlier (load from elsewhere)
+    assert summarise_s(stalls, "fastest") == 1.0
+    assert summarise_s(stalls, "median") == 1.0
+    assert summarise_s(stalls, "mean") == pytest.approx((7 + 8) / 9)  # the stalls count, the outlier not
+    with pytest.raises(ValueError, match="statistic must be one of"):
+        summarise_s(stalls, "best")
+    with pytest.raises(ValueError, match="no timings"):
+        summarise_s([], "mean")
