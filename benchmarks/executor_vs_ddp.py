@@ -9,11 +9,16 @@
 Everything runs in one torchrun launch, interleaved: each of ``--rounds`` rounds runs
 ``--steps`` steps of every plan and of DDP (rotated order), so load from elsewhere on this
 shared machine hits every system alike; step times are medians over all rounds (the first
-step of each round left out). The load average before and after is printed with the figures.
+step of each round left out). (a) is then measured once more with ``--paired-steps`` steps of
+our data-parallel plan and DDP alternating step by step (the headline figure: both see the same
+moments of the machine). The load average before and after is printed with the figures.
+``--calibrate`` first runs ``tensoropt calibrate --nproc 2 --overhead`` and prices the plans with
+the profile it writes, as a user calibrates the cluster they plan for.
 
 Usage: ``.venv/bin/python benchmarks/executor_vs_ddp.py [--steps 10] [--rounds 3] [--compute profiled]
-[--json results.json] [--plans-json plans.json]``. Every model is built with the same seed and
-sees the same global batches in both systems.
+[--paired-steps 60] [--calibrate | --cluster NAME_OR_PATH] [--json results.json]
+[--plans-json plans.json]``. Every model is built with the same seed and sees the same global
+batches in both systems.
 """
 
 from __future__ import annotations
@@ -44,20 +49,33 @@ JOBS = {
 """(a) runs on ``mlp``, (b) on ``big-fc`` (33.6M parameters, batch 16); (c) on every plan of both."""
 
 
-def _job(name: str, compute: str):
+def _job(name: str, compute: str, cluster: str = "cpu-local"):
     from tensoropt.config import Job
 
-    return Job.from_dict({**JOBS[name], "cluster": "cpu-local", "devices": [NPROC],
+    return Job.from_dict({**JOBS[name], "cluster": cluster, "devices": [NPROC],
                           "planner": {"compute": compute}})
 
 
-def plan_model(name: str, compute: str) -> tuple[list[dict], dict]:
+def calibrate_here(out: Path) -> str:
+    """Run ``tensoropt calibrate --nproc 2 --overhead`` now; returns the profile's path.
+
+    Calibrating in the same run as the measurement prices collectives and the executor's
+    overhead under the machine's present load, as a user calibrates the cluster they plan for.
+    """
+    path = out / "cpu-local-now.yaml"
+    subprocess.run([sys.executable, "-m", "tensoropt.cli", "calibrate", "--nproc", str(NPROC), "--overhead",
+                    "--iters", "30", "--out", str(path)], check=True, timeout=900,
+                   stdout=subprocess.DEVNULL)
+    return str(path)
+
+
+def plan_model(name: str, compute: str, cluster: str = "cpu-local") -> tuple[list[dict], dict]:
     """(frontier plan.json documents, the data-parallel plan.json) with their predictions."""
     from tensoropt.cost_graph import cost_graph
     from tensoropt.planner import build_job_model, capture_job, load_job_cluster, plan_devices, resolve_job
     from tensoropt.plans import FrontierFile, plan_file_text
 
-    job = _job(name, compute)
+    job = _job(name, compute, cluster)
     cluster = load_job_cluster(job)
     model, mspec = build_job_model(job, "meta")
     job = resolve_job(job, mspec, cluster)
@@ -80,17 +98,21 @@ def plan_model(name: str, compute: str) -> tuple[list[dict], dict]:
     return plans, dp
 
 
-def run_interleaved(runs: list[tuple[str, dict]], steps: int, rounds: int, out: Path) -> dict:
+def run_interleaved(runs: list[tuple[str, dict]], steps: int, rounds: int, out: Path,
+                    paired_steps: int = 0) -> dict:
     """Train every (model, plan) with the executor and each model with DDP, interleaved, in one launch.
 
     Each round runs ``steps`` steps of every executor plan and of DDP on every model, in a
     rotated order (so a burst of load from elsewhere hits every system alike); the first step of
-    each round is left out (warm-up). Returns ``{"runs": {key: metrics}, "ddp": {model: [step
-    times]}, "pairs": [(ours dp, ddp) per round]}`` where ``metrics`` is the worker's metrics
-    document with every kept step and ``measured.time_s`` their median.
+    each round is left out (warm-up). Then ``paired_steps`` more steps of the MLP's data-parallel
+    plan and of DDP alternate step by step. Returns ``{"runs": {key: metrics}, "ddp": {model: [step
+    times]}, "pairs": [(ours dp, ddp) per round], "paired": {"ours": [...], "ddp": [...]}}`` where
+    ``metrics`` is the worker's metrics document with every kept step and ``measured.time_s`` their
+    median.
     """
     result = out / "interleaved.json"
-    options = {"runs": [[n, p] for n, p in runs], "steps": steps, "rounds": rounds, "out": str(result)}
+    options = {"runs": [[n, p] for n, p in runs], "steps": steps, "rounds": rounds, "out": str(result),
+               "paired_steps": paired_steps}
     config = out / "config.json"
     config.write_text(json.dumps(options))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC),
@@ -124,6 +146,8 @@ def worker(options: dict) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     steps, rounds = options["steps"], options["rounds"]
     systems = []  # (key, run-one-round callable)
+    trainers: dict[str, Trainer] = {}
+    ddp_systems: dict[str, tuple] = {}
     kept: dict[str, list[float]] = {}
     cpu_times: dict[str, list[float]] = {}
     cpu_kept: dict[str, list[float]] = {}
@@ -133,7 +157,7 @@ def worker(options: dict) -> None:
         key = f"{name}/{plan_json['id']}"
         spec = TrainSpec.from_job(_job(name, "roofline"), steps=steps)
         plan = plans[key] = ExecPlan.from_json(plan_json)
-        trainer = Trainer(spec, plan)
+        trainer = trainers[key] = Trainer(spec, plan)
 
         step = trainer.step
 
@@ -155,6 +179,7 @@ def worker(options: dict) -> None:
         spec = TrainSpec.from_job(_job(name, "roofline"), steps=steps)
         model = DistributedDataParallel(spec.build_model())
         opt = spec.make_optimizer(list(model.parameters()))
+        ddp_systems[name] = (spec, model, opt)
 
         def ddp_round(r, name=name, spec=spec, model=model, opt=opt):
             times, cpu = [], []
@@ -177,6 +202,21 @@ def worker(options: dict) -> None:
             one_round(r)
             if key in ("mlp/data-parallel", "ddp/mlp"):
                 pairs.append((key, r, statistics.median(kept[key][before:])))
+    # (a) once more, step by step: one step of our data-parallel plan, then one of DDP, alternately,
+    # so that both see the same moments of the machine
+    paired: dict[str, list[float]] = {"ours": [], "ddp": []}
+    trainer = trainers["mlp/data-parallel"]
+    spec, model, opt = ddp_systems["mlp"]
+    for i in range(options.get("paired_steps", 0) + 1):
+        step = 100_000 + i
+        dist.barrier()
+        ours = trainer.step(step)[1]
+        batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step)
+        dist.barrier()
+        theirs = _ddp_step(model, opt, batch, rank, world)
+        if i:  # the first pair warms up
+            paired["ours"].append(ours)
+            paired["ddp"].append(theirs)
     if rank == 0:
         runs = {}
         for key, plan in plans.items():
@@ -193,7 +233,8 @@ def worker(options: dict) -> None:
         Path(options["out"]).write_text(json.dumps({
             "runs": runs, "ddp": {n: kept[f"ddp/{n}"] for n in JOBS},
             "ddp_cpu": {n: statistics.median(cpu_kept[f"ddp/{n}"]) for n in JOBS},
-            "pairs": [[v["mlp/data-parallel"], v["ddp/mlp"]] for _, v in sorted(by_round.items())]}))
+            "pairs": [[v["mlp/data-parallel"], v["ddp/mlp"]] for _, v in sorted(by_round.items())],
+            "paired": paired}))
     dist.destroy_process_group()
 
 
@@ -212,15 +253,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="reuse the plans written by an earlier run (skip planning)")
     parser.add_argument("--compute", choices=("roofline", "profiled"), default="profiled")
     parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument("--paired-steps", type=int, default=60,
+                        help="steps of (a) alternating our data-parallel plan and DDP step by step")
+    parser.add_argument("--cluster", default="cpu-local",
+                        help="cluster profile the plans are priced with (name or path)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="first run tensoropt calibrate --nproc 2 --overhead and price the plans with "
+                             "the profile it writes (collectives and overhead under the present load)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
     runs = []
+    keep = tempfile.TemporaryDirectory()
+    cluster = args.cluster
+    if args.calibrate:
+        cluster = calibrate_here(Path(keep.name))
+        print(f"calibrated: {cluster} ({time.perf_counter() - start:.0f} s)", flush=True)
     if args.plans_json and Path(args.plans_json).is_file():
         runs = [tuple(r) for r in json.loads(Path(args.plans_json).read_text())]
     else:
         for name in JOBS:
-            plans, dp = plan_model(name, args.compute)
+            plans, dp = plan_model(name, args.compute, cluster)
             runs += [(name, p) for p in plans] + [(name, dp)]
             print(f"planned {name}: {len(plans)} frontier plans ({time.perf_counter() - start:.0f} s)",
                   flush=True)
@@ -228,11 +281,13 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.plans_json).write_text(json.dumps(runs))
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        got = run_interleaved(runs, args.steps, args.rounds, Path(tmp))
+        got = run_interleaved(runs, args.steps, args.rounds, Path(tmp), args.paired_steps)
     load_after = os.getloadavg()
     measured = got["runs"]
     ddp = {n: statistics.median(ts) for n, ts in got["ddp"].items()}
     round_ratios = [ours / theirs for ours, theirs in got["pairs"]]
+    paired = got["paired"]
+    paired_ratio = statistics.median(paired["ours"]) / statistics.median(paired["ddp"])
     print(f"\n{'model/plan':28} {'pred ms':>9} {'meas ms':>9} {'err':>6} {'cpu ms':>8} {'err':>6} "
           f"{'min ms':>8} {'err':>6} {'pred MiB':>9} {'meas MiB':>9} {'err':>6}")
     time_err, cpu_err, min_err, mem_err = [], [], [], []
@@ -252,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
                   key=lambda m: m["measured"]["time_s"])
     frontier_fastest = measured["big-fc/d2-p0"]
     figures = {
+        "a_paired_ratio": paired_ratio,
+        "a_paired_steps": len(paired["ours"]),
+        "a_paired_ours_ms": statistics.median(paired["ours"]) * 1e3,
+        "a_paired_ddp_ms": statistics.median(paired["ddp"]) * 1e3,
         "a_dp_over_ddp_time_ratio": dp_ratio,
         "a_ratio_per_round": round_ratios,
         "a_median_of_round_ratios": statistics.median(round_ratios),
@@ -271,15 +330,18 @@ def main(argv: list[str] | None = None) -> int:
         "c_median_memory_error": statistics.median(mem_err),
         "plans_run": len(measured),
         "compute_estimator": args.compute,
+        "cluster": "calibrated in this run" if args.calibrate else args.cluster,
         "steps": args.steps,
         "rounds": args.rounds,
         "load_average_before": load_before,
         "load_average_after": load_after,
         "wall_s": time.perf_counter() - start,
     }
-    print(f"\n(a) mlp, data parallel: ours {figures['a_ours_dp_ms']:.2f} ms vs DDP "
-          f"{figures['a_ddp_ms']:.2f} ms: ratio {dp_ratio:.2f} (target <= 1.15); per round "
-          f"{', '.join(f'{r:.2f}' for r in round_ratios)}")
+    print(f"\n(a) mlp, data parallel, {len(paired['ours'])} steps alternating with DDP step by step: ours "
+          f"{figures['a_paired_ours_ms']:.2f} ms vs DDP {figures['a_paired_ddp_ms']:.2f} ms (medians): ratio "
+          f"{paired_ratio:.2f} (target <= 1.15)")
+    print(f"    in the rounds: ours {figures['a_ours_dp_ms']:.2f} ms vs DDP {figures['a_ddp_ms']:.2f} ms: "
+          f"ratio {dp_ratio:.2f}; per round {', '.join(f'{r:.2f}' for r in round_ratios)}")
     print(f"(b) big-fc: DDP {figures['b_ddp_ms']:.2f} ms; frontier's fastest plan d2-p0 "
           f"{figures['b_predicted_fastest_ms']:.2f} ms: speed-up "
           f"{figures['b_speedup_predicted_fastest_vs_ddp']:.2f}x (target >= 1.3); fastest measured "
@@ -296,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.steps} steps, medians over {args.rounds * (args.steps - 1)} steps per system")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
+    keep.cleanup()
     return 0
 
 

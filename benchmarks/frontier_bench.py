@@ -302,8 +302,10 @@ def _selected(name: str, configs, only: list[str] | None) -> bool:
     """Whether row ``name`` with ``configs`` per node is among ``only`` (None: every row).
 
     Example:
-        >>> _selected("transformer-48", 32, ["transformer-48:32"]), _selected("chain-200", 32, ["transformer"])
-        (True, False)
+        >>> _selected("transformer-48", 32, ["transformer-48:32"])
+        True
+        >>> _selected("chain-200", 32, ["transformer"])
+        False
     """
     if only is None:
         return True
