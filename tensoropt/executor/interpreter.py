@@ -139,6 +139,9 @@ class PlanInterpreter(fx.Interpreter):
         """Loss nodes returned as partial sums over the batch axes (summed when read, after the step)."""
         self._counts: dict[fx.Node, tuple] = {}
         """Loss node -> its label count's all-reduce, launched when the forward pass starts."""
+        self.global_inputs: dict[str, torch.Tensor] = {}
+        """Graph input name -> the step's whole (global) value, where every rank holds it (the trainer
+        loads each step's global batch on every rank): label counts are then taken from it."""
 
     def run(self, *args, **kwargs):
         # Views and redistributions are memoised within one forward pass: q, k and v taken from
@@ -245,8 +248,9 @@ class PlanInterpreter(fx.Interpreter):
         a graph input (through reshapes only, which keep every label): its loss can stay a partial
         sum, read after the step, so the one number forward needs from the other ranks, the count of
         valid labels, is all-reduced while the forward pass runs instead of the loss after it.
-        ``values``: placeholder node -> its value (a local tensor or a DTensor). Inputs split over
-        more than one mesh axis are left to the blocking path.
+        ``values``: placeholder node -> its value (a local tensor or a DTensor). Where the step's
+        whole labels are at hand (:attr:`global_inputs`) the count needs no collective at all.
+        Otherwise inputs split over more than one mesh axis are left to the blocking path.
         """
         out = {}
         for n in self.graph.nodes:
@@ -264,6 +268,11 @@ class PlanInterpreter(fx.Interpreter):
                 labels = labels.args[0]
             if not isinstance(labels, fx.Node) or labels.op != "placeholder" or labels not in values:
                 continue
+            ignore_index = dict(zip(_CE_ARGS, n.args), **n.kwargs).get("ignore_index", -100)
+            whole = self.global_inputs.get(labels.name)
+            if whole is not None:  # every rank holds the step's whole batch: no collective at all
+                out[n] = (None, (whole != ignore_index).sum().to(torch.float64).reshape(1))
+                continue
             source = self.placements.get(labels.name)
             layout = tuple(source.output) if source is not None else ("R",) * self.mesh.ndim
             axes = [a for a, p in enumerate(layout) if shard_dim(p) is not None]
@@ -271,7 +280,6 @@ class PlanInterpreter(fx.Interpreter):
                 continue
             value = values[labels]
             local = value._local_tensor if isinstance(value, DTensor) else value
-            ignore_index = dict(zip(_CE_ARGS, n.args), **n.kwargs).get("ignore_index", -100)
             count = (local != ignore_index).sum().to(torch.float64).reshape(1)
             work = dist.all_reduce(count, group=self.mesh.get_group(axes[0]), async_op=True) if axes else None
             out[n] = (work, count)

@@ -175,6 +175,7 @@ class Trainer:
 
     def _placeholder_values(self, batch: tuple) -> list:
         inputs = dict(zip(self.input_names, batch))
+        self.interpreter.global_inputs = inputs  # the same global batch on every rank
         ndim = len(self.plan.mesh.shape)
         values = []
         for node in self.ep.graph.nodes:

@@ -104,3 +104,58 @@ def test_the_partial_loss_share_sums_to_the_global_mean():
     shares = [partial_mean_cross_entropy(logits[i:i + 4], labels[i:i + 4], -100, count) for i in (0, 4)]
     want = torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100)
     assert torch.allclose(shares[0] + shares[1], want)
+
+
+def _count_all_reduce_worker(rank: int, store_path: str, out_path: str) -> None:
+    """One of 2 ranks: the data-parallel MLP without the global batch at hand (label count all-reduced)."""
+    import dataclasses
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch.distributed as dist
+    from hand_plans import SPECS, mlp_plans
+
+    from tensoropt.executor.plan import ExecPlan
+    from tensoropt.executor.trainer import Trainer
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
+    try:
+        spec = dataclasses.replace(SPECS["mlp"], dataset="toy_models:mlp_dataset_ignored")
+        trainer = Trainer(spec, ExecPlan.from_json(next(p for p in mlp_plans(2) if p["id"] == "mlp-dp")))
+        values = trainer._placeholder_values(trainer.batch(0))
+        trainer.interpreter.global_inputs = {}  # as a caller without the global batch runs it
+        loss = trainer.interpreter.run(*values)[0]
+        assert loss.placements[0].is_partial()
+        loss.backward()
+        trainer._sync_grads()
+        grads = {k: p.grad.full_tensor() for k, p in trainer.params.items()}
+        value = loss.full_tensor().item()  # collectives: on every rank
+        if rank == 0:
+            torch.save({"loss": value, "grads": grads}, out_path)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_label_count_all_reduced_when_the_global_batch_is_not_at_hand(tmp_path):
+    import dataclasses
+
+    import torch.multiprocessing as mp
+    from hand_plans import SPECS
+
+    from tensoropt.executor.plan import ExecPlan
+    from tensoropt.executor.trainer import Trainer
+
+    out = tmp_path / "out.pt"
+    mp.start_processes(_count_all_reduce_worker, args=(str(tmp_path / "store"), str(out)), nprocs=2,
+                       start_method="spawn")
+    got = torch.load(out)
+    spec = dataclasses.replace(SPECS["mlp"], dataset="toy_models:mlp_dataset_ignored")
+    single = Trainer(spec, ExecPlan.from_json({"mesh": {"shape": [], "levels": []}, "placements": {}}))
+    loss = single.interpreter.run(*single._placeholder_values(single.batch(0)))[0]
+    loss.backward()
+    assert got["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    for key, p in single.params.items():
+        assert torch.allclose(got["grads"][key], p.grad, rtol=1e-5, atol=1e-7), key
