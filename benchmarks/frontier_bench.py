@@ -323,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME[:CONFIGS]", default=None,
                         help="run only these rows, e.g. transformer-48:32 'gpt2-xl' (name prefix, "
                              "optionally ':' and the configurations per node)")
+    parser.add_argument("--ft-only", action="store_true",
+                        help="FT's own figures only (exact, no-reuse and epsilon solves): skip NSGA-II, MCMC "
+                             "and the integer program")
     args = parser.parse_args(argv)
     frontier.solve(transformer_graph(2, 4))  # load (or compile, once per checkout) the kernels
     rows = []
@@ -332,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
                      + ", ".join(f"{n}:{c}" for n, _, c, _ in cases(args.quick)))
     for name, G, configs, options in selected:
         options = {"baselines": False, "ilp": False, "eps": False, **options}
+        if args.ft_only:
+            options.update(baselines=False, ilp=False)
         rows.append(run_case(name, G, configs, **options))
         r = rows[-1]
         print(
