@@ -9,6 +9,7 @@ See :mod:`frontier.driver` for the formulation and docs/algorithm.md for the pro
 """
 
 from frontier.driver import SolveReport, solve
+from frontier.memory_limit import SolverMemoryError
 from frontier.point import Point
 
-__all__ = ["Point", "SolveReport", "solve"]
+__all__ = ["Point", "SolveReport", "SolverMemoryError", "solve"]

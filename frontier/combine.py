@@ -25,6 +25,7 @@ import numpy as np
 
 from frontier import staircase
 from frontier.bounded import bounded_sum_union
+from frontier.memory_limit import SolverMemoryError, limit_message
 from frontier.pareto import pareto_select, ragged_arange
 from frontier.table import Table
 
@@ -49,6 +50,8 @@ class CombineStats:
     """Candidate points generated before pruning."""
     kept: int = 0
     """Points kept after pruning."""
+    kept_bytes: int = 0
+    """Bytes of the tables computed and kept (costs, group offsets, back-pointers)."""
 
 
 @dataclass
@@ -76,6 +79,8 @@ class Combiner:
     """Skip blocks of candidates that a partial frontier already dominates (K = 2, numpy kernel)."""
     compiled: bool = True
     """Use the compiled staircase merge for K = 2 (:mod:`frontier.staircase`) when numba is installed."""
+    memory_limit_bytes: float | None = None
+    """Most bytes of kept tables before :class:`frontier.memory_limit.SolverMemoryError` (None: no limit)."""
     stats: CombineStats = field(default_factory=CombineStats)
     _memo: dict = field(default_factory=dict, repr=False)
 
@@ -103,6 +108,7 @@ class Combiner:
         hit = self._memo.get(digest) if self.reuse else None
         if hit is None:
             hit = self._compute(arranged, out_scope, drop)
+            self._count_kept(hit)
             if self.reuse:
                 self._memo[digest] = hit
         else:
@@ -119,6 +125,12 @@ class Combiner:
             var=drop,
             vals=vals,
         )
+
+    def _count_kept(self, hit: tuple) -> None:
+        """Add a computed table's bytes to the kept total; raise past the memory limit."""
+        self.stats.kept_bytes += sum(a.nbytes for a in hit if a is not None)
+        if self.memory_limit_bytes is not None and self.stats.kept_bytes > self.memory_limit_bytes:
+            raise SolverMemoryError(limit_message(self.stats.kept_bytes, self.memory_limit_bytes))
 
     def _compute(self, tables: list[Table], out_scope: tuple[int, ...], drop: int | None):
         """The vectorised sum-and-union; returns (cost, start, rows, vals)."""

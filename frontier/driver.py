@@ -43,6 +43,7 @@ from frontier.combine import Combiner, CombineStats
 from frontier.components import component_tables, sum_components
 from frontier.dominance import drop_dominated_configs
 from frontier.linear_dp import linear_dp
+from frontier.memory_limit import default_limit_bytes
 from frontier.pareto import pareto_select
 from frontier.plan import reconstruct
 from frontier.point import Point
@@ -67,6 +68,7 @@ def solve(
     progress: Callable[[int, int], None] | None = None,
     reuse: bool = True,
     report: SolveReport | None = None,
+    memory_limit_bytes: float | None | str = "auto",
 ) -> list[Point]:
     """The Pareto frontier of the cost graph ``G`` (see the module docstring).
 
@@ -80,6 +82,9 @@ def solve(
             ``done = total``).
         reuse: memoise identical reductions (repeated blocks); off only for comparisons.
         report: filled with the reductions applied and the kernel counters, if given.
+        memory_limit_bytes: most bytes the kept tables may take; ``"auto"``:
+            :func:`frontier.memory_limit.default_limit_bytes` (60 % of the available memory, or
+            ``$TENSOROPT_SOLVER_MEMORY_GIB``); None: no limit.
 
     Returns:
         One :class:`~frontier.point.Point` per distinct non-dominated cost vector, sorted
@@ -87,6 +92,8 @@ def solve(
 
     Raises:
         ValueError: bad input, naming the node or edge (see :func:`frontier.validate.load_problem`).
+        frontier.memory_limit.SolverMemoryError: the tables outgrew ``memory_limit_bytes`` (the
+            message says what to change), instead of the process being killed by the system.
 
     Example:
         >>> import networkx as nx, numpy as np
@@ -103,7 +110,10 @@ def solve(
     components = component_tables(problem)
     depth = max(len({v for t in comp for v in t.scope}) for comp in components)
     box_eps = (1.0 + epsilon) ** (1.0 / depth) - 1.0 if epsilon > 0 else 0.0
-    combiner = Combiner(sizes=problem.sizes, box_eps=box_eps, reuse=reuse)
+    if memory_limit_bytes == "auto":
+        memory_limit_bytes = default_limit_bytes()
+    combiner = Combiner(sizes=problem.sizes, box_eps=box_eps, reuse=reuse,
+                        memory_limit_bytes=memory_limit_bytes)
     done = [0]
 
     def tick() -> None:

@@ -230,6 +230,9 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         points = ft.solve(G, epsilon=split_epsilon(job.planner.epsilon), progress=solver_progress)
     except ValueError as e:
         raise PlanningError(f"solving the frontier for {num_devices} devices: {e}") from None
+    except ft.SolverMemoryError as e:
+        hint = "" if job.planner.hierarchical_for(num_devices) else " (or planner.space: hierarchical)"
+        raise PlanningError(f"solving the frontier for {num_devices} devices: {e}{hint}") from None
     points = thin_frontier(points, split_epsilon(job.planner.epsilon))
     timing["solve"] = time.perf_counter() - start - timing["cost_graph"]
     frontier = frontier_from_points(G, graph, points, job.training.global_batch_size)

@@ -163,3 +163,13 @@ def test_epsilon_frontier_covers_the_exact_one(tmp_path, mlp_frontier):
                 for q in thin.plans
             )
     assert sum(len(f.plans) for f in approx.frontiers) < sum(len(f.plans) for f in mlp_frontier.frontiers)
+
+
+def test_a_solve_past_the_memory_limit_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TENSOROPT_SOLVER_MEMORY_GIB", "1e-7")  # ~100 bytes: every solve outgrows it
+    job = write_job(tmp_path, MLP_JOB.replace("BUDGET", "1GiB"))
+    out = tmp_path / "out"
+    assert cli.main(["plan", str(job), "--out", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "solving the frontier for" in err and "past the solver limit" in err
+    assert "planner.space: hierarchical" in err and not (out / "frontier.json").exists()
