@@ -18,14 +18,18 @@ constants only, e.g. ``arange``) run as they are, a plain tensor result wrapped 
 
 A plan that is a pure batch split throughout (every node :func:`estimators.overhead.batch_local`,
 each consuming its producers' layout unchanged: data parallelism of an MLP) needs no
-communication in forward but the loss's mean; it runs as a whole on local tensors, as DDP does:
-the parameters' local tensors as leaves whose gradients become Partial(sum) DTensor gradients
-(``on_grad`` is then told, for the bucketed all-reduce), the batch-split cross entropy through
-:func:`local_ops.partial_mean_cross_entropy`: the loss is returned as a Partial(sum) DTensor (each
-rank's share of the global mean; the count of valid labels is all-reduced asynchronously while
-forward runs), so forward has no blocking collective and the loss is summed only when read,
-after the step (:func:`local_ops.mean_cross_entropy`, one blocking all-reduce, where the loss
-feeds further ops). DTensor's per-operator dispatch costs about as much as a small operator's
+communication in forward; it runs as a whole on local tensors, as DDP does: the parameters'
+local tensors as leaves whose gradients become Partial(sum) DTensor gradients (``on_grad`` is
+then told, for the bucketed all-reduce), the batch-split cross entropy through
+:func:`local_ops.partial_mean_cross_entropy`.
+
+In both modes a plain-mean cross entropy that is the graph's output returns the loss as a
+Partial(sum) DTensor (each rank's share of the global mean), summed only when read after the
+step; the count of valid labels comes from the step's global batch (:attr:`global_inputs`,
+which every rank holds) or else from an all-reduce launched when forward starts
+(:meth:`_launch_label_counts`). Forward then has no blocking collective for the loss; where the
+loss feeds further ops it is the replicated mean (:func:`local_ops.mean_cross_entropy`, one
+blocking all-reduce). DTensor's per-operator dispatch costs about as much as a small operator's
 compute on a CPU.
 """
 

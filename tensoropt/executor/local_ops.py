@@ -1,10 +1,12 @@
 """Operators the executor runs on local shards instead of through DTensor.
 
 Cross entropy with the batch split (mean over the batch, no class weights, no label smoothing):
-each rank sums its samples' losses and counts its valid labels, one all-reduce of (sum, count)
-over the split axes gives the mean, replicated; its backward is local (the gradient of the mean
-is 1/count). DTensor issues one collective in forward and one more in backward (the total
-weight), each a synchronisation point between the ranks.
+each rank sums its samples' losses; divided by the count of valid labels on all ranks, that is
+the rank's share of the mean (:func:`partial_mean_cross_entropy`, a Partial(sum) loss when the
+loss is the graph's output), or one all-reduce of (sum, count) over the split axes gives the
+mean, replicated (:func:`mean_cross_entropy`); the backward is local either way (the gradient
+of the mean is 1/count). DTensor issues one collective in forward and one more in backward (the
+total weight), each a synchronisation point between the ranks.
 
 Linear and unary elementwise ops were tried here too (``to_local`` with the split's gradient
 placements, the aten op, ``from_local``) and measured slower than DTensor's dispatch on torch
