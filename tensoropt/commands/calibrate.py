@@ -127,16 +127,27 @@ def _worker(
         dist.destroy_process_group()
 
 
+BUSY_S = 1e-3
+"""Host compute before each timed call. In a training step a collective follows the compute that
+produced its input, not a barrier: on a CPU host its threads have gone to sleep meanwhile and the
+wake-up is part of what it costs (gloo on 2 cores: +1-3 ms on a fraction of the calls)."""
+
+
 def _times_s(fn, iters: int, warmup: int, device) -> list[float]:
-    """This rank's times of ``iters`` calls of ``fn`` (after ``warmup``), each started after a barrier."""
+    """This rank's times of ``iters`` calls of ``fn`` (after ``warmup``): each after a barrier and
+    :data:`BUSY_S` of compute, as in a step."""
     import torch
     import torch.distributed as dist
 
     times = []
+    busy = torch.ones(128, 128)
     for i in range(iters + warmup):
         dist.barrier()
         if device.type == "cuda":
             torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < BUSY_S:  # as in a step: the collective follows compute
+            busy @ busy
         t0 = time.perf_counter()
         fn()
         if device.type == "cuda":
