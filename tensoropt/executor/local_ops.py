@@ -48,12 +48,19 @@ class _GlobalMean(torch.autograd.Function):
         return grad / ctx.count, None, None
 
 
-def cross_entropy(logits, labels, weight=None, reduction: int = 1, ignore_index: int = -100,
-                  label_smoothing: float = 0.0):
-    """Mean cross entropy of batch-split (or replicated) logits, replicated; None for other cases.
+_CE_NAMES = ("logits", "labels", "weight", "reduction", "ignore_index", "label_smoothing")
 
-    Example:
-        >>> loss = cross_entropy(z, y)  # doctest: +SKIP
+
+def _bind(args: tuple, kwargs: dict) -> dict | None:
+    """The aten cross entropy's arguments by name, or None for an unknown one or no labels."""
+    bound = dict(zip(_CE_NAMES, args), **kwargs)
+    return None if set(bound) - set(_CE_NAMES) or "labels" not in bound else bound
+
+
+def _batch_axes(logits, labels, weight=None, reduction: int = 1, label_smoothing: float = 0.0,
+                **_) -> list[int] | None:
+    """Mesh axes that split both the logits' and the labels' batch, or None where the local path does
+    not apply (not a plain mean of 2-D DTensor logits, or an axis neither batch-split nor replicated).
     """
     if not (isinstance(logits, DTensor) and isinstance(labels, DTensor) and logits.dim() == 2
             and labels.dim() == 1 and weight is None and reduction == 1 and not label_smoothing):
@@ -64,6 +71,23 @@ def cross_entropy(logits, labels, weight=None, reduction: int = 1, ignore_index:
             axes.append(axis)
         elif not (zp == _R and yp == _R):
             return None
+    return axes
+
+
+def _local_sum(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(logits, labels, reduction="sum", ignore_index=ignore_index)
+
+
+def cross_entropy(logits, labels, weight=None, reduction: int = 1, ignore_index: int = -100,
+                  label_smoothing: float = 0.0):
+    """Mean cross entropy of batch-split (or replicated) logits, replicated; None for other cases.
+
+    Example:
+        >>> loss = cross_entropy(z, y)  # doctest: +SKIP
+    """
+    axes = _batch_axes(logits, labels, weight, reduction, label_smoothing)
+    if axes is None:
+        return None
     mesh = logits.device_mesh
     zl = logits.to_local(grad_placements=logits.placements)
     loss = mean_cross_entropy(zl, labels.to_local(), ignore_index, [mesh.get_group(a) for a in axes])
@@ -78,8 +102,7 @@ def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index:
         >>> abs(loss.item() - math.log(4)) < 1e-6
         True
     """
-    local_sum = torch.nn.functional.cross_entropy(logits, labels, reduction="sum", ignore_index=ignore_index)
-    return _GlobalMean.apply(local_sum, (labels != ignore_index).sum(), groups)
+    return _GlobalMean.apply(_local_sum(logits, labels, ignore_index), (labels != ignore_index).sum(), groups)
 
 
 def partial_mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int,
@@ -95,7 +118,7 @@ def partial_mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignor
         >>> abs(share.item() - math.log(4) / 2) < 1e-6
         True
     """
-    local_sum = torch.nn.functional.cross_entropy(logits, labels, reduction="sum", ignore_index=ignore_index)
+    local_sum = _local_sum(logits, labels, ignore_index)
     return local_sum / count.to(local_sum.dtype).reshape(())
 
 
@@ -108,22 +131,12 @@ def partial_cross_entropy(args: tuple, kwargs: dict, count: torch.Tensor):
     Example:
         >>> loss = partial_cross_entropy((z, y), {}, count)  # doctest: +SKIP
     """
-    names = ("logits", "labels", "weight", "reduction", "ignore_index", "label_smoothing")
-    bound = dict(zip(names, args), **kwargs)
-    logits, labels = bound.get("logits"), bound.get("labels")
-    plain_mean = (bound.get("weight") is None and bound.get("reduction", 1) == 1
-                  and not bound.get("label_smoothing"))
-    if set(bound) - set(names) or not plain_mean or not isinstance(logits, DTensor) \
-            or not isinstance(labels, DTensor) or logits.dim() != 2 or labels.dim() != 1:
+    bound = _bind(args, kwargs)
+    axes = None if bound is None else _batch_axes(**bound)
+    if axes is None:
         return None
-    placements = []
-    for zp, yp in zip(logits.placements, labels.placements):
-        if isinstance(zp, Shard) and zp.dim == 0 and isinstance(yp, Shard) and yp.dim == 0:
-            placements.append(Partial())
-        elif zp == _R and yp == _R:
-            placements.append(_R)
-        else:
-            return None
+    logits, labels = bound["logits"], bound["labels"]
+    placements = [Partial() if a in axes else _R for a in range(logits.device_mesh.ndim)]
     zl = logits.to_local(grad_placements=logits.placements)
     share = partial_mean_cross_entropy(zl, labels.to_local(), bound.get("ignore_index", -100), count)
     return DTensor.from_local(share, logits.device_mesh, placements, run_check=False, shape=(), stride=())
@@ -137,8 +150,5 @@ def run_local(packet: str, args: tuple, kwargs: dict):
     """
     if packet != "cross_entropy_loss":
         return None
-    names = ("logits", "labels", "weight", "reduction", "ignore_index", "label_smoothing")
-    bound = dict(zip(names, args), **kwargs)
-    if set(bound) - set(names) or "labels" not in bound:
-        return None
-    return cross_entropy(bound.pop("logits"), bound.pop("labels"), **bound)
+    bound = _bind(args, kwargs)
+    return None if bound is None else cross_entropy(**bound)
