@@ -143,6 +143,8 @@ class PlanInterpreter(fx.Interpreter):
         """Loss nodes returned as partial sums over the batch axes (summed when read, after the step)."""
         self._counts: dict[fx.Node, tuple] = {}
         """Loss node -> its label count's all-reduce, launched when the forward pass starts."""
+        self._losses = self._partial_losses() if mesh is not None else []
+        """(loss node, its labels' graph input, ignore_index) of the losses left partial sums."""
         self.global_inputs: dict[str, torch.Tensor] = {}
         """Graph input name -> the step's whole (global) value, where every rank holds it (the trainer
         loads each step's global batch on every rank): label counts are then taken from it."""
@@ -225,12 +227,10 @@ class PlanInterpreter(fx.Interpreter):
             if n.op == "call_function":
                 a, kw = fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
                 if packet_name(n) == "cross_entropy_loss":
-                    bound = dict(zip(("logits", "labels", "weight", "reduction", "ignore_index"), a), **kw)
+                    bound = dict(zip(("logits", "labels") + _CE_ARGS[2:], a), **kw)
                     ignore_index = bound.get("ignore_index", -100)
                     if n in counts:
-                        work, count = counts.pop(n)
-                        if work is not None:
-                            work.wait()
+                        count = self._take_count(counts, n)
                         env[n] = local_ops.partial_mean_cross_entropy(bound["logits"], bound["labels"],
                                                                       ignore_index, count)
                     else:
@@ -245,18 +245,14 @@ class PlanInterpreter(fx.Interpreter):
                 env.pop(used, None)
         return result
 
-    def _launch_label_counts(self, values: dict) -> dict:
-        """Cross-entropy node -> (async all-reduce work or None, float64 count of valid labels on all ranks).
+    def _partial_losses(self) -> list[tuple[fx.Node, fx.Node, int]]:
+        """The losses that can stay partial sums: (node, labels' graph input, ignore_index).
 
-        For each plain-mean cross entropy whose only user is the graph's output and whose labels are
-        a graph input (through reshapes only, which keep every label): its loss can stay a partial
-        sum, read after the step, so the one number forward needs from the other ranks, the count of
-        valid labels, is all-reduced while the forward pass runs instead of the loss after it.
-        ``values``: placeholder node -> its value (a local tensor or a DTensor). Where the step's
-        whole labels are at hand (:attr:`global_inputs`) the count needs no collective at all.
-        Otherwise inputs split over more than one mesh axis are left to the blocking path.
+        Each plain-mean cross entropy whose only user is the graph's output and whose labels are a
+        graph input (through reshapes only, which keep every label): it is read after the step, so
+        the one number forward needs from the other ranks is the count of valid labels.
         """
-        out = {}
+        out = []
         for n in self.graph.nodes:
             if n.op != "call_function" or packet_name(n) != "cross_entropy_loss" or not _plain_mean(n):
                 continue
@@ -270,12 +266,25 @@ class PlanInterpreter(fx.Interpreter):
             while isinstance(labels, fx.Node) and labels.op == "call_function" \
                     and packet_name(labels) in _RESHAPES:
                 labels = labels.args[0]
-            if not isinstance(labels, fx.Node) or labels.op != "placeholder" or labels not in values:
-                continue
-            ignore_index = dict(zip(_CE_ARGS, n.args), **n.kwargs).get("ignore_index", -100)
+            if isinstance(labels, fx.Node) and labels.op == "placeholder":
+                out.append((n, labels, dict(zip(_CE_ARGS, n.args), **n.kwargs).get("ignore_index", -100)))
+        return out
+
+    def _launch_label_counts(self, values: dict) -> dict:
+        """Loss node -> (async all-reduce work or None, float64 count of valid labels on all ranks).
+
+        For each loss of :meth:`_partial_losses`. ``values``: placeholder node -> its value (a local
+        tensor or a DTensor). Where the step's whole labels are at hand (:attr:`global_inputs`) the
+        count needs no collective; otherwise it is all-reduced while the forward pass runs, and
+        labels split over more than one mesh axis are left to the blocking path.
+        """
+        out = {}
+        for n, labels, ignore_index in self._losses:
             whole = self.global_inputs.get(labels.name)
             if whole is not None:  # every rank holds the step's whole batch: no collective at all
                 out[n] = (None, (whole != ignore_index).sum().to(torch.float64).reshape(1))
+                continue
+            if labels not in values:
                 continue
             source = self.placements.get(labels.name)
             layout = tuple(source.output) if source is not None else ("R",) * self.mesh.ndim
@@ -288,6 +297,14 @@ class PlanInterpreter(fx.Interpreter):
             work = dist.all_reduce(count, group=self.mesh.get_group(axes[0]), async_op=True) if axes else None
             out[n] = (work, count)
         return out
+
+    @staticmethod
+    def _take_count(counts: dict, n: fx.Node) -> torch.Tensor:
+        """The label count of loss ``n`` (waiting for its all-reduce), removed from ``counts``."""
+        work, count = counts.pop(n)
+        if work is not None:
+            work.wait()
+        return count
 
     def _local_output(self, n: fx.Node, value):
         if not isinstance(value, torch.Tensor):
@@ -356,11 +373,8 @@ class PlanInterpreter(fx.Interpreter):
         if config.options:  # recompute / zero3 (tensoropt.executor.options)
             return memory_options.run_node(self, n, config)
         args, kwargs = self._lay_out_operands(n, config)
-        if n in self._counts:  # the loss, left a partial sum (see _launch_label_counts)
-            work, count = self._counts.pop(n)
-            if work is not None:
-                work.wait()
-            out = local_ops.partial_cross_entropy(args, kwargs, count)
+        if n in self._counts:  # the loss, left a partial sum (see _partial_losses)
+            out = local_ops.partial_cross_entropy(args, kwargs, self._take_count(self._counts, n))
             if out is not None:
                 self._partial_outputs.add(n)
                 return out
