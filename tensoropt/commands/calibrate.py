@@ -124,7 +124,9 @@ def _worker(
         if rank == 0:
             Path(out_file).write_text(yaml.safe_dump(results))
     finally:
-        dist.destroy_process_group()
+        from tensoropt.executor.worker import end_process_group
+
+        end_process_group()
 
 
 BUSY_S = 1e-3

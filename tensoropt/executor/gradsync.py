@@ -35,6 +35,10 @@ def _single_partial_axis(p: DTensor) -> int | None:
     return axis
 
 
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
 class GradSync:
     """The data-parallel gradient all-reduce, overlapped with backward and bucketed as DDP does.
 
@@ -61,6 +65,7 @@ class GradSync:
         self._open: dict[tuple, tuple[list[DTensor], list[int]]] = {}
         self._inflight: list[tuple] = []
         self._collectives = 0
+        self._buffers: dict[tuple, torch.Tensor] = {}
         if hooks:
             for p in self.params:
                 if isinstance(p, DTensor) and p.requires_grad:
@@ -83,7 +88,15 @@ class GradSync:
     def _launch(self, key: tuple) -> None:
         members, _ = self._open.pop(key)
         axis = key[1]
-        flat = torch.cat([p.grad._local_tensor.reshape(-1) for p in members])
+        grads = [p.grad._local_tensor.reshape(-1) for p in members]
+        # one flat buffer per bucket, kept across steps (as DDP's buckets): no allocation per step
+        bucket_key = (key, tuple(id(p) for p in members))
+        flat = self._buffers.get(bucket_key)
+        numel = sum(g.numel() for g in grads)
+        if flat is None or flat.numel() != numel or any(_shares_storage(g, flat) for g in grads):
+            flat = torch.empty(numel, dtype=grads[0].dtype, device=grads[0].device)
+            self._buffers[bucket_key] = flat
+        torch.cat(grads, out=flat)
         work = dist.all_reduce(flat, group=members[0].device_mesh.get_group(axis), async_op=True)
         self._inflight.append((work, flat, members))
         self._collectives += 1

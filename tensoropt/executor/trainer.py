@@ -195,23 +195,32 @@ class Trainer:
                 values.append(x)
         return values
 
-    def step(self, step: int) -> tuple[float, float, int]:
-        """One training step; returns (loss, time_s, saved activation bytes)."""
+    def step(self, step: int, measure_memory: bool = True) -> tuple[float, float, int | None]:
+        """One training step; returns (loss, time_s, saved activation bytes or None).
+
+        ``measure_memory``: record the storages autograd saves and the gradients' bytes (a
+        saved-tensor hook on every saved tensor, inside the timed step). The graph's shapes are
+        fixed, so :meth:`train` measures the first step of each call and times the rest bare.
+        """
         batch = self.batch(step)
         if self.fail_at_step == step:
             raise RuntimeError(f"injected failure at step {step} on this rank (test of error propagation)")
         values = self._placeholder_values(batch)  # the data loading: not part of the step time
         _sync()
         start = time.perf_counter()
-        with SavedTensors() as saved:
+        if measure_memory:
+            with SavedTensors() as saved:
+                out = self.interpreter.run(*values)
+        else:
             out = self.interpreter.run(*values)
         loss = out[0] if isinstance(out, (tuple, list)) else out
-        activation_bytes = saved.bytes(exclude=storage_keys(self.params.values()))
+        activation_bytes = saved.bytes(exclude=storage_keys(self.params.values())) if measure_memory else None
         loss.backward()
         self._sync_grads()
         self.zero.shard_gradients()
-        grads = [p.grad for p in self.params.values() if p.grad is not None] + self.zero.gradients()
-        self.grad_bytes = storage_bytes(grads)
+        if measure_memory:
+            grads = [p.grad for p in self.params.values() if p.grad is not None] + self.zero.gradients()
+            self.grad_bytes = storage_bytes(grads)
         self.optimizer.step()
         self.zero.gather()
         self.optimizer.zero_grad(set_to_none=True)
@@ -235,14 +244,15 @@ class Trainer:
         """Train ``steps`` steps from global step ``start_step``; measure time and memory.
 
         The memory figure is the maximum over ranks of parameters + gradients + optimizer
-        state + the saved activations of the largest step. ``after_step(done)``, when given, is
-        called after each step with the number of global steps done (checkpointing hooks in).
+        state + the saved activations of a step (measured on the first step: the exported graph's
+        shapes are the same every step). ``after_step(done)``, when given, is called after each
+        step with the number of global steps done (checkpointing hooks in).
         """
         result = RunResult(self.plan.plan_id, self.plan.devices)
         peak_act = 0
         for step in range(start_step, start_step + steps):
-            loss, time_s, act = self.step(step)
-            peak_act = max(peak_act, act)
+            loss, time_s, act = self.step(step, measure_memory=step == start_step)
+            peak_act = max(peak_act, act or 0)
             result.steps.append({"step": step, "loss": loss, "time_s": time_s})
             if after_step is not None:
                 after_step(step + 1)

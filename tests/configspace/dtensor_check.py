@@ -149,7 +149,9 @@ def main(out_path: str) -> None:
     if dist.get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump({"checked": checked, "problems": problems}, f, indent=1)
-    dist.destroy_process_group()
+    from tensoropt.executor.worker import end_process_group
+
+    end_process_group()
 
 
 def _value(rec, fx_arg, inputs, ep):

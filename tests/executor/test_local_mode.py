@@ -118,6 +118,7 @@ def _count_all_reduce_worker(rank: int, store_path: str, out_path: str) -> None:
 
     from tensoropt.executor.plan import ExecPlan
     from tensoropt.executor.trainer import Trainer
+    from tensoropt.executor.worker import end_process_group
 
     dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
     try:
@@ -134,7 +135,7 @@ def _count_all_reduce_worker(rank: int, store_path: str, out_path: str) -> None:
         if rank == 0:
             torch.save({"loss": value, "grads": grads}, out_path)
     finally:
-        dist.destroy_process_group()
+        end_process_group()
 
 
 @pytest.mark.distributed

@@ -16,7 +16,7 @@ from tensoropt.executor.memory import SavedTensors, storage_bytes, storage_keys
 from tensoropt.executor.placements import raw_output_layout, to_layout, to_placements
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.trainer import RunResult, Trainer
-from tensoropt.executor.worker import metrics_json
+from tensoropt.executor.worker import end_process_group, metrics_json
 from tensoropt.launch import LaunchOptions, torchrun_command
 
 pytestmark = pytest.mark.timeout(120)
@@ -182,4 +182,4 @@ def test_redistributed_values_keep_reshape_working(tmp_path):
         out.sum().backward()  # differentiable: the gradient reaches the gathered value
         assert consistent_strides(fixed) is fixed  # already consistent: the identity, no copy
     finally:
-        dist.destroy_process_group()
+        end_process_group()
