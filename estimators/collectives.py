@@ -16,6 +16,14 @@ all-gather and reduce-scatter are the matching two-stage halves; all-to-all is b
 slower link for the bytes that cross it. Calibrated fits (``Cluster.fits``) replace the
 formula when collective, group size and level match. gloo has no all-to-all: it is an
 all-gather of every device's buffer followed by a local chunk.
+
+Gradient all-reduce (data parallelism) is bucketed, by the executor as by DDP: gradients are
+flattened into buckets of ``GRAD_BUCKET_BYTES`` and each bucket is one all-reduce. A parameter
+of ``b < GRAD_BUCKET_BYTES`` bytes pays its share of a full bucket's time, ``T(bucket) * b /
+bucket`` (latency amortised over the bucket; additive over parameters), a larger one its own
+all-reduce (:func:`grad_all_reduce_time_s`). A model whose gradients fill less than one bucket
+pays less than its real latency (the executor's first bucket closes at
+``FIRST_GRAD_BUCKET_BYTES``, and the last is partial): up to two latencies per step.
 """
 
 from __future__ import annotations
@@ -25,6 +33,12 @@ from collections.abc import Iterable
 
 from estimators.profiles import COLLECTIVES, Cluster, Link
 from tensoropt.configspace.configuration import Mesh
+
+GRAD_BUCKET_BYTES = 25 * 2**20
+"""Largest flattened gradient bucket (DDP's default bucket size; the executor's too)."""
+
+FIRST_GRAD_BUCKET_BYTES = 2**20
+"""The first bucket of a step is started at this size (DDP's default), so communication starts early."""
 
 
 class CommModel:
@@ -165,3 +179,23 @@ def ring_coefficients(collective: str, p: int) -> tuple[float, float]:
     if collective == "broadcast":
         return float(math.ceil(math.log2(p))), 1.0
     raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
+
+
+def grad_all_reduce_time_s(comm: CommModel, nbytes: float, axes: Iterable[int]) -> float:
+    """A parameter's share of the bucketed gradient all-reduce of ``nbytes`` over ``axes``.
+
+    ``T(GRAD_BUCKET_BYTES) * nbytes / GRAD_BUCKET_BYTES`` below a bucket's size (the bucket's
+    one latency shared by the gradients in it), the all-reduce's own time above.
+
+    Example:
+        >>> from estimators.profiles import load_cluster
+        >>> cm = CommModel(load_cluster("cpu-local"), Mesh((2,), ("gpu",)))
+        >>> small = grad_all_reduce_time_s(cm, 4096, (0,))
+        >>> small < cm.time_s("all_reduce", 4096, (0,)) / 100  # no longer one latency per bias
+        True
+        >>> grad_all_reduce_time_s(cm, 2**28, (0,)) == cm.time_s("all_reduce", 2**28, (0,))
+        True
+    """
+    if nbytes >= GRAD_BUCKET_BYTES:
+        return comm.time_s("all_reduce", nbytes, axes)
+    return comm.time_s("all_reduce", GRAD_BUCKET_BYTES, axes) * nbytes / GRAD_BUCKET_BYTES

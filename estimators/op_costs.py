@@ -6,7 +6,8 @@ Node cost c(v, s) (shared/guide/ALGORITHM.md):
   timer), plus the optimizer step over the local parameters;
 * communication inside the operator: the partial-sum reduction of its output
   (``Configuration.partial_axes``: all-reduce to R, or reduce-scatter to S with an all-gather
-  backward) and the weight-gradient all-reduce over ``grad_sync_axes``;
+  backward) and the weight-gradient all-reduce over ``grad_sync_axes``, bucketed
+  (:func:`estimators.collectives.grad_all_reduce_time_s`);
 * memory: local parameters x (1 + 1 gradient + optimizer state factor), the tensors the
   operator saves for backward that it owns (its output when it saves it, statistics, masks,
   indices; :mod:`estimators.memory`), and its output once more when two or more consumers save
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from estimators.collectives import CommModel
+from estimators.collectives import CommModel, grad_all_reduce_time_s
 from estimators.compute import LocalOp, optimizer_time_s, roofline_time_s
 from estimators.memory import SavingRules, extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
 from estimators.overhead import node_overhead_s, runs_local
@@ -248,7 +249,7 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
         if key not in shared:
             own_param_bytes += b
             if sync.get(key):
-                comm_s += comm.time_s("all_reduce", b, sync[key])
+                comm_s += grad_all_reduce_time_s(comm, b, sync[key])  # bucketed
                 buffer = max(buffer, b)
     device = model.cluster.device
     compute_s = (

@@ -44,6 +44,7 @@ from collections import ChainMap
 import networkx as nx
 import numpy as np
 
+from estimators.collectives import grad_all_reduce_time_s
 from estimators.compute import optimizer_time_s, roofline_time_s
 from estimators.memory import extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
 from estimators.op_costs import Cost, CostModel, GraphInfo, _bytes, local_op, node_cost
@@ -114,7 +115,7 @@ def _zero3_delta(model: CostModel, node: dict, config: Configuration, base: Conf
             comm_s += (
                 2 * comm.time_s("all_gather", b, axes)
                 + comm.time_s("reduce_scatter", b, axes)
-                - comm.time_s("all_reduce", b, axes)
+                - grad_all_reduce_time_s(comm, b, axes)
             )
             buffer = max(buffer, b)
     device, n = model.cluster.device, len(node["params"])
@@ -140,7 +141,7 @@ def _zero12_delta(model: CostModel, node: dict, config: Configuration, base: Con
         axes = sync[key]
         comm_s += comm.time_s("all_gather", b, axes)
         if grads_too:
-            comm_s += comm.time_s("reduce_scatter", b, axes) - comm.time_s("all_reduce", b, axes)
+            comm_s += comm.time_s("reduce_scatter", b, axes) - grad_all_reduce_time_s(comm, b, axes)
         buffer = max(buffer, b)
     device, n = model.cluster.device, len(shapes)
     opt_s = optimizer_time_s(device, shard_total, n, model.optimizer) - optimizer_time_s(

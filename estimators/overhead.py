@@ -108,7 +108,7 @@ def runs_local(node: dict, config) -> bool:
     if len(inputs) != 2 or len(node["inputs"][0]["shape"]) != 2 or len(node["inputs"][1]["shape"]) != 1:
         return False
     attrs = node.get("attrs") or {}
-    if attrs.get("label_smoothing") or attrs.get("reduction", 1) != 1:
+    if attrs.get("label_smoothing") or attrs.get("reduction", "mean") not in ("mean", 1):  # capture names it
         return False
     return all(z == y and z in ("R", "S(0)") for z, y in zip(*inputs))
 

@@ -15,11 +15,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
-BUCKET_BYTES = 25 * 2**20
-"""Largest flattened bucket (DDP's default bucket size)."""
-
-FIRST_BUCKET_BYTES = 2**20
-"""The first bucket of a step is started at this size (DDP's default), so communication starts early."""
+from estimators.collectives import FIRST_GRAD_BUCKET_BYTES as FIRST_BUCKET_BYTES
+from estimators.collectives import GRAD_BUCKET_BYTES as BUCKET_BYTES
 
 
 def _single_partial_axis(p: DTensor) -> int | None:

@@ -78,6 +78,29 @@ def test_which_configurations_run_locally():
     assert not runs_local(ce, classes)
 
 
+def test_a_captured_mean_cross_entropy_runs_locally_and_pays_no_loss_all_reduce():
+    """The capture names the reduction ("mean"); the batch-split loss is a partial sum read after the step."""
+    import torch
+
+    from tensoropt.capture.graph import build_graph
+    from tensoropt.configspace import configurations
+    from tensoropt.executor.program import export_program
+    from tensoropt.models import build_model
+
+    model, _ = build_model("mlp", in_features=8, hidden=[16], num_classes=4)
+    graph = build_graph(export_program(model, (torch.randn(8, 8), torch.randint(0, 4, (8,)))))
+    name = next(n for n, d in graph.nx.nodes(data=True) if "cross_entropy" in str(d.get("op")))
+    node = graph.nx.nodes[name]
+    assert node["attrs"]["reduction"] == "mean"
+    split = next(c for c in configurations(graph, MESH)[name] if c.label == "batch=2")
+    assert runs_local(node, split)
+    info = GraphInfo({name: True}, {name: True}, {}, {name: False})
+    assert node_cost(_model(), info, name, node, split).comm_s == 0.0
+    smoothed = dict(node, attrs={**node["attrs"], "label_smoothing": 0.1})
+    assert not runs_local(smoothed, split)
+    assert node_cost(_model(), info, name, smoothed, split).comm_s > 0.0
+
+
 def _model(**overheads) -> CostModel:
     cluster = load_cluster("cpu-local")
     zero = {"op_overhead_local_s": 0.0, "op_overhead_dtensor_s": 0.0, "redistribute_overhead_s": 0.0}
