@@ -5,7 +5,11 @@ aten op (from the exported program) at the local shapes a configuration gives on
 forward then backward, and keeps the mean of a few repetitions (the slowest 10 % left out, as
 ``tensoropt calibrate`` summarises collectives: a step's average is the sum of its operators'
 averages), on as many CPU threads as a worker gets (``OMP_NUM_THREADS``, 1 under torchrun with
-several processes). Results are cached in
+several processes). On a CPU the ranks of one host compute the same shapes at the same moment
+and share its cores' caches and memory bandwidth: ``co_runners`` threads run the same op on their
+own tensors while it is timed (one per other rank on the host), so the timing carries that
+contention (2-12 % on the fully-connected shapes of ``benchmarks/executor_vs_ddp.py`` on this
+2-core machine; GPUs are timed alone). Results are cached in
 ``<cache_dir>/<device>.json`` keyed by device name + op + local shapes + dtypes + attributes,
 so a later plan (another device count, another model sharing layer shapes) reuses them.
 Anything that cannot be timed (an op whose arguments do not fit the local shapes) falls back to
@@ -19,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +44,7 @@ def default_cache_dir() -> Path:
 
 #: Tag of how timings are taken; part of every cache key, so a change re-measures.
 TIMING = "mean-v2"
+# (a timing taken beside co-running ranks adds their count to its key)
 
 
 def worker_threads() -> int:
@@ -54,8 +60,9 @@ def worker_threads() -> int:
         return 1
 
 
-def cache_key(device_name: str, node: dict, op: LocalOp) -> str:
-    """Stable key of one timing: device, aten op, local shapes and dtypes, attributes, what needs grad.
+def cache_key(device_name: str, node: dict, op: LocalOp, co_runners: int = 0) -> str:
+    """Stable key of one timing: device, aten op, local shapes and dtypes, attributes, what needs grad
+    (and the co-running ranks, when there are any).
 
     Example:
         >>> op = LocalOp("elementwise", "float32", 8.0, ((8,),), ("float32",), (), (8,), False, (True,))
@@ -77,7 +84,8 @@ def cache_key(device_name: str, node: dict, op: LocalOp) -> str:
             op.has_params,
             op.inputs_need_grad,
             node.get("attrs") or {},
-        ],
+        ]
+        + ([f"co-runners={co_runners}"] if co_runners else []),
         sort_keys=True,
         default=str,
     )
@@ -103,9 +111,11 @@ class ProfiledCompute:
     """
 
     def __init__(
-        self, device: Device, program=None, cache_dir: str | os.PathLike | None = None, repeats: int = 10
+        self, device: Device, program=None, cache_dir: str | os.PathLike | None = None, repeats: int = 10,
+        co_runners: int = 0,
     ):
         self.device, self.program, self.repeats = device, program, repeats
+        self.co_runners = co_runners if device.kind == "cpu" else 0
         self.path = Path(cache_dir or default_cache_dir()) / f"{device.name}.json"
         self.cache: dict[str, list[float]] = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.fx_nodes = {n.name: n for n in program.graph.nodes} if program is not None else {}
@@ -113,7 +123,7 @@ class ProfiledCompute:
 
     def __call__(self, name: str, node: dict, config, op: LocalOp) -> tuple[float, float] | None:
         """(forward, backward) seconds of the local shard, or None to use the roofline."""
-        key = cache_key(self.device.name, node, op)
+        key = cache_key(self.device.name, node, op, self.co_runners)
         if key in self.cache:
             self.hits += 1
             return tuple(self.cache[key])
@@ -122,7 +132,7 @@ class ProfiledCompute:
             self.fallbacks += 1
             return None
         try:
-            fwd, bwd = time_local_op(fx_node, node, op, self.repeats)
+            fwd, bwd = time_local_op(fx_node, node, op, self.repeats, self.co_runners)
         except Exception:  # arguments that do not fit the local shapes: the roofline answers
             self.fallbacks += 1
             return None
@@ -132,17 +142,26 @@ class ProfiledCompute:
         return fwd, bwd
 
     def _save(self) -> None:
+        """Write the cache, merged with what another timer or process wrote since it was read."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        if self.path.is_file():
+            try:
+                self.cache = {**json.loads(self.path.read_text()), **self.cache}
+            except (OSError, ValueError):  # a torn or foreign file: ours replaces it
+                pass
+        tmp = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(self.cache))
         tmp.replace(self.path)
 
 
-def time_local_op(fx_node, node: dict, op: LocalOp, repeats: int = 10) -> tuple[float, float]:
+def time_local_op(
+    fx_node, node: dict, op: LocalOp, repeats: int = 10, co_runners: int = 0
+) -> tuple[float, float]:
     """Run the aten op of ``fx_node`` at ``op``'s local shapes; mean forward and backward seconds.
 
     The mean leaves the slowest 10 % of the repetitions out (:func:`estimators.calibration.summarise_s`);
-    on the CPU the op runs on :func:`worker_threads` threads, as it will in a worker.
+    on the CPU the op runs on :func:`worker_threads` threads, as it will in a worker, while
+    ``co_runners`` threads run it too, on tensors of their own (the host's other ranks).
 
     Example:
         >>> import torch
@@ -178,13 +197,20 @@ def time_local_op(fx_node, node: dict, op: LocalOp, repeats: int = 10) -> tuple[
         val = arg.meta.get("val")
         return torch.ones(tuple(val.shape), dtype=val.dtype, device=dev)
 
-    def once() -> tuple[float, float]:
+    lock = threading.Lock()  # the argument builder walks one parameter-shape iterator
+
+    def arguments():
         nonlocal params
-        params = iter(op.param_shapes)
-        args, kwargs = call_arguments(fx_node, node["operands"], tensor_for)
+        with lock:
+            params = iter(op.param_shapes)
+            args, kwargs = call_arguments(fx_node, node["operands"], tensor_for)
         leaves = [
             t for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad
         ]
+        return args, kwargs, leaves
+
+    def once() -> tuple[float, float]:
+        args, kwargs, leaves = arguments()
         sync()
         t0 = time.perf_counter()
         out = fx_node.target(*args, **kwargs)
@@ -196,12 +222,34 @@ def time_local_op(fx_node, node: dict, op: LocalOp, repeats: int = 10) -> tuple[
             sync()
         return t1 - t0, time.perf_counter() - t1 if leaves and out.requires_grad else 0.0
 
+    stop = threading.Event()
+
+    def co_run() -> None:  # another rank of this host, computing the same shapes meanwhile
+        try:
+            args, kwargs, leaves = arguments()
+            while not stop.is_set():
+                out = fx_node.target(*args, **kwargs)
+                out = out[0] if isinstance(out, (tuple, list)) else out
+                if leaves and out.requires_grad:
+                    out.backward(torch.ones_like(out))
+                    for t in leaves:
+                        t.grad = None
+        except Exception:  # noqa: BLE001 - the timed run raises the same error and falls back
+            return
+
     threads = torch.get_num_threads()
+    n_co = co_runners if dev.type == "cpu" else 0
+    runners = [threading.Thread(target=co_run, daemon=True) for _ in range(n_co)]
     if dev.type == "cpu":
         torch.set_num_threads(worker_threads())
     try:
+        for r in runners:
+            r.start()
         once()  # warm-up
         runs = [once() for _ in range(max(1, repeats))]
     finally:
+        stop.set()
+        for r in runners:
+            r.join()
         torch.set_num_threads(threads)
     return summarise_s([r[0] for r in runs], "mean"), summarise_s([r[1] for r in runs], "mean")

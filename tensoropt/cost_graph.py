@@ -157,7 +157,10 @@ def cost_graph(
     if compute_mode == "profiled":
         from estimators.profiled import ProfiledCompute
 
-        timer = ProfiledCompute(cl.device, program=getattr(graph, "program", None), cache_dir=cache_dir)
+        # on a CPU host the other ranks compute at the same time, sharing caches and memory bandwidth
+        co_runners = min(num_devices, cl.devices_per_node) - 1
+        timer = ProfiledCompute(cl.device, program=getattr(graph, "program", None), cache_dir=cache_dir,
+                                co_runners=co_runners)
     if batch_norm == "auto":
         batch_norm = "decomposed" if mesh.num_devices > 1 else "native"
     rules = SavingRules(cl.device.kind, sdpa_backend, batch_norm)

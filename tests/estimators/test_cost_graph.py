@@ -112,3 +112,38 @@ def test_profiled_cache_key_separates_shapes_and_devices(tmp_path):
         assert timer("linear", g.nx.nodes["linear"], None, op) is not None
     assert timer.measured == 2 and len(json.loads(timer.path.read_text())) == 2
     assert timer("linear", g.nx.nodes["linear"], None, ops[0]) is not None and timer.hits == 1
+
+
+def test_profiled_timing_beside_co_running_ranks(tmp_path, monkeypatch):
+    """On a CPU the host's other ranks run the same op while it is timed; their timings are kept apart."""
+    import threading
+
+    import estimators.profiled as profiled
+    from estimators.op_costs import GraphInfo, local_op
+
+    g = capture(MLP(), mlp_inputs())
+    dp = cost_graph(g, "cpu-local", 2, configurations={k: [v] for k, v in mlp_plans()["dp"].items()})
+    op = local_op(g.nx.nodes["linear"], dp.nodes["linear"]["configurations"][0], dp.graph["mesh"],
+                  GraphInfo.of(g.nx))
+    calls = {"co": 0}
+    fx_node = {n.name: n for n in g.program.graph.nodes}["linear"]
+    real = fx_node.target
+
+    def counted(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            calls["co"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fx_node, "target", counted)
+    device = load_cluster("cpu-local").device
+    before = threading.active_count()
+    alone = ProfiledCompute(device, g.program, cache_dir=tmp_path, repeats=3)
+    beside = ProfiledCompute(device, g.program, cache_dir=tmp_path, repeats=3, co_runners=2)
+    assert alone("linear", g.nx.nodes["linear"], None, op) is not None and calls["co"] == 0
+    assert beside("linear", g.nx.nodes["linear"], None, op) is not None and calls["co"] > 0
+    assert threading.active_count() == before  # the co-runners stopped with the timing
+    assert len(json.loads(beside.path.read_text())) == 2  # two keys: alone and beside 2 ranks
+    node = g.nx.nodes["linear"]
+    assert profiled.cache_key("cpu", node, op, 2) != profiled.cache_key("cpu", node, op)
+    gpu = ProfiledCompute(load_cluster("h100x8").device, g.program, cache_dir=tmp_path, co_runners=7)
+    assert gpu.co_runners == 0  # a GPU is timed alone: its ranks do not share it
