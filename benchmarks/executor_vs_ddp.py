@@ -17,7 +17,8 @@ plan built first (its ranks wait longer on the gradient all-reduce; the CPU work
 same), an effect of the benchmark's crowded process, not of the executor; the in-rounds ratio
 is printed beside it. The load average before and after is printed with the figures.
 ``--calibrate`` first runs ``tensoropt calibrate --nproc 2 --overhead`` and prices the plans with
-the profile it writes, as a user calibrates the cluster they plan for.
+the profile it writes, their compute profiled in the same run (a fresh timing cache), as a user
+calibrates the cluster they plan for.
 
 Usage: ``.venv/bin/python benchmarks/executor_vs_ddp.py [--steps 10] [--rounds 3] [--compute profiled]
 [--paired-steps 300] [--calibrate | --cluster NAME_OR_PATH] [--json results.json]
@@ -310,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="cluster profile the plans are priced with (name or path)")
     parser.add_argument("--calibrate", action="store_true",
                         help="first run tensoropt calibrate --nproc 2 --overhead and price the plans with "
-                             "the profile it writes (collectives and overhead under the present load)")
+                             "the profile it writes (collectives and overhead under the present load), "
+                             "their compute profiled in this run too (a fresh timing cache)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -319,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = args.cluster
     if args.calibrate:
         cluster = calibrate_here(Path(keep.name))
+        # and the compute: time the local shards now too, not from a cache taken at another load
+        os.environ["TENSOROPT_CACHE"] = str(Path(keep.name) / "profiled")
         print(f"calibrated: {cluster} ({time.perf_counter() - start:.0f} s)", flush=True)
     if args.plans_json and Path(args.plans_json).is_file():
         runs = [tuple(r) for r in json.loads(Path(args.plans_json).read_text())]
