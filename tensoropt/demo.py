@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -36,12 +37,21 @@ def run_selected_plan(job: Path, out: Path, nproc: int = 2, steps: int = 5) -> i
     """Run ``out/plan.json`` of ``job`` on ``nproc`` local processes (the executor's part of the demo).
 
     Calls ``tensoropt run JOB --plan OUT/plan.json --nproc N --steps S --metrics
-    OUT/metrics.json``, which prints the predicted against the measured step time and memory.
-    Where the ``run`` command is not available, it says so and returns 0.
+    OUT/metrics.json``, which prints the predicted against the measured step time and memory;
+    when the selected plan is for another device count, ``tensoropt select OUT/frontier.json
+    --devices N --rule fastest`` first writes the fastest plan on exactly N devices. Where the
+    ``run`` command is not available, it says so and returns 0.
     """
     if not cli.command_available("run"):
         print("\n(skipping the 2-process run: the `tensoropt run` command is not available in this build)")
         return 0
+    devices = json.loads((out / "plan.json").read_text()).get("devices")
+    if devices != nproc:  # the job's rule chose another device count: pick its best plan for nproc
+        argv = ["select", str(out / "frontier.json"), "--devices", str(nproc), "--rule", "fastest"]
+        print(f"\n$ tensoropt {' '.join(argv)}", flush=True)
+        rc = cli.main(argv)
+        if rc != 0:
+            return rc
     argv = [
         "run",
         str(job),

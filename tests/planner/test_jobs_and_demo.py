@@ -62,3 +62,33 @@ def test_run_hook_without_the_run_command(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(demo.cli, "command_available", lambda name: False)
     assert demo.run_selected_plan(tmp_path / "job.yaml", tmp_path) == 0
     assert "not available" in capsys.readouterr().out
+
+
+def test_the_cpu_demo_job_selects_a_plan_for_the_2_processes_it_runs_on(tmp_path):
+    """README and `make demo` run `tensoropt run ... --plan out/cpu-demo/plan.json --nproc 2`."""
+    import json
+
+    from tensoropt import cli
+
+    assert cli.main(["plan", str(demo.CPU_JOB), "--out", str(tmp_path), "--quiet"]) == 0
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["devices"] == 2
+    assert load_job(demo.CPU_JOB).memory_budget < plan["memory_bytes"] * 2  # one process would not fit
+
+
+def test_demo_run_selects_for_its_process_count_when_the_rule_chose_another(tmp_path, monkeypatch):
+    import json
+
+    from tensoropt import cli
+
+    job = tmp_path / "tiny.yaml"
+    job.write_text(TINY.replace("devices: [1, 2]", "devices: [1, 2]\nselect: fewest_devices"))
+    assert cli.main(["plan", str(job), "--out", str(tmp_path), "--quiet"]) == 0
+    assert json.loads((tmp_path / "plan.json").read_text())["devices"] == 1
+    ran = []
+    real_main = cli.main
+    monkeypatch.setattr(demo.cli, "main", lambda argv: ran.append(argv) or (
+        0 if argv[0] == "run" else real_main(argv)))
+    assert demo.run_selected_plan(job, tmp_path) == 0
+    assert [a[0] for a in ran] == ["select", "run"]
+    assert json.loads((tmp_path / "plan.json").read_text())["devices"] == 2
