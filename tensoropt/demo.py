@@ -33,7 +33,7 @@ def plan(job: Path, out: Path, devices: str | None = None) -> int:
     return cli.main(argv)
 
 
-def run_selected_plan(job: Path, out: Path, nproc: int = 2, steps: int = 5) -> int:
+def run_selected_plan(job: Path, out: Path, nproc: int = 2, steps: int = 20) -> int:
     """Run ``out/plan.json`` of ``job`` on ``nproc`` local processes (the executor's part of the demo).
 
     Calls ``tensoropt run JOB --plan OUT/plan.json --nproc N --steps S --metrics
