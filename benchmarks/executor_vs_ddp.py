@@ -104,7 +104,8 @@ def plan_model(name: str, compute: str, cluster: str = "cpu-local") -> tuple[lis
 
 
 def _launch(options: dict, out: Path) -> dict:
-    """Run :func:`worker` on ``NPROC`` processes with ``options``; returns what rank 0 wrote."""
+    """Run :func:`worker` or :func:`paired_worker` (``options["mode"]``) on ``NPROC`` processes; returns
+    what rank 0 wrote."""
     result = out / "result.json"
     config = out / "config.json"
     config.write_text(json.dumps({**options, "out": str(result)}))
