@@ -11,6 +11,7 @@ import http.server
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -160,12 +161,18 @@ def test_file_page_explains_plans_without_details(chromium, frontier_json, tmp_p
     assert not errors, errors
 
 
+def _default_sigint() -> None:
+    """In the child: Ctrl-C's default action, even when this test runs as a background job of a
+    non-interactive shell (which starts it with SIGINT ignored, and Python keeps an ignored SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_served_page_writes_plan_json(chromium, run_dir, frontier_json):
     """Served with a small embed limit: the clicked plan's details come from the server."""
     proc = subprocess.Popen([sys.executable, "-m", "tensoropt.cli", "ui", str(run_dir), "--job", "job.yaml",
                              "--embed-limit-mib", "0.05"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_default_sigint)
     try:
         url = proc.stdout.readline().split(" at ")[1].split()[0]
         context, page, requests, errors = _open(chromium, url)
@@ -183,7 +190,7 @@ def test_served_page_writes_plan_json(chromium, run_dir, frontier_json):
             in command and devices == 16
         assert page.evaluate(RING_OF, "selected") == [plan_id] and page.is_visible(".badge.selected")
         context.close()
-        proc.send_signal(__import__("signal").SIGINT)
+        proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
     finally:
         proc.kill()
