@@ -17,6 +17,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from estimators.collectives import FIRST_GRAD_BUCKET_BYTES as FIRST_BUCKET_BYTES
 from estimators.collectives import GRAD_BUCKET_BYTES as BUCKET_BYTES
+from tensoropt.executor.memory import storage_keys
 
 
 def _single_partial_axis(p: DTensor) -> int | None:
@@ -30,10 +31,6 @@ def _single_partial_axis(p: DTensor) -> int | None:
         else:
             return None
     return axis
-
-
-def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 class GradSync:
@@ -90,7 +87,7 @@ class GradSync:
         bucket_key = (key, tuple(id(p) for p in members))
         flat = self._buffers.get(bucket_key)
         numel = sum(g.numel() for g in grads)
-        if flat is None or flat.numel() != numel or any(_shares_storage(g, flat) for g in grads):
+        if flat is None or flat.numel() != numel or storage_keys([flat]) & storage_keys(grads):
             flat = torch.empty(numel, dtype=grads[0].dtype, device=grads[0].device)
             self._buffers[bucket_key] = flat
         torch.cat(grads, out=flat)

@@ -7,6 +7,7 @@ synchronisation and the optimizer step, measuring step time and memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
@@ -208,10 +209,7 @@ class Trainer:
         values = self._placeholder_values(batch)  # the data loading: not part of the step time
         _sync()
         start = time.perf_counter()
-        if measure_memory:
-            with SavedTensors() as saved:
-                out = self.interpreter.run(*values)
-        else:
+        with SavedTensors() if measure_memory else contextlib.nullcontext() as saved:
             out = self.interpreter.run(*values)
         loss = out[0] if isinstance(out, (tuple, list)) else out
         activation_bytes = saved.bytes(exclude=storage_keys(self.params.values())) if measure_memory else None
