@@ -5,7 +5,7 @@ PY := .venv/bin/python
 PIP := .venv/bin/pip
 STAMP := .venv/.installed
 
-.PHONY: demo test lint clean venv
+.PHONY: demo test test-deps lint clean venv
 
 venv: $(STAMP)
 
@@ -18,8 +18,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m tensoropt.demo
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+# What the tests need outside .venv (Debian's chromium for tests/browser/): installed with
+# apt-get when running as root, otherwise a message naming the command.
+test-deps:
+	scripts/install_test_deps.sh
+
+# PYTEST_ARGS narrows the run, e.g. `make test PYTEST_ARGS=tests/browser`.
+test: $(STAMP) test-deps
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	.venv/bin/ruff check .

@@ -32,7 +32,8 @@ def chromium():
     """A headless Chromium driven by Playwright; fails (never skips) when it is missing."""
     if shutil.which(CHROMIUM) is None:
         pytest.fail(f"the browser tests need Chromium at {CHROMIUM}: install Debian's package with "
-                    "`apt-get install chromium` (.ci/run does); Playwright must not download a browser")
+                    "`apt-get update && apt-get install -y chromium` (`make test` does, as root: "
+                    "scripts/install_test_deps.sh); Playwright must not download a browser")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
