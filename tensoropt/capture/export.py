@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import torch
 
+from tensoropt.capture.assertions import drop_no_data_ops
+
 
 class TraceError(RuntimeError):
     """``torch.export`` could not trace the model; the message says why and what to do."""
@@ -33,7 +35,8 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> torch.ex
             on the ``meta`` device, which exports without allocating memory.
 
     Returns:
-        The ``torch.export.ExportedProgram``.
+        The ``torch.export.ExportedProgram``, without the ops that carry no data (runtime
+        assertions: :func:`tensoropt.capture.assertions.drop_no_data_ops`).
 
     Raises:
         TraceError: the model cannot be traced; the message carries torch's reason and advice.
@@ -52,7 +55,7 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> torch.ex
     was_training = model.training
     model.train()
     try:
-        return torch.export.export(model, args, strict=False)
+        ep = torch.export.export(model, args, strict=False)
     except Exception as err:  # torch raises many types (UserError, GuardOnDataDependent, ...)
         reason = str(err).strip().splitlines()
         short = "\n  ".join(reason[:12]) if reason else type(err).__name__
@@ -62,3 +65,5 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> torch.ex
         ) from err
     finally:
         model.train(was_training)
+    drop_no_data_ops(ep)
+    return ep

@@ -169,6 +169,7 @@ def build_graph(ep) -> OpGraph:
             stacklevel=3,
         )
     _record_unused_params(g, ep, seen_params)
+    g.graph["dropped_ops"] = dict(ep.graph_module.meta.get("dropped_ops", {}))  # capture/assertions.py
     assign_dim_names(g)
     return OpGraph(nx=g, program=ep)
 
