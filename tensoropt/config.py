@@ -8,6 +8,12 @@ A job file is a 1:1 serialisation of :class:`Job`::
       task: classification        # or language_model
       input_shape: [3, 224, 224]  # per sample (classification)
       num_classes: 1000
+      # or your own model (docs/user-guide.md, "Your own model"):
+      # factory: mypkg.models:build     called with exactly kwargs
+      # inputs: {input_ids: {shape: [128], dtype: int64, high: 32000}}
+      # targets: {shape: [], dtype: int64, high: 10}    (optional; not passed to forward)
+      # loss: model                     # model | cross_entropy | package.module:function
+    data: {factory: mypkg.data:build, kwargs: {}}   # optional: a map-style Dataset of samples
     training:
       global_batch_size: 64
       optimizer: adamw            # sgd | momentum | adamw
@@ -39,8 +45,8 @@ import yaml
 
 from tensoropt.sizes import SIZE_FORM, format_size, parse_size
 
-__all__ = ["ConfigError", "FieldError", "Job", "ModelConfig", "PlannerConfig", "TrainingConfig", "SIZE_FORM",
-           "format_size", "load_job", "parse_size"]
+__all__ = ["ConfigError", "DataConfig", "FieldError", "Job", "ModelConfig", "PlannerConfig", "TrainingConfig",
+           "SIZE_FORM", "format_size", "load_job", "parse_size"]
 
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 """Optimizers the estimators and the executor know (they differ in optimizer-state memory)."""
@@ -53,6 +59,14 @@ TASKS = ("classification", "language_model")
 
 SELECT_RULES = ("fastest", "fewest_devices", "best_per_device")
 """Selection rules of :mod:`tensoropt.selector`."""
+
+LOSSES = ("model", "cross_entropy")
+"""The named losses of ``model.loss``; anything else is a ``"package.module:function"``."""
+
+INPUT_DTYPES = ("float32", "float64", "bfloat16", "float16", "int64", "int32", "bool")
+"""dtypes of ``model.inputs`` / ``model.targets`` entries (integers need ``high``)."""
+
+_FACTORY_FORM = 'a factory "package.module:function"'
 
 class FieldError(ValueError):
     """A field of one dataclass is invalid (raised by ``__post_init__``; path relative to it).
@@ -161,15 +175,25 @@ class ModelConfig:
     """Sequence length of a language model; empty: the preset's."""
     vocab_size: int | None = None
     """Vocabulary size of a language model; empty: the preset's."""
+    inputs: dict | None = None
+    """A factory model's forward keyword arguments, one sample each (the batch dim is added in
+    Empty: the model's ``example_inputs(batch_size)`` method gives them."""
+    targets: dict | None = None
+    """What the loss compares against, one sample (``{shape, dtype, high}``); not passed to forward."""
+    loss: str | None = None
+    """model (forward returns the loss, or an output with a ``loss`` entry, or a tuple led by it) |
+    cross_entropy (forward returns logits; needs ``targets``) | ``package.module:function`` called as
+    ``function(output, targets)``. Empty: model (for a factory model without ``task``)."""
 
     def __post_init__(self):
         _str(self.name, "name", "a zoo model name such as vgg16", optional=True)
-        _str(self.factory, "factory", 'a factory "package.module:function"', optional=True)
+        _str(self.factory, "factory", _FACTORY_FORM, optional=True)
         if (self.name is None) == (self.factory is None):
             raise FieldError("name", "give exactly one of model.name and model.factory",
                              'a zoo model name such as vgg16, or factory: "package.module:function"')
         if self.factory is not None and not re.fullmatch(r"[\w.]+:[\w.]+", self.factory):
-            raise FieldError("factory", f"got {self.factory!r}", 'a factory "package.module:function"')
+            raise FieldError("factory", f"got {self.factory!r}", _FACTORY_FORM)
+        self._check_contract()
         if not isinstance(self.kwargs, dict) or not all(isinstance(k, str) for k in self.kwargs):
             raise FieldError("kwargs", f"got {self.kwargs!r}", "a mapping of keyword arguments")
         _choice(self.task, "task", TASKS, optional=True)
@@ -180,6 +204,115 @@ class ModelConfig:
         _int(self.num_classes, "num_classes", optional=True)
         _int(self.seq_len, "seq_len", optional=True)
         _int(self.vocab_size, "vocab_size", optional=True)
+
+    @property
+    def contract(self) -> bool:
+        """Whether the model follows the "your own model" contract (a factory without ``task``).
+
+        Example:
+            >>> ModelConfig(factory="m:build", loss="model").contract, ModelConfig(name="mlp").contract
+            (True, False)
+        """
+        return self.factory is not None and self.task is None
+
+    def _check_contract(self) -> None:
+        """``inputs``/``targets``/``loss``: their forms, and that they go with a factory, not ``task``."""
+        given = [k for k in ("inputs", "targets", "loss") if getattr(self, k) is not None]
+        if given and self.factory is None:
+            raise FieldError(given[0], f"model.{given[0]} is given with the zoo model {self.name!r}",
+                             "model.factory (your own model) beside it, or no model." + given[0])
+        if given and self.task is not None:
+            raise FieldError("task", f"model.task {self.task!r} is given beside model.{given[0]}",
+                             "either task (the older form: forward(inputs, labels) returns the loss) or "
+                             "inputs/targets/loss, not both")
+        if self.inputs is not None:
+            if not isinstance(self.inputs, dict) or not self.inputs:
+                raise FieldError("inputs", f"got {self.inputs!r}",
+                                 "a mapping: forward's argument name -> {shape, dtype, high}")
+            self.inputs = {_input_name(k): tensor_spec(v, f"inputs.{k}") for k, v in self.inputs.items()}
+        if self.targets is not None:
+            self.targets = tensor_spec(self.targets, "targets")
+            if self.inputs is not None and "targets" in self.inputs:
+                raise FieldError("inputs.targets", "an input named 'targets' beside model.targets",
+                                 "another name for the forward argument (the loss's targets are 'targets')")
+        if self.loss is not None and self.loss not in LOSSES and not (
+                isinstance(self.loss, str) and re.fullmatch(r"[\w.]+:[\w.]+", self.loss)):
+            raise FieldError("loss", f"got {self.loss!r}",
+                             'model | cross_entropy | a function "package.module:function"')
+        if self.loss == "cross_entropy" and self.targets is None:
+            raise FieldError("targets", "loss: cross_entropy needs model.targets",
+                             "targets: {shape: [], dtype: int64, high: NUM_CLASSES} (or [T] for tokens)")
+        if self.contract and self.loss is None:
+            self.loss = "model"
+        if self.loss == "model" and self.targets is not None:
+            raise FieldError("targets", "model.targets is given but loss: model does not read it",
+                             "loss: cross_entropy or package.module:function beside targets (or no targets; "
+                             "labels a forward takes go under model.inputs)")
+
+
+def _input_name(key: Any) -> str:
+    if not isinstance(key, str) or not key.isidentifier():
+        raise FieldError(f"inputs.{key}", f"got {key!r}", "a forward argument name (a Python identifier)")
+    return key
+
+
+def tensor_spec(value: Any, key: str) -> dict:
+    """A checked ``{shape, dtype, high}`` entry of ``model.inputs`` or ``model.targets``.
+
+    Args:
+        value: the YAML mapping.
+        key: its key path below ``model`` (errors name ``model.<key>.shape`` and so on).
+
+    Returns:
+        ``{"shape": [...], "dtype": "...", "high": int or None}`` with the defaults filled in.
+
+    Example:
+        >>> tensor_spec({"shape": [128], "dtype": "int64", "high": 50257}, "inputs.input_ids")
+        {'shape': [128], 'dtype': 'int64', 'high': 50257}
+        >>> tensor_spec({"shape": [3, 32, 32]}, "inputs.pixel_values")["dtype"]
+        'float32'
+    """
+    if not isinstance(value, dict):
+        raise FieldError(key, f"got {type(value).__name__} {value!r}", form)
+    unknown = [k for k in value if k not in ("shape", "dtype", "high")]
+    if unknown:
+        raise FieldError(f"{key}.{unknown[0]}", f"unknown key in model.{key}", "one of shape, dtype, high")
+    if "shape" not in value:
+        raise FieldError(f"{key}.shape", "missing", "the shape of one sample, e.g. [128] or [] for a scalar")
+    shape = value["shape"]
+    if not isinstance(shape, (list, tuple)):
+        raise FieldError(f"{key}.shape", f"got {shape!r}", "a list of positive integers ([] for a scalar)")
+    shape = [_int(d, f"{key}.shape[{i}]") for i, d in enumerate(shape)]
+    dtype = _choice(value.get("dtype", "float32"), f"{key}.dtype", INPUT_DTYPES)
+    high = _int(value.get("high"), f"{key}.high", optional=True)
+    if dtype.startswith(("int", "uint")) and high is None:
+        raise FieldError(f"{key}.high", f"an {dtype} input needs high", "values are drawn from [0, high)")
+    return {"shape": shape, "dtype": dtype, "high": high}
+
+
+@dataclass
+class DataConfig:
+    """Real training data: a factory returning a map-style ``torch.utils.data.Dataset``.
+
+    Each sample is a mapping keyed like ``model.inputs`` (and ``targets``); each rank reads only
+    the rows of each global batch its batch shard holds.
+
+    Example:
+        >>> DataConfig(factory="mypkg.data:build", kwargs={"n": 4}).kwargs
+        {'n': 4}
+    """
+
+    factory: str
+    """The dataset factory "package.module:function", called with exactly ``kwargs``."""
+    kwargs: dict = field(default_factory=dict)
+    """Its keyword arguments."""
+
+    def __post_init__(self):
+        _str(self.factory, "factory", _FACTORY_FORM)
+        if not re.fullmatch(r"[\w.]+:[\w.]+", self.factory):
+            raise FieldError("factory", f"got {self.factory!r}", _FACTORY_FORM)
+        if not isinstance(self.kwargs, dict) or not all(isinstance(k, str) for k in self.kwargs):
+            raise FieldError("kwargs", f"got {self.kwargs!r}", "a mapping of keyword arguments")
 
 
 @dataclass
@@ -294,8 +427,12 @@ class Job:
     """Optional step-time limit in seconds a selected plan must meet."""
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     """Planner knobs (see PlannerConfig)."""
+    data: DataConfig | None = None
+    """Real training data for ``tensoropt run`` (see DataConfig); empty: synthetic inputs."""
 
     def __post_init__(self):
+        if self.data is not None and not isinstance(self.data, DataConfig):
+            self.data = _build(DataConfig, self.data, "data")
         if not isinstance(self.model, ModelConfig):
             self.model = _build(ModelConfig, self.model, "model")
         if not isinstance(self.training, TrainingConfig):

@@ -35,7 +35,8 @@ class PlanningError(RuntimeError):
 
 
 def job_model_kwargs(job: Job) -> dict:
-    """The model constructor's keyword arguments: ``model.kwargs`` plus the job-level overrides.
+    """The model constructor's keyword arguments: a factory's ``model.kwargs`` exactly; for a zoo
+    preset, ``model.kwargs`` plus the job-level overrides (num_classes, seq_len, vocab_size, input_shape).
 
     Example:
         >>> from tensoropt.config import Job
@@ -45,6 +46,8 @@ def job_model_kwargs(job: Job) -> dict:
     """
     m = job.model
     overrides = dict(m.kwargs)
+    if m.factory is not None:  # a user factory is called with exactly model.kwargs
+        return overrides
     for key in ("num_classes", "seq_len", "vocab_size"):
         if getattr(m, key) is not None:
             overrides[key] = getattr(m, key)
@@ -62,7 +65,9 @@ def build_job_model(job: Job, device: str | None = "meta"):
 
     Returns:
         ``(module, spec)`` as :func:`tensoropt.models.build_model` returns them; for a user
-        factory with ``task``/``input_shape`` in the job the spec describes those inputs.
+        factory with ``task``/``input_shape`` in the job the spec describes those inputs; a
+        factory without ``task`` (the model contract: ``inputs``/``targets``/``loss``) comes
+        wrapped with its loss in a :class:`tensoropt.models.contract.TrainingStep`.
 
     Example:
         >>> from tensoropt.config import Job
@@ -77,8 +82,18 @@ def build_job_model(job: Job, device: str | None = "meta"):
     name = m.name if m.name is not None else m.factory
     try:
         model, spec = build_model(name, device=device, **overrides)
-    except (ValueError, TypeError) as e:
+    except TypeError as e:
+        where = "model.kwargs" if m.factory is not None else "model"
+        raise PlanningError(f"{where}: cannot build {name!r} with kwargs {overrides}: {e}") from None
+    except ValueError as e:
         raise PlanningError(f"model: cannot build {name!r}: {e}") from None
+    if m.contract:
+        from tensoropt.models.contract import ContractError, training_step
+
+        try:
+            return training_step(model, m.inputs, m.targets, m.loss), spec
+        except ContractError as e:
+            raise PlanningError(str(e)) from None
     if m.factory is not None and m.task is not None:
         spec = _factory_spec(spec, job)
     return model, spec

@@ -211,6 +211,10 @@ def example_inputs(
             raise ValueError(
                 f"model {spec.name!r} is a user model: give it a method example_inputs(batch_size)"
             )
+        from tensoropt.models.contract import TrainingStep
+
+        if isinstance(model, TrainingStep):  # made where they are needed (a meta batch costs nothing)
+            return model.example_inputs(batch_size, device)
         return tuple(t.to(device) for t in model.example_inputs(batch_size))
     if spec.task in ("image", "vector"):
         x = torch.randn(batch_size, *spec.input_shape, device=device)
