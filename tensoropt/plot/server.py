@@ -9,6 +9,11 @@ Routes:
   ``tensoropt select`` writes) and records ``selected`` in DIR/frontier.json, both atomically;
   answers ``{"plan_id", "plan_path", "command"}`` or ``{"error"}`` with status 400/404.
 
+Only the server's own page is answered (:mod:`tensoropt.plot.request_guard`): every request
+must name the server in ``Host``; a selection must also come from the server's origin, as
+``application/json``, with the page's per-server token in the ``X-Tensoropt-Token`` header.
+Anything else gets 403 and changes nothing.
+
 The server runs ``http.server`` in a background thread; :func:`serve` blocks until Ctrl-C or
 SIGTERM, then shuts it down.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import signal
 import threading
 from collections.abc import Callable
@@ -28,6 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 from tensoropt.plans import PlanFileError, load_frontier_file
 from tensoropt.plot.details import EMBED_LIMIT_BYTES, frontier_nodes, plan_details, run_command
 from tensoropt.plot.page import pareto_html, with_meta
+from tensoropt.plot.request_guard import host_refusal, select_refusal
 
 MAX_BODY_BYTES = 4096
 """Largest request body accepted by /api/select."""
@@ -52,6 +59,8 @@ class ParetoServer(ThreadingHTTPServer):
         self.budget_bytes = budget_bytes
         self.embed_limit_bytes = embed_limit_bytes
         self.write_lock = threading.Lock()
+        self.token = secrets.token_urlsafe(32)
+        """The random token the served page carries and a selection must echo."""
         self._cache: tuple[bytes, str, dict] | None = None  # (content key, page, frontier json)
         load_frontier_file(self.frontier_path)  # fail now, with the file named, if it is unusable
         self.page()  # render now, so that the first GET is quick
@@ -94,7 +103,7 @@ class ParetoServer(ThreadingHTTPServer):
                 fj = load_frontier_file(self.frontier_path).to_json()
                 page = pareto_html(fj, self.budget_bytes, self.job_file,
                                    embed_limit_bytes=self.embed_limit_bytes)
-                page = with_meta(page, server=True)  # the page writes through this server
+                page = with_meta(page, server=True, token=self.token)  # it writes through this server
                 self._cache = (key, page, fj)
             return self._cache
 
@@ -126,6 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "tensoropt-ui"
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self._refused(host_refusal(self.headers, self.server.server_address[1])):
+            return
         path = self.path.split("?", 1)[0]
         if path in ("/", "/index.html", "/pareto.html"):
             try:
@@ -150,12 +161,17 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/api/select":
             self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path!r}"})
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            self._json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "request body too large"})
+        length = self.headers.get("Content-Length") or "0"
+        if not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY_BYTES:
+            self.close_connection = True  # its body is not read
+            self._json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                       {"error": f"request body too large or its Content-Length {length!r} unusable"})
+            return
+        body = self.rfile.read(int(length))
+        if self._refused(select_refusal(self.headers, self.server.server_address[1], self.server.token)):
             return
         try:
-            plan_id = json.loads(self.rfile.read(length) or b"{}")["plan_id"]
+            plan_id = json.loads(body or b"{}")["plan_id"]
             if not isinstance(plan_id, str):
                 raise TypeError
         except (ValueError, KeyError, TypeError):
@@ -170,6 +186,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             print(f"wrote {self.server.plan_path} ({plan_id}); recorded as selected in "
                   f"{self.server.frontier_path}", flush=True)
+
+    def _refused(self, problem: str | None) -> bool:
+        """Answer 403 when a request check found a problem; whether it did."""
+        if problem:
+            self._json(HTTPStatus.FORBIDDEN, {"error": f"refused: {problem}"})
+        return bool(problem)
 
     def _json(self, status: HTTPStatus, obj: dict) -> None:
         self._send(status, json.dumps(obj).encode("utf-8"), "application/json")

@@ -27,6 +27,17 @@ def run_dir(tmp_path: Path, frontier_json: dict) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def server(run_dir):
+    """`tensoropt ui`'s server on a free port, serving run_dir (job file named job.yaml)."""
+    from tensoropt.plot.server import ParetoServer
+
+    srv = ParetoServer(run_dir / "frontier.json", port=0, job_file="job.yaml")
+    srv.start()
+    yield srv
+    srv.stop()
+
+
 @pytest.fixture(scope="module")
 def chromium():
     """A headless Chromium driven by Playwright; fails (never skips) when it is missing."""

@@ -260,3 +260,44 @@ def test_old_browser_gets_a_clear_message(chromium, frontier_json, tmp_path):
             "the chart itself still draws"
     finally:
         context.close()
+
+
+FOREIGN_PAGE = """<!doctype html><title>another site</title><body><script>
+(async () => {
+  const target = "__TARGET__", body = JSON.stringify({plan_id: "d2-p1"}), tries = [];
+  // a "simple" cross-site request: sent without asking, its answer unreadable (no-cors)
+  tries.push(fetch(target, {method: "POST", mode: "no-cors", headers: {"Content-Type": "text/plain"}, body}));
+  // what the server's own page sends, with a guessed token: the browser asks first (preflight)
+  tries.push(fetch(target, {method: "POST", headers: {"Content-Type": "application/json",
+                                                      "X-Tensoropt-Token": "guess"}, body}));
+  const settled = await Promise.allSettled(tries);
+  document.body.dataset.done = JSON.stringify(settled.map((s) => s.status));
+})();
+</script></body>"""
+
+
+def test_another_sites_page_cannot_select(chromium, server, run_dir):
+    """A page from another origin, open in the same browser as `tensoropt ui`, posts to its API."""
+    before = (run_dir / "frontier.json").read_bytes()
+    site = run_dir / "elsewhere"
+    site.mkdir()
+    (site / "index.html").write_text(FOREIGN_PAGE.replace("__TARGET__", server.url + "api/select"))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
+        answers = []
+        page.on("response", lambda r: answers.append((r.request.method, r.url, r.status)))
+        page.goto(f"http://127.0.0.1:{other.server_address[1]}/index.html")
+        page.wait_for_selector("body[data-done]", state="attached", timeout=30_000)
+    finally:
+        context.close()
+        other.shutdown()
+        other.server_close()
+    to_ui = [(method, status) for method, url, status in answers if url.startswith(server.url)]
+    assert ("POST", 403) in to_ui, f"the simple cross-site post must reach the server, refused: {answers}"
+    assert ("POST", 200) not in to_ui, answers
+    assert not (run_dir / "plan.json").exists()
+    assert (run_dir / "frontier.json").read_bytes() == before

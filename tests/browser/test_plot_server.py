@@ -14,19 +14,14 @@ import pytest
 
 from tensoropt.cli import main
 from tensoropt.plans import plan_file_text
+from tensoropt.plot.request_guard import TOKEN_HEADER
 from tensoropt.plot.server import ParetoServer
 
 
-@pytest.fixture
-def server(run_dir):
-    srv = ParetoServer(run_dir / "frontier.json", port=0, job_file="job.yaml")
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-def _post(url: str, body: bytes) -> tuple[int, dict]:
-    req = urllib.request.Request(url + "api/select", data=body, headers={"Content-Type": "application/json"})
+def _post(server: ParetoServer, body: bytes) -> tuple[int, dict]:
+    """POST /api/select as the server's own page does (its token in the header)."""
+    req = urllib.request.Request(server.url + "api/select", data=body,
+                                 headers={"Content-Type": "application/json", TOKEN_HEADER: server.token})
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
@@ -35,7 +30,7 @@ def _post(url: str, body: bytes) -> tuple[int, dict]:
 
 
 def test_select_writes_plan_and_records_selection(server, run_dir, frontier_json):
-    status, body = _post(server.url, json.dumps({"plan_id": "d4-p3"}).encode())
+    status, body = _post(server, json.dumps({"plan_id": "d4-p3"}).encode())
     assert status == 200, body
     assert (run_dir / "plan.json").read_text() == plan_file_text(frontier_json, "d4-p3")
     assert json.loads((run_dir / "frontier.json").read_text())["selected"] == "d4-p3"
@@ -43,7 +38,7 @@ def test_select_writes_plan_and_records_selection(server, run_dir, frontier_json
     assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")], "temporary files left behind"
     with urllib.request.urlopen(server.url, timeout=10) as resp:
         assert '"selected": "d4-p3"' in resp.read().decode(), "the page must show the new selection"
-    status, body = _post(server.url, json.dumps({"plan_id": "d16-p1"}).encode())
+    status, body = _post(server, json.dumps({"plan_id": "d16-p1"}).encode())
     assert status == 200 and "--nnodes 2 --nproc-per-node 8 --node-rank RANK" in body["command"]
 
 
@@ -73,7 +68,7 @@ def test_plan_details_on_request(server, frontier_json):
 ])
 def test_bad_requests_write_nothing(server, run_dir, body, status, message):
     before = (run_dir / "frontier.json").read_text()
-    got_status, got = _post(server.url, body)
+    got_status, got = _post(server, body)
     assert got_status == status and message in got["error"]
     assert not (run_dir / "plan.json").exists()
     assert (run_dir / "frontier.json").read_text() == before

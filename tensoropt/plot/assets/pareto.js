@@ -143,7 +143,8 @@
         status.textContent = "Writing plan.json …";
         const resp = await fetch("api/select", {
           method: "POST",
-          headers: { "Content-Type": "application/json" },
+          // the server answers only its own page: the token it embedded in this page's meta
+          headers: { "Content-Type": "application/json", "X-Tensoropt-Token": meta.token },
           body: JSON.stringify({ plan_id: id }),
         });
         const body = await resp.json();
