@@ -29,6 +29,7 @@ from pathlib import Path
 
 from estimators.calibration import summarise_s
 from estimators.compute import LocalOp
+from estimators.files import merge_json_file, read_json_object
 from estimators.profiles import Device
 
 
@@ -117,7 +118,7 @@ class ProfiledCompute:
         self.device, self.program, self.repeats = device, program, repeats
         self.co_runners = co_runners if device.kind == "cpu" else 0
         self.path = Path(cache_dir or default_cache_dir()) / f"{device.name}.json"
-        self.cache: dict[str, list[float]] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.cache: dict[str, list[float]] = read_json_object(self.path)
         self.fx_nodes = {n.name: n for n in program.graph.nodes} if program is not None else {}
         self.hits = self.measured = self.fallbacks = 0
 
@@ -142,16 +143,8 @@ class ProfiledCompute:
         return fwd, bwd
 
     def _save(self) -> None:
-        """Write the cache, merged with what another timer or process wrote since it was read."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.is_file():
-            try:
-                self.cache = {**json.loads(self.path.read_text()), **self.cache}
-            except (OSError, ValueError):  # a torn or foreign file: ours replaces it
-                pass
-        tmp = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(self.cache))
-        tmp.replace(self.path)
+        """Write the cache, merged (under a file lock) with what another timer or process wrote since."""
+        self.cache = merge_json_file(self.path, self.cache)
 
 
 def time_local_op(

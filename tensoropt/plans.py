@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from estimators.files import write_text_atomic
 from tensoropt.configspace.configuration import Configuration, Mesh
-from tensoropt.files import write_text_atomic
 
 __all__ = ["SCHEMA_VERSION", "Frontier", "FrontierFile", "Layer", "Plan", "PlanFile", "PlanFileError",
            "Redistribution", "frontier_file_text", "load_frontier_file", "load_plan_file", "plan_file_text",

@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from estimators.calibration import STATISTICS, summarise_s
+from estimators.files import write_text_atomic
 from tensoropt.commands import CommandError
 
 DEFAULT_SIZES = "4096,65536,1048576,4194304,16777216"
@@ -362,11 +363,7 @@ def run(args: argparse.Namespace) -> int:
             model = cluster.fit_time_s(coll, args.nproc, "gpu", n)
             print(f"{coll:<15}{int(n):>12}{t * 1e3:>14.3f}{model * 1e3:>10.3f}{(model - t) / t:>8.1%}")
     out = Path(args.out or f"{profile['name']}.yaml")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(
-        f"# written by: tensoropt calibrate --nproc {args.nproc}\n" + yaml.safe_dump(profile, sort_keys=False)
-    )
-    tmp.replace(out)
+    header = f"# written by: tensoropt calibrate --nproc {args.nproc}\n"
+    write_text_atomic(out, header + yaml.safe_dump(profile, sort_keys=False))
     print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from estimators.files import write_text_atomic
 from tensoropt import elastic
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
@@ -112,10 +113,7 @@ def run_all(config: dict) -> None:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:
