@@ -111,3 +111,20 @@ def optimizer_time_s(device: Device, param_bytes: int, num_tensors: int, optimiz
         passes * param_bytes / (device.memory_bandwidth_gbps * 1e9 * device.memory_efficiency)
         + num_tensors * device.kernel_launch_s
     )
+
+
+def cast_time_s(device: Device, nbytes: int, num_tensors: int) -> float:
+    """Seconds of memory-bound dtype casts moving ``nbytes`` (read + write) in ``num_tensors`` kernels.
+
+    Mixed precision casts each parameter to the compute dtype in forward and its gradient back to
+    float32 in backward (:func:`estimators.op_costs.node_cost`).
+
+    Example:
+        >>> from estimators.profiles import load_device
+        >>> cast_time_s(load_device("cpu"), 0, 0)
+        0.0
+    """
+    if nbytes <= 0:
+        return 0.0
+    bandwidth = device.memory_bandwidth_gbps * 1e9 * device.memory_efficiency
+    return nbytes / bandwidth + num_tensors * device.kernel_launch_s

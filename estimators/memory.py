@@ -37,6 +37,9 @@ Each rule below was checked on torch 2.13 with ``torch.autograd.graph.saved_tens
                                       logsumexp b*h*t float32; with an explicit mask also the
                                       mask as a float t*s bias
     opaque                            assumed: every activation operand (conservative)
+    parameters (mixed precision:      the compute-dtype copy of a parameter the op keeps
+      :func:`keeps_param`)            (linear/conv/matmul weights when the input needs a
+                                      gradient; norm and elementwise parameters; not embedding)
 
 An operator none of whose operands needs a gradient and that has no parameters saves nothing.
 "Operand" entries share storage with the producer's output when the layout is unchanged; the
@@ -229,6 +232,31 @@ def saved_spec(node: dict, rules: SavingRules = SavingRules()) -> SavedSpec:
             saved |= {0, 1} if name == "div" else {0}
         return SavedSpec(at(*saved))
     return SavedSpec(at(0))
+
+
+def keeps_param(node: dict, shape, inputs_need_grad) -> bool:
+    """Whether an operator saves its parameter of ``shape`` for backward (the tensor it computes with).
+
+    Matters in mixed precision, where that tensor is a compute-dtype copy of the master parameter
+    (kept from forward to this operator's backward) rather than the parameter itself. linear, conv2d
+    and matmul keep the weight (not the bias) to form the input's gradient, so only when an
+    activation operand needs one (``inputs_need_grad``: one bool per ``node["inputs"]``);
+    embedding keeps only its indices; norms and elementwise ops keep every parameter.
+
+    Example:
+        >>> linear = {"kind": "linear"}
+        >>> [keeps_param(linear, (8, 4), [True]), keeps_param(linear, (8,), [True]),
+        ...  keeps_param(linear, (8, 4), [False])]
+        [True, False, False]
+        >>> keeps_param({"kind": "embedding"}, (9, 8), [0]), keeps_param({"kind": "layer_norm"}, (8,), [1])
+        (False, True)
+    """
+    kind = node["kind"]
+    if kind == "embedding":
+        return False
+    if kind in ("linear", "conv2d", "matmul"):
+        return len(shape) >= 2 and any(inputs_need_grad)
+    return True
 
 
 def extra_saved_bytes(

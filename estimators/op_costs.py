@@ -8,8 +8,10 @@ Node cost c(v, s) (shared/guide/ALGORITHM.md):
   (``Configuration.partial_axes``: all-reduce to R, or reduce-scatter to S with an all-gather
   backward) and the weight-gradient all-reduce over ``grad_sync_axes``, bucketed
   (:func:`estimators.collectives.grad_all_reduce_time_s`);
-* memory: local parameters x (1 + 1 gradient + optimizer state factor), the tensors the
-  operator saves for backward that it owns (its output when it saves it, statistics, masks,
+* memory: local parameters x (1 + 1 gradient + optimizer state factor) (in a mixed precision,
+  :mod:`tensoropt.precision`: float32 master, gradient and state, plus the compute-dtype copy of
+  each parameter the operator keeps for backward, :func:`estimators.memory.keeps_param`), the
+  tensors the operator saves for backward that it owns (its output when it saves it, statistics, masks,
   indices; :mod:`estimators.memory`), and its output once more when two or more consumers save
   it (one storage, charged once, here).
 
@@ -40,8 +42,16 @@ import networkx as nx
 import numpy as np
 
 from estimators.collectives import CommModel, grad_all_reduce_time_s
-from estimators.compute import LocalOp, optimizer_time_s, roofline_time_s
-from estimators.memory import SavingRules, extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
+from estimators.compute import LocalOp, cast_time_s, optimizer_time_s, roofline_time_s
+from estimators.memory import (
+    SavingRules,
+    extra_saved_bytes,
+    itemsize,
+    keeps_param,
+    numel,
+    optimizer_factor,
+    saved_spec,
+)
 from estimators.overhead import node_overhead_s, runs_local
 from estimators.profiles import Cluster
 from estimators.redistribution import (
@@ -52,6 +62,7 @@ from estimators.redistribution import (
     through_view,
 )
 from tensoropt.configspace.configuration import Configuration, Mesh
+from tensoropt.precision import Precision, get_precision
 
 FLOATING = ("float", "bfloat", "complex")
 DEFAULT_RULES = SavingRules()
@@ -85,6 +96,9 @@ class CostModel:
             roofline (profiled mode); return None to fall back to the roofline.
         rules: how the executor runs attention and batch norm (what they save); its device kind
             should be the cluster's.
+        precision: the training precision (:mod:`tensoropt.precision`): the graph is captured in
+            its compute dtype; a mixed one stores float32 master parameters, gradients and
+            optimizer state, and keeps compute-dtype copies of the parameters ops save.
     """
 
     cluster: Cluster
@@ -92,6 +106,7 @@ class CostModel:
     optimizer: str = "adamw"
     compute_time: Callable | None = None
     rules: SavingRules = field(default_factory=SavingRules)
+    precision: Precision = field(default_factory=lambda: get_precision("fp32"))
     comm: CommModel = field(init=False)
     operand_cache: dict = field(init=False, default_factory=dict, repr=False)
     """Memo of per-operand redistribution costs (identical layers and configurations repeat)."""
@@ -99,6 +114,7 @@ class CostModel:
     def __post_init__(self):
         self.comm = CommModel(self.cluster, self.mesh)
         optimizer_factor(self.optimizer)  # validates the name
+        self.precision = get_precision(self.precision)
 
 
 @dataclass
@@ -153,6 +169,33 @@ def _bytes(shape, layout, mesh: Mesh, dtype: str) -> int:
 def _local_bytes(shape: tuple, layout: tuple, mesh_shape: tuple, dtype: str) -> int:
     """Bytes of the local shard (memoised: the same tensors and layouts recur across a graph)."""
     return numel(local_shape(shape, layout, mesh_shape)) * itemsize(dtype)
+
+
+@dataclass(frozen=True)
+class ParamBytes:
+    """Local bytes of one parameter in one layout, per role, under the model's precision."""
+
+    stored: int
+    """The stored (master) parameter; each optimizer-state tensor is as large."""
+    grad: int
+    """Its gradient (reduced in this dtype)."""
+    compute: int
+    """The tensor ops compute with: a cast copy in a mixed precision, the parameter itself otherwise."""
+
+
+def param_bytes(model: CostModel, shape, layout, op_dtype: str) -> ParamBytes:
+    """:class:`ParamBytes` of a parameter of ``shape`` in ``layout`` on an operator captured in ``op_dtype``.
+
+    Example:
+        >>> from estimators.profiles import load_cluster
+        >>> from tensoropt.configspace.configuration import Mesh
+        >>> model = CostModel(load_cluster("h100x8"), Mesh((2,), ("gpu",)), precision="bf16-mixed")
+        >>> param_bytes(model, (4, 4), ("S(0)",), "bfloat16")
+        ParamBytes(stored=32, grad=32, compute=16)
+    """
+    stored, grad = model.precision.stored_dtypes(op_dtype)
+    return ParamBytes(_bytes(shape, layout, model.mesh, stored), _bytes(shape, layout, model.mesh, grad),
+                      _bytes(shape, layout, model.mesh, op_dtype))
 
 
 def _split_axes(config: Configuration) -> frozenset[int]:
@@ -240,23 +283,31 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
         bwd_s = 0.0
     params = dict(config.params)
     shared = set(node.get("shared_params") or ())
-    own_param_bytes = 0
+    own_param_bytes, own_grad_bytes, copy_bytes, cast_bytes = 0, 0, 0, 0
     comm_s, buffer = 0.0, 0.0
     sync = dict(config.grad_sync_axes)
+    mixed = model.precision.mixed
+    need = [info.needs_grad.get(e["source"], False) for e in node["inputs"]]
     for key, shape in node["params"].items():
         lay = params.get(key, ("R",) * len(mesh.shape))
-        b = _bytes(shape, lay, mesh, op.dtype)
+        pb = param_bytes(model, shape, lay, op.dtype)
+        if mixed:  # cast to the compute dtype where used; its gradient cast back in backward
+            cast_bytes += pb.stored + 2 * pb.compute + pb.grad
+            if keeps_param(node, shape, need):
+                copy_bytes += pb.compute
         if key not in shared:
-            own_param_bytes += b
+            own_param_bytes += pb.stored
+            own_grad_bytes += pb.grad
             if sync.get(key):
-                comm_s += grad_all_reduce_time_s(comm, b, sync[key])  # bucketed
-                buffer = max(buffer, b)
+                comm_s += grad_all_reduce_time_s(comm, pb.grad, sync[key])  # bucketed
+                buffer = max(buffer, pb.grad)
     device = model.cluster.device
     compute_s = (
         fwd_s
         + bwd_s
         + optimizer_time_s(device, own_param_bytes, len(node["params"]), model.optimizer)
         + node_overhead_s(device, node, config)
+        + cast_time_s(device, cast_bytes, 2 * len(node["params"]) if mixed else 0)
     )
     out_dtype = str(node.get("out_dtype", "float32"))
     if config.partial_axes:
@@ -276,7 +327,7 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
             comm_s += redistribution_time_s(
                 comm, tuple(node["out_shape"]), itemsize(out_dtype), config.output, gathered
             )
-    memory = own_param_bytes * (2 + optimizer_factor(model.optimizer))
+    memory = own_param_bytes * (1 + optimizer_factor(model.optimizer)) + own_grad_bytes + copy_bytes
     if info.computes_grad.get(name, True):
         out_bytes = _bytes(node["out_shape"], config.output, mesh, out_dtype)
         if info.output_charged.get(name):

@@ -21,6 +21,10 @@ on :func:`~tensoropt.configspace.options.base_configuration`), so the objective 
   - (b - s) x (1 + optimizer state factor); communication + reduce-scatter(b, A) + all-gather(b, A)
   - all-reduce(b, A); the full gradient, freed once reduce-scattered, is a transient buffer.
 
+In a mixed precision (:mod:`tensoropt.precision`) each term is in its own dtype: b and s split
+into the float32 master (parameter, optimizer state), the gradient (reduced in its dtype) and the
+compute-dtype copy, which zero3 gathers (and reduce-scatters) in place of the master.
+
 Executor host overhead (:mod:`estimators.overhead`; 0 on GPU profiles): a node with options runs
 through DTensor dispatch (never the local batch-split path), and each redistribution the option
 adds costs ``redistribute_overhead_s`` (zero1: the all-gather; zero2: + the reduce-scatter; zero3:
@@ -46,8 +50,8 @@ import numpy as np
 
 from estimators.collectives import grad_all_reduce_time_s
 from estimators.compute import optimizer_time_s, roofline_time_s
-from estimators.memory import extra_saved_bytes, itemsize, numel, optimizer_factor, saved_spec
-from estimators.op_costs import Cost, CostModel, GraphInfo, _bytes, local_op, node_cost
+from estimators.memory import extra_saved_bytes, itemsize, keeps_param, numel, optimizer_factor, saved_spec
+from estimators.op_costs import Cost, CostModel, GraphInfo, local_op, node_cost, param_bytes
 from estimators.overhead import node_overhead_s
 from tensoropt.configspace.configuration import Configuration, local_shape
 from tensoropt.configspace.options import base_configuration, state_layouts
@@ -97,57 +101,72 @@ def _recompute_delta(model: CostModel, info: GraphInfo, name: str, node: dict, b
     return reruns * _forward_s(model, info, name, node, base), dropped
 
 
-def _zero3_delta(model: CostModel, node: dict, config: Configuration, base: Configuration):
-    """(communication s, optimizer s, memory bytes, buffer bytes, redistributions) changes of zero3."""
-    mesh, comm = model.mesh, model.comm
+def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configuration, base: Configuration):
+    """(communication s, optimizer s, memory bytes, buffer bytes, redistributions) changes of zero3.
+
+    Per parameter (``ParamBytes`` b computed with, s stored): parameter, gradient and optimizer
+    state shrink to the shard. In a mixed precision the shard is cast to the compute dtype before
+    the gather (as FSDP2), so both gathers and the gradient's reduce-scatter move compute-dtype
+    bytes; the cast shard is kept for the gather again in backward, the gathered copy is not.
+    """
+    comm = model.comm
     dtype = str(node.get("out_dtype", "float32"))
     shared = set(node.get("shared_params") or ())
     stored, computed, sync = dict(config.params), dict(base.params), dict(config.grad_sync_axes)
-    comm_s, full_total, shard_total, buffer = 0.0, 0, 0, 0.0
+    need = [info.needs_grad.get(e["source"], False) for e in node["inputs"]]
+    mixed = model.precision.mixed
+    comm_s, full_total, shard_total, memory, buffer = 0.0, 0, 0, 0, 0.0
     for key, shape in node["params"].items():
         if key in shared:
             continue
-        b = _bytes(shape, computed[key], mesh, dtype)
-        s = _bytes(shape, stored[key], mesh, dtype)
-        full_total, shard_total = full_total + b, shard_total + s
+        b = param_bytes(model, shape, computed[key], dtype)
+        s = param_bytes(model, shape, stored[key], dtype)
+        full_total, shard_total = full_total + b.stored, shard_total + s.stored
+        memory -= (b.stored - s.stored) * (1 + optimizer_factor(model.optimizer)) + (b.grad - s.grad)
+        if mixed:
+            memory += s.compute - (b.compute if keeps_param(node, shape, need) else 0)
         axes = sync.get(key, ())
         if axes:
             comm_s += (
-                2 * comm.time_s("all_gather", b, axes)
-                + comm.time_s("reduce_scatter", b, axes)
-                - grad_all_reduce_time_s(comm, b, axes)
+                2 * comm.time_s("all_gather", b.compute, axes)
+                + comm.time_s("reduce_scatter", b.compute, axes)
+                - grad_all_reduce_time_s(comm, b.grad, axes)
             )
-            buffer = max(buffer, b)
+            buffer = max(buffer, b.compute)
     device, n = model.cluster.device, len(node["params"])
     opt_s = optimizer_time_s(device, shard_total, n, model.optimizer) - optimizer_time_s(
         device, full_total, n, model.optimizer
     )
-    memory = -(full_total - shard_total) * (2 + optimizer_factor(model.optimizer))
     moves = 3 * sum(1 for key in node["params"] if key not in shared and sync.get(key))
     return comm_s, opt_s, memory, buffer, moves
 
 
-def _zero12_delta(model: CostModel, node: dict, config: Configuration, base: Configuration):
-    """(communication s, optimizer s, memory bytes, buffer bytes, redistributions) changes of zero1/zero2."""
+def _zero12_delta(model: CostModel, info: GraphInfo, node: dict, config: Configuration, base: Configuration):
+    """(communication s, optimizer s, memory bytes, buffer bytes, redistributions) changes of zero1/zero2.
+
+    The updated (master) shards are all-gathered in the stored dtype, zero2's gradients
+    reduce-scattered in the gradient dtype.
+    """
     mesh, comm = model.mesh, model.comm
     dtype = str(node.get("out_dtype", "float32"))
     shapes, computed, sync = node["params"], dict(base.params), dict(config.grad_sync_axes)
     grads_too = "zero2" in config.options
-    comm_s, full_total, shard_total, buffer = 0.0, 0, 0, 0.0
+    comm_s, full_total, shard_total, memory, buffer = 0.0, 0, 0, 0, 0.0
     for key, layout in state_layouts(config, shapes, mesh).items():
-        b = _bytes(shapes[key], computed[key], mesh, dtype)
-        s = _bytes(shapes[key], layout, mesh, dtype)
-        full_total, shard_total = full_total + b, shard_total + s
+        b = param_bytes(model, shapes[key], computed[key], dtype)
+        s = param_bytes(model, shapes[key], layout, dtype)
+        full_total, shard_total = full_total + b.stored, shard_total + s.stored
+        memory -= (b.stored - s.stored) * optimizer_factor(model.optimizer)
         axes = sync[key]
-        comm_s += comm.time_s("all_gather", b, axes)
+        comm_s += comm.time_s("all_gather", b.stored, axes)
         if grads_too:
-            comm_s += comm.time_s("reduce_scatter", b, axes) - grad_all_reduce_time_s(comm, b, axes)
-        buffer = max(buffer, b)
+            memory -= b.grad - s.grad
+            comm_s += comm.time_s("reduce_scatter", b.grad, axes) - grad_all_reduce_time_s(comm, b.grad, axes)
+        buffer = max(buffer, b.stored, b.grad if grads_too else 0)
     device, n = model.cluster.device, len(shapes)
     opt_s = optimizer_time_s(device, shard_total, n, model.optimizer) - optimizer_time_s(
         device, full_total, n, model.optimizer
     )
-    memory = -(full_total - shard_total) * (int(grads_too) + optimizer_factor(model.optimizer))
     moves = (1 + int(grads_too)) * len(state_layouts(config, shapes, mesh))
     return comm_s, opt_s, memory, buffer, moves
 
@@ -173,7 +192,7 @@ def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, c
         memory -= dropped
     zero = _zero3_delta if "zero3" in config.options else _zero12_delta
     if {"zero1", "zero2", "zero3"} & set(config.options):
-        d_comm, d_opt, d_mem, d_buf, moves = zero(model, node, config, base)
+        d_comm, d_opt, d_mem, d_buf, moves = zero(model, info, node, config, base)
         d_comm += moves * device.redistribute_overhead_s
         comm_s, compute_s, memory = comm_s + d_comm, compute_s + d_opt, memory + d_mem
         buffer = max(buffer, d_buf)

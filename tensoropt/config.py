@@ -17,7 +17,7 @@ A job file is a 1:1 serialisation of :class:`Job`::
     training:
       global_batch_size: 64
       optimizer: adamw            # sgd | momentum | adamw
-      dtype: float32
+      precision: fp32             # fp32 | bf16 | fp16 | bf16-mixed | fp16-mixed (dtype: the older alias)
       seed: 0
       steps: 100
       memory_options: []          # recompute, zero1, zero2, zero3: offered per operator (empty: none)
@@ -328,8 +328,13 @@ class TrainingConfig:
     """Samples per step over all devices; empty: the zoo preset's default batch size."""
     optimizer: str = "adamw"
     """sgd | momentum | adamw (optimizer state: 0, 1x, 2x the parameters)."""
-    dtype: str = "float32"
-    """float32 | bfloat16 | float16: dtype of parameters and activations."""
+    precision: str | None = None
+    """fp32 | bf16 | fp16 | bf16-mixed | fp16-mixed (:mod:`tensoropt.precision`); empty: from ``dtype``,
+    else fp32. The mixed modes compute in 16 bits on float32 master parameters and optimizer state."""
+    dtype: str | None = None
+    """The older spelling of a pure precision: float32 | bfloat16 | float16 (fp32 | bf16 | fp16).
+    Set beside ``precision`` it must mean the same; after loading it holds the alias of a pure
+    precision and is empty for a mixed one."""
     seed: int = 0
     """Seed of the initial weights and of the synthetic data."""
     steps: int = 100
@@ -342,11 +347,26 @@ class TrainingConfig:
     def __post_init__(self):
         _int(self.global_batch_size, "global_batch_size", optional=True)
         _choice(self.optimizer, "optimizer", OPTIMIZERS)
-        _choice(self.dtype, "dtype", DTYPES)
+        self.precision, self.dtype = _precision(self.precision, self.dtype)
         _int(self.seed, "seed", minimum=0)
         _int(self.steps, "steps")
         self.learning_rate = _positive_float(self.learning_rate, "learning_rate")
         self.memory_options = _memory_options(self.memory_options)
+
+
+def _precision(precision: Any, dtype: Any) -> tuple[str, str | None]:
+    """(precision, dtype) of ``training``: one resolved from the other, both checked to agree."""
+    from tensoropt.precision import DTYPE_ALIASES, PRECISIONS
+
+    _choice(precision, "precision", tuple(PRECISIONS), optional=True)
+    _choice(dtype, "dtype", DTYPES, optional=True)
+    if precision is not None and dtype is not None and DTYPE_ALIASES[dtype] != precision:
+        raise FieldError("dtype", f"training.dtype {dtype!r} means precision {DTYPE_ALIASES[dtype]!r}, but "
+                         f"training.precision is {precision!r}",
+                         "only training.precision (training.dtype is its older alias)")
+    name = precision or (DTYPE_ALIASES[dtype] if dtype is not None else "fp32")
+    alias = {v: k for k, v in DTYPE_ALIASES.items()}.get(name)
+    return name, alias
 
 
 def _memory_options(value: Any) -> list:

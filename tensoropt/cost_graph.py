@@ -29,6 +29,7 @@ from estimators.op_costs import Cost, CostModel, GraphInfo, edge_cost_table
 from estimators.options import option_edge_table, option_node_cost, with_recompute_rule
 from estimators.profiles import Cluster, load_cluster
 from tensoropt.configspace.configuration import Configuration, Mesh
+from tensoropt.precision import get_precision
 
 OBJECTIVES = ("time_s", "memory_bytes", "compute_s", "comm_s")
 """Objectives a cost graph can carry (any subset, in any order)."""
@@ -100,6 +101,7 @@ def cost_graph(
     batch_norm: str = "auto",
     progress: Callable[[int, int], None] | None = None,
     memory_options: Sequence[str] = (),
+    precision: str = "fp32",
 ) -> nx.DiGraph:
     """Price every configuration of every operator of ``graph`` on ``num_devices`` devices of ``cluster``.
 
@@ -124,6 +126,9 @@ def cost_graph(
         memory_options: some of ``"recompute"``, ``"zero1"``, ``"zero2"``, ``"zero3"``: multiply the
             configurations with these options (:mod:`tensoropt.configspace.options`, priced by
             :mod:`estimators.options`).
+        precision: the training precision (:mod:`tensoropt.precision`); capture the graph in its
+            compute dtype. A mixed one prices float32 master parameters, gradients (reduced in
+            float32) and optimizer state, and the compute-dtype copies of the parameters ops keep.
 
     Returns:
         A new ``networkx.DiGraph`` in ``frontier.solve``'s format (see the module docstring).
@@ -164,7 +169,8 @@ def cost_graph(
     if batch_norm == "auto":
         batch_norm = "decomposed" if mesh.num_devices > 1 else "native"
     rules = SavingRules(cl.device.kind, sdpa_backend, batch_norm)
-    model = CostModel(cl, mesh, optimizer, compute_time=timer, rules=rules)
+    model = CostModel(cl, mesh, optimizer, compute_time=timer, rules=rules,
+                      precision=get_precision(precision))
     info = GraphInfo.of(g, rules)
     if memory_options:
         from tensoropt.configspace.options import with_options
@@ -179,6 +185,7 @@ def cost_graph(
         objectives=tuple(objectives),
         optimizer=optimizer,
         compute_mode=compute_mode,
+        precision=model.precision.name,
     )
     total, done = g.number_of_nodes() + g.number_of_edges(), 0
     node_cache: dict[tuple, list[Cost]] = {}

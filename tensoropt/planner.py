@@ -185,14 +185,16 @@ def capture_job(job: Job, spec_and_model=None):
     """
     from tensoropt.capture import capture
     from tensoropt.models import example_inputs
+    from tensoropt.precision import get_precision
 
     model, spec = spec_and_model if spec_and_model is not None else build_job_model(job, "meta")
     batch = job.training.global_batch_size or spec.default_batch_size
     inputs = example_inputs(spec, batch, device="meta", model=model)
-    if job.training.dtype != "float32":
+    compute_dtype = get_precision(job.training.precision).compute_dtype  # mixed: the graph computes in it
+    if compute_dtype != "float32":
         import torch
 
-        dtype = getattr(torch, job.training.dtype)
+        dtype = getattr(torch, compute_dtype)
         model = model.to(dtype)
         inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
     return capture(model, inputs)
@@ -232,7 +234,7 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         G = cost_graph(graph, cluster, num_devices, batch_size=job.training.global_batch_size,
                        optimizer=job.training.optimizer, compute_mode=job.planner.compute,
                        progress=graph_progress, memory_options=job.training.memory_options,
-                       configurations=configs)
+                       configurations=configs, precision=job.training.precision)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
     timing["cost_graph"] = time.perf_counter() - start
