@@ -150,6 +150,40 @@ def consistent_grad(x: torch.Tensor) -> torch.Tensor:
     return _ConsistentGrad.apply(x)
 
 
+class _GradAsForward(torch.autograd.Function):
+    """Identity whose backward brings a partial gradient to the forward value's placements."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.mesh, ctx.placements = x.device_mesh, tuple(x.placements)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if isinstance(grad, DTensor) and tuple(grad.placements) != ctx.placements \
+                and any(p.is_partial() for p in grad.placements):
+            grad = grad.redistribute(ctx.mesh, ctx.placements)
+        return grad
+
+
+def reduce_partial(x: DTensor, mesh, placements) -> DTensor:
+    """``x.redistribute(mesh, placements)``, reducing a node's partial output.
+
+    A masked partial (the output of a vocabulary-split embedding) cannot take a ``Partial(sum)``
+    gradient in backward (DTensor: "Redistribution from one partial type ... is unsupported"),
+    which it gets when the embedding's consumers pass partial gradients on (HF Llama's RMSNorm is
+    elementwise ops, and the attention projections' input gradients are partial): that gradient
+    is all-reduced to ``placements`` first.
+
+    Example:
+        >>> reduce_partial(embedded, mesh, [Replicate()])  # doctest: +SKIP
+    """
+    out = x.redistribute(mesh, placements)
+    if any(type(p).__name__ == "_MaskPartial" for p in x.placements):
+        out = _GradAsForward.apply(out)
+    return out
+
+
 def _role(x_p, w_p) -> str:
     if isinstance(x_p, Shard) and x_p.dim == 0 and isinstance(w_p, Replicate):
         return "batch"

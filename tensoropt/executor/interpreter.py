@@ -38,7 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 import torch.fx as fx
 from torch.distributed.tensor import DeviceMesh, DTensor, Partial, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
@@ -294,8 +294,9 @@ class PlanInterpreter(fx.Interpreter):
             value = values[labels]
             local = value._local_tensor if isinstance(value, DTensor) else value
             count = (local != ignore_index).sum().to(torch.float64).reshape(1)
-            work = dist.all_reduce(count, group=self.mesh.get_group(axes[0]), async_op=True) if axes else None
-            out[n] = (work, count)
+            if axes:  # functional: waited on first use, and traceable into the replayed program
+                count = funcol.all_reduce(count, "sum", self.mesh.get_group(axes[0]))
+            out[n] = (None, count)
         return out
 
     @staticmethod
@@ -532,7 +533,7 @@ class PlanInterpreter(fx.Interpreter):
                 )
             target = normalise(tuple(config.output), first.dim())
             if actual != target:
-                first = first.redistribute(self.mesh, to_placements(target))
+                first = explicit_ops.reduce_partial(first, self.mesh, to_placements(target))
             if bias is not None:
                 first = explicit_ops.add_bias(first, bias)
         if isinstance(out, tuple):
