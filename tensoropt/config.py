@@ -25,6 +25,9 @@ A job file is a 1:1 serialisation of :class:`Job`::
     devices: [1, 2, 4, 8]         # device counts to plan for
     memory_budget: 40GiB          # per device
     select: fastest               # fastest | fewest_devices | best_per_device
+    executor:                     # how `tensoropt run` executes the plan (optional)
+      mode: replay                # replay (a traced local program) | interpret (the DTensor reference)
+      compile: none               # none | inductor (compiles the replayed program)
 
 Every field is checked in ``__post_init__``; :func:`load_job` turns a failure into a
 :class:`ConfigError` that names the file, the full key path (``training.global_batch_size``)
@@ -45,8 +48,8 @@ import yaml
 
 from tensoropt.sizes import SIZE_FORM, format_size, parse_size
 
-__all__ = ["ConfigError", "DataConfig", "FieldError", "Job", "ModelConfig", "PlannerConfig", "TrainingConfig",
-           "SIZE_FORM", "format_size", "load_job", "parse_size"]
+__all__ = ["ConfigError", "DataConfig", "ExecutorConfig", "FieldError", "Job", "ModelConfig", "PlannerConfig",
+           "TrainingConfig", "SIZE_FORM", "format_size", "load_job", "parse_size"]
 
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 """Optimizers the estimators and the executor know (they differ in optimizer-state memory)."""
@@ -420,6 +423,36 @@ class PlannerConfig:
             self.space == "auto" and num_devices > self.full_space_max_devices)
 
 
+EXECUTOR_MODES = ("replay", "interpret")
+"""How ``tensoropt run`` executes a plan: the replayed local program, or the DTensor interpreter."""
+
+COMPILE_BACKENDS = ("none", "inductor")
+"""What compiles the replayed local program: nothing, or Inductor."""
+
+
+@dataclass
+class ExecutorConfig:
+    """How ``tensoropt run`` executes the plan (both optional).
+
+    Example:
+        >>> ExecutorConfig(compile="inductor").mode
+        'replay'
+    """
+
+    mode: str = "replay"
+    """replay (trace each plan's step once into a local program and replay it) | interpret (the
+    DTensor interpreter every step: the reference, slower)."""
+    compile: str = "none"
+    """none | inductor: compile the replayed local program with Inductor (CPU: needs a C++ compiler)."""
+
+    def __post_init__(self):
+        _choice(self.mode, "mode", EXECUTOR_MODES)
+        _choice(self.compile, "compile", COMPILE_BACKENDS)
+        if self.compile != "none" and self.mode != "replay":
+            raise FieldError("compile", f"{self.compile!r} with mode {self.mode!r}",
+                             "compile: none, or mode: replay (only the replayed program is compiled)")
+
+
 @dataclass
 class Job:
     """A planning job: model, training, cluster, device counts, budget and selection rule.
@@ -449,8 +482,12 @@ class Job:
     """Planner knobs (see PlannerConfig)."""
     data: DataConfig | None = None
     """Real training data for ``tensoropt run`` (see DataConfig); empty: synthetic inputs."""
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    """How ``tensoropt run`` executes the plan (see ExecutorConfig)."""
 
     def __post_init__(self):
+        if not isinstance(self.executor, ExecutorConfig):
+            self.executor = _build(ExecutorConfig, {} if self.executor is None else self.executor, "executor")
         if self.data is not None and not isinstance(self.data, DataConfig):
             self.data = _build(DataConfig, self.data, "data")
         if not isinstance(self.model, ModelConfig):

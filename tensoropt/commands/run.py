@@ -9,6 +9,12 @@ Without ``--plan`` the plan for N devices is selected from ``--frontier`` (defau
 ``out/frontier.json``) under the job's budget and rule, or planned on the spot when that file
 has no frontier for N. ``--metrics FILE`` receives the measured step times and memory beside
 the planner's predictions.
+
+Each worker traces the plan's training step once into a local program and replays it
+(:mod:`tensoropt.executor.replay`); ``--executor interpret`` runs the DTensor interpreter every
+step instead (the reference), ``--compile inductor`` compiles the replayed program (both override
+the job's ``executor:`` section). A compile backend that cannot run here is an error before any
+worker starts.
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ def add_parser(subparsers) -> None:
                         "f(step, global_batch_size, seed)")
     p.add_argument("--node-rank", type=int, default=None, help="this machine's rank (several machines)")
     p.add_argument("--timeout-s", type=float, default=None, help="stop the workers after this many seconds")
+    p.add_argument("--compile", choices=("none", "inductor"), default=None,
+                   help="compile the replayed local program (default: the job's executor.compile, none)")
+    p.add_argument("--executor", choices=("replay", "interpret"), default=None,
+                   help="replay: the traced local program; interpret: the DTensor interpreter every step "
+                        "(default: the job's executor.mode, replay)")
     add_run_arguments(p)
 
 
@@ -68,9 +79,10 @@ def run(args) -> int:
         plan = _load_plan(args) if args.plan else _select(args, job, nnodes)
         entry["plan"] = plan
     nproc = _nproc(args, plan, nnodes)
+    executor = _executor(args, job)
     if args.metrics:
         entry["metrics"] = str(Path(args.metrics).resolve())
-    config = {"spec": spec.to_json(), "steps": spec.steps, "runs": [entry]}
+    config = {"spec": spec.to_json(), "steps": spec.steps, "runs": [entry], "executor": executor}
     print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc * nnodes} process(es)"
           + (f", plan {plan['id']} ({plan.get('summary') or 'no summary'})" if plan else ""), flush=True)
     rc = launch_workers(config, elastic.launch_options(args, nproc, spec.to_json(), args.timeout_s))
@@ -106,6 +118,25 @@ def format_metrics(metrics: dict) -> str:
                  + f", measured {meas['memory_bytes'] / 2**20:.2f} MiB"
                  + rel(meas["memory_bytes"], pred.get("memory_bytes")))
     return "\n".join(lines)
+
+
+def _executor(args, job) -> dict:
+    """The RUN.json ``executor`` entry (``--executor``/``--compile`` over the job's ``executor:``),
+    its compile backend checked here, before any worker starts."""
+    import torch
+
+    from tensoropt.executor.replay import CompileUnavailable, check_compile_backend
+
+    mode = args.executor or job.executor.mode
+    backend = args.compile or job.executor.compile
+    if backend != "none" and mode != "replay":
+        raise CommandError(f"--compile {backend} compiles the replayed program: it needs executor mode "
+                           f"replay, not {mode}")
+    try:
+        check_compile_backend(backend, "cuda" if torch.cuda.is_available() else "cpu")
+    except (CompileUnavailable, ValueError) as e:
+        raise CommandError(str(e)) from None
+    return {"mode": mode, "compile": backend}
 
 
 def _fixed_nodes(nnodes: str) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from estimators.collectives import FIRST_GRAD_BUCKET_BYTES as FIRST_BUCKET_BYTES
@@ -47,15 +48,23 @@ class GradSync:
     fire, which is the same on every rank (same graph, same autograd order), so every rank
     issues the same collectives in the same order.
 
+    ``functional=True`` (the step being traced into a local program, :mod:`tensoropt.executor.lowering`):
+    each bucket is concatenated afresh and all-reduced with a functional collective
+    (``_c10d_functional.all_reduce`` + ``wait_tensor`` in the trace; an in-place ``dist`` collective
+    would replay wrong), and no hooks are registered (the tracer calls :meth:`add`).
+
     Example:
         >>> sync = GradSync([torch.zeros(2, requires_grad=True)])  # plain tensors: nothing to do
         >>> sync.finish()
         0
     """
 
-    def __init__(self, params: Iterable[torch.Tensor], bucket_bytes: int = BUCKET_BYTES, hooks: bool = True):
+    def __init__(self, params: Iterable[torch.Tensor], bucket_bytes: int = BUCKET_BYTES, hooks: bool = True,
+                 functional: bool = False):
         self.params = list(params)
         self.bucket_bytes = bucket_bytes
+        self.functional = functional
+        hooks = hooks and not functional
         self._open: dict[tuple, tuple[list[DTensor], list[int]]] = {}
         self._inflight: list[tuple] = []
         self._collectives = 0
@@ -83,6 +92,11 @@ class GradSync:
         members, _ = self._open.pop(key)
         axis = key[1]
         grads = [p.grad._local_tensor.reshape(-1) for p in members]
+        group = members[0].device_mesh.get_group(axis)
+        if self.functional:
+            self._inflight.append((None, funcol.all_reduce(torch.cat(grads), "sum", group), members))
+            self._collectives += 1
+            return
         # one flat buffer per bucket, kept across steps (as DDP's buckets): no allocation per step
         bucket_key = (key, tuple(id(p) for p in members))
         flat = self._buffers.get(bucket_key)
@@ -91,7 +105,7 @@ class GradSync:
             flat = torch.empty(numel, dtype=grads[0].dtype, device=grads[0].device)
             self._buffers[bucket_key] = flat
         torch.cat(grads, out=flat)
-        work = dist.all_reduce(flat, group=members[0].device_mesh.get_group(axis), async_op=True)
+        work = dist.all_reduce(flat, group=group, async_op=True)
         self._inflight.append((work, flat, members))
         self._collectives += 1
 
@@ -100,7 +114,8 @@ class GradSync:
         for key in list(self._open):
             self._launch(key)
         for work, flat, members in self._inflight:
-            work.wait()
+            if work is not None:
+                work.wait()
             offset = 0
             for p in members:
                 n = p.grad._local_tensor.numel()

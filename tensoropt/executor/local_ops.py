@@ -21,7 +21,7 @@ from __future__ import annotations
 import math  # noqa: F401 (doctest)
 
 import torch
-import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
 from estimators.overhead import LOCAL_PACKETS
@@ -38,9 +38,9 @@ class _GlobalMean(torch.autograd.Function):
     @staticmethod
     def forward(ctx, local_sum, count, groups):
         buf = torch.stack([local_sum.detach().to(torch.float64), count.to(torch.float64)])
-        for group in groups:
-            dist.all_reduce(buf, group=group)
-        ctx.count = buf[1].item()
+        for group in groups:  # functional: traceable into the replayed program (no .item() either)
+            buf = funcol.all_reduce(buf, "sum", group)
+        ctx.count = buf[1].to(local_sum.dtype)
         return (buf[0] / buf[1]).to(local_sum.dtype)
 
     @staticmethod

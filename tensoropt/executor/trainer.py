@@ -23,10 +23,12 @@ from tensoropt.configspace.configuration import Layout
 from tensoropt.executor.data import load_factory, synthetic_batch
 from tensoropt.executor.gradsync import GradSync
 from tensoropt.executor.interpreter import PlanInterpreter
+from tensoropt.executor.local_optim import step_local
 from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
 from tensoropt.executor.placements import normalise, to_placements
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.program import export_program, lazy_views, signature
+from tensoropt.executor.replay import MODES, ReplayProgram
 from tensoropt.executor.spec import TrainSpec
 from tensoropt.executor.zero import ShardedState
 
@@ -104,12 +106,21 @@ def _input_layout(plan: ExecPlan, name: str, ndim: int) -> Layout:
 class Trainer:
     """One plan's training state on this rank: exported program, parameters, optimizer.
 
+    ``mode``: ``"replay"`` (default) traces the step once per input shapes into a local program
+    (:mod:`tensoropt.executor.replay`) and replays it, the optimizer stepping local tensors;
+    ``"interpret"`` runs every step through the DTensor interpreter (the reference). In replay mode
+    the first step of each :meth:`train` call, which measures the saved activations, still runs
+    through the interpreter. ``compile``: ``"none"`` or ``"inductor"`` (the replayed program
+    compiled).
+
     Example:
         >>> result = Trainer(spec, plan).train(steps=3)  # doctest: +SKIP
     """
 
-    def __init__(self, spec: TrainSpec, plan: ExecPlan):
-        self.spec, self.plan = spec, plan
+    def __init__(self, spec: TrainSpec, plan: ExecPlan, mode: str = "replay", compile: str = "none"):
+        if mode not in MODES:
+            raise ValueError(f"executor.mode: {mode!r} is not one of {MODES}")
+        self.spec, self.plan, self.mode = spec, plan, mode
         self.mesh = build_mesh(plan)
         self.device = torch.device(device_type(), torch.cuda.current_device()) if device_type() == "cuda" \
             else torch.device("cpu")
@@ -158,6 +169,7 @@ class Trainer:
         self.interpreter.on_grad = self.grad_sync.add  # the whole-graph local mode's gradients
         self.input_names = [n.name for n in self.ep.graph.nodes if n.op == "placeholder"
                             and n.name in self.sig.user_inputs]
+        self.program = ReplayProgram(self, compile) if mode == "replay" else None
 
     def used_keys(self) -> set[str]:
         """State-dict keys of the parameter placeholders the graph reads."""
@@ -207,6 +219,8 @@ class Trainer:
         if self.fail_at_step == step:
             raise RuntimeError(f"injected failure at step {step} on this rank (test of error propagation)")
         values = self._placeholder_values(batch)  # the data loading: not part of the step time
+        if self.program is not None and not measure_memory:
+            return self._replay_step(values)
         _sync()
         start = time.perf_counter()
         with SavedTensors() if measure_memory else contextlib.nullcontext() as saved:
@@ -219,14 +233,40 @@ class Trainer:
         if measure_memory:
             grads = [p.grad for p in self.params.values() if p.grad is not None] + self.zero.gradients()
             self.grad_bytes = storage_bytes(grads)
-        self.optimizer.step()
+        return (*self._update(loss, start, self.optimizer.step), activation_bytes)
+
+    def runtime_info(self) -> dict:
+        """How this trainer ran its steps: mode, compile backend, traces, program nodes and collectives.
+
+        Example:
+            >>> Trainer(spec, plan).runtime_info()["mode"]  # doctest: +SKIP
+            'replay'
+        """
+        info = {"mode": self.mode, "compile": self.program.compile if self.program else "none"}
+        if self.program is not None:
+            info.update(self.program.stats())
+        return info
+
+    def _replay_step(self, values: list) -> tuple[float, float, None]:
+        """One step of the replayed local program (traced on first use of these shapes, not timed)."""
+        self.program.program(values)
+        _sync()
+        start = time.perf_counter()
+        loss = self.program.run(values)
+        self.zero.shard_gradients()
+        return (*self._update(loss, start, lambda: step_local(self.optimizer)), None)
+
+    def _update(self, loss: torch.Tensor, start: float, optimizer_step) -> tuple[float, float]:
+        """Step the optimizer (``optimizer_step()``), gather ZeRO shards, drop the gradients; returns
+        (the loss's value, seconds since ``start``), the loss read after the clock stops."""
+        optimizer_step()
         self.zero.gather()
         self.optimizer.zero_grad(set_to_none=True)
         self.zero.zero_grad()
         _sync()
         time_s = time.perf_counter() - start
         value = loss.full_tensor() if isinstance(loss, DTensor) else loss
-        return float(value.detach()), time_s, activation_bytes
+        return float(value.detach()), time_s
 
     def _sync_grads(self) -> None:
         """Bring each gradient to its parameter's placement (bucketed all-reduce of partial sums, started

@@ -2,8 +2,9 @@
 
 RUN.json: ``{"spec": TrainSpec.to_json(), "runs": [{"plan": plan.json dict, "metrics": path,
 "params_out": path or null, "spec": optional per-run TrainSpec}, ...], "steps": S,
-"start_step": 0, "fail_at": null or {"rank": r, "step": s}}`` (``fail_at`` injects an error on one
-rank, to test that every rank then ends promptly).
+"start_step": 0, "fail_at": null or {"rank": r, "step": s}, "executor": {"mode": "replay" | "interpret",
+"compile": "none" | "inductor"}}`` (``fail_at`` injects an error on one rank, to test that every rank
+then ends promptly; ``executor``, also per run, picks the runtime: :class:`Trainer`).
 A run may give ``"select": {"frontier": path, "job": Job dict}`` instead of ``"plan"`` (the plan for
 the current world size is selected, or planned, at start: :mod:`tensoropt.elastic`), and
 ``"checkpoint": {"dir", "every", "keep"}`` to resume from and save checkpoints; ``steps`` is then
@@ -90,7 +91,9 @@ def run_all(config: dict) -> None:
         steps = int(config.get("steps", spec.steps))
         # Without a fixed plan, select one for this world size (elastic: on every restart).
         plan = ExecPlan.from_json(run["plan"] if "plan" in run else elastic.resolve_plan(run["select"]))
-        trainer = Trainer(spec, plan)
+        executor = {**config.get("executor", {}), **run.get("executor", {})}  # {"mode", "compile"}
+        trainer = Trainer(spec, plan, mode=executor.get("mode", "replay"),
+                          compile=executor.get("compile", "none"))
         fail = config.get("fail_at")  # {"rank": r, "step": s}: a test of error propagation
         if fail and fail.get("rank") == rank:
             trainer.fail_at_step = int(fail.get("step", 0))
@@ -101,7 +104,8 @@ def run_all(config: dict) -> None:
         params = trainer.full_params() if run.get("params_out") else None
         if rank == 0:
             if run.get("metrics"):
-                _write_json(Path(run["metrics"]), metrics_json(result, plan))
+                _write_json(Path(run["metrics"]),
+                            {**metrics_json(result, plan), "executor": trainer.runtime_info()})
             if params is not None:
                 torch.save({k: v.cpu() for k, v in params.items()}, run["params_out"])
             last = result.steps[-1] if result.steps else {}

@@ -35,10 +35,12 @@ def outputs(out: Path, name: str, plan_id: str) -> tuple[dict, dict[str, torch.T
     return metrics, torch.load(out / f"{name}-{plan_id}.pt")
 
 
-def single_process(spec: TrainSpec, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """Losses and final parameters of the plain 1-process run (no mesh, no DTensor)."""
+def single_process(spec: TrainSpec, steps: int = STEPS,
+                   mode: str = "interpret") -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Losses and final parameters of the plain 1-process run (no mesh, no DTensor; eager PyTorch
+    through the fx interpreter unless ``mode="replay"``)."""
     trainer = Trainer(spec, ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []},
-                                                "placements": {}}))
+                                                "placements": {}}), mode=mode)
     result = trainer.train(steps)
     return [s["loss"] for s in result.steps], trainer.full_params()
 
