@@ -1,13 +1,19 @@
-"""Per-operator breakdown of one plan on a cost graph (for plan files, ``explain`` and the plot).
+"""Per-operator breakdown of one plan on a cost graph: the one walk behind plan files, ``explain``
+and the plot (``tensoropt.summary.plan_layers`` turns it into a plan's rows).
 
 Works on the graph :func:`tensoropt.cost_graph.cost_graph` returns (its nodes carry the
-per-configuration ``compute_s``, ``comm_s``, ``memory_bytes`` and ``buffer_bytes`` arrays), with
-an assignment node -> configuration index (``frontier.Point.assignment``) or node -> label.
+per-configuration ``compute_s``, ``comm_s``, ``memory_bytes`` and ``buffer_bytes`` arrays; a
+graph with only the ``cost`` tables is read from their ``time_s`` and ``memory_bytes`` columns),
+with an assignment node -> configuration index (``frontier.Point.assignment``) or node -> label.
+What the walk needs of the graph (topological order, each edge's operand and layouts) is computed
+once per cost graph and kept on it: the planner breaks down every frontier point.
 """
 
 from __future__ import annotations
 
 import networkx as nx
+
+_WALK_KEY = "_plan_breakdown_walk"
 
 
 def _index(cg: nx.DiGraph, node: str, choice) -> int:
@@ -19,6 +25,55 @@ def _index(cg: nx.DiGraph, node: str, choice) -> int:
     return int(choice)
 
 
+def _walk(cg: nx.DiGraph) -> tuple[list, list]:
+    """Nodes in topological order as ``(name, attrs)``, edges in that order as ``(u, v, attrs,
+    operand index in v's inputs, u's configurations, v's configurations)``.
+
+    Cached on ``cg.graph`` (a cost graph is not changed after it is built).
+    """
+    cached = cg.graph.get(_WALK_KEY)
+    if cached is not None:
+        return cached
+    order = list(nx.topological_sort(cg))
+    nodes = [(n, cg.nodes[n]) for n in order]
+    edges = [(u, v, cg.edges[u, v], (cg.edges[u, v].get("operands") or [0])[0],
+              cg.nodes[u].get("configurations"), cg.nodes[v].get("configurations"))
+             for u in order for v in cg.successors(u)]
+    cg.graph[_WALK_KEY] = (nodes, edges)
+    return nodes, edges
+
+
+def _columns(cg: nx.DiGraph) -> tuple[int, int]:
+    objectives = list(cg.graph.get("objectives", ("time_s", "memory_bytes")))
+    return objectives.index("time_s"), objectives.index("memory_bytes")
+
+
+def _node_costs(cg: nx.DiGraph, d: dict, i: int) -> tuple[float, float, float, float]:
+    """(compute_s, comm_s, memory_bytes, buffer_bytes) of configuration ``i`` of a node."""
+    if "compute_s" in d:
+        return (float(d["compute_s"][i]), float(d["comm_s"][i]), float(d["memory_bytes"][i]),
+                float(d["buffer_bytes"][i]) if "buffer_bytes" in d else 0.0)
+    t, m = _columns(cg)
+    return float(d["cost"][i][t]), 0.0, float(d["cost"][i][m]), 0.0
+
+
+def _edge_costs(cg: nx.DiGraph, e: dict, i: int, j: int) -> tuple[float, float, float]:
+    """(comm_s, memory_bytes, buffer_bytes) of an edge between configurations ``i`` and ``j``."""
+    if "comm_s" in e:
+        return (float(e["comm_s"][i, j]), float(e["memory_bytes"][i, j]),
+                float(e["buffer_bytes"][i, j]) if "buffer_bytes" in e else 0.0)
+    t, m = _columns(cg)
+    return float(e["cost"][i, j, t]), float(e["cost"][i, j, m]), 0.0
+
+
+def _layouts(cu, cv, i: int, j: int, operand: int) -> tuple[tuple, tuple]:
+    """The producer's output layout and the one the consumer computes operand ``operand`` with
+    (``cu``, ``cv``: the two nodes' configurations, None when the graph has none)."""
+    src = tuple(cu[i].output) if cu is not None else ()
+    dst_inputs = cv[j].inputs if cv is not None else ()
+    return src, tuple(dst_inputs[operand]) if operand < len(dst_inputs) else ()
+
+
 def plan_breakdown(cg: nx.DiGraph, assignment: dict) -> dict:
     """Per-operator and per-edge costs of one plan, and the totals.
 
@@ -27,11 +82,14 @@ def plan_breakdown(cg: nx.DiGraph, assignment: dict) -> dict:
         assignment: node -> configuration index or label (every node of ``cg``).
 
     Returns:
-        ``{"layers": [{"node", "op", "module", "config", "compute_s", "comm_s", "memory_bytes"}, ...],
-        "redistributions": [{"src", "dst", "src_config", "dst_config", "comm_s", "memory_bytes"}, ...]``
-        (only edges that move data or hold memory), ``"time_s"``, ``"memory_bytes"`` (the additive
-        objective) and ``"peak_memory_bytes"`` (memory plus the largest transient communication
-        buffer, added once)}.
+        ``{"layers": [{"node", "op", "module", "kind", "config", "compute_s", "comm_s",
+        "memory_bytes"}, ...]`` (every operator, and the inputs that hold memory),
+        ``"redistributions": [{"src", "dst", "src_config", "dst_config", "from_layout",
+        "to_layout", "comm_s", "memory_bytes"}, ...]`` (the edges that move data, cost time, hold
+        memory or change layout), ``"time_s"``, ``"memory_bytes"`` (the additive objective) and
+        ``"peak_memory_bytes"`` (memory plus the largest transient communication buffer, added
+        once)}. A layer's ``memory_bytes`` is its node's own; the memory charged to its incoming
+        edges is in the redistributions.
 
     Example:
         >>> import torch
@@ -47,55 +105,31 @@ def plan_breakdown(cg: nx.DiGraph, assignment: dict) -> dict:
     if missing:
         raise ValueError(f"assignment has no configuration for node(s) {missing[:5]}")
     idx = {n: _index(cg, n, assignment[n]) for n in cg}
+    nodes, edge_order = _walk(cg)
     layers, edges = [], []
     time_s = memory = buffer = 0.0
-    for n in nx.topological_sort(cg):
-        d, i = cg.nodes[n], idx[n]
-        compute, comm, mem = (float(d[k][i]) for k in ("compute_s", "comm_s", "memory_bytes"))
+    for n, d in nodes:
+        i = idx[n]
+        compute, comm, mem, buf = _node_costs(cg, d, i)
         time_s += compute + comm
         memory += mem
-        buffer = max(buffer, float(d["buffer_bytes"][i]))
-        if d.get("kind") != "input":
-            layers.append(
-                {
-                    "node": n,
-                    "op": d["op"],
-                    "module": d.get("module", ""),
-                    "config": d["configs"][i],
-                    "compute_s": compute,
-                    "comm_s": comm,
-                    "memory_bytes": mem,
-                }
-            )
-        elif mem:
-            layers.append(
-                {
-                    "node": n,
-                    "op": d["op"],
-                    "module": "",
-                    "config": d["configs"][i],
-                    "compute_s": 0.0,
-                    "comm_s": 0.0,
-                    "memory_bytes": mem,
-                }
-            )
-    for u, v in cg.edges:
-        e, i, j = cg.edges[u, v], idx[u], idx[v]
-        comm, mem = float(e["comm_s"][i, j]), float(e["memory_bytes"][i, j])
+        buffer = max(buffer, buf)
+        kind = d.get("kind", "")
+        if kind != "input" or mem:
+            layers.append({"node": n, "op": str(d.get("op", "")), "module": str(d.get("module", "")),
+                           "kind": kind, "config": str(d["configs"][i]), "compute_s": compute,
+                           "comm_s": comm, "memory_bytes": mem})
+    for u, v, e, operand, cu, cv in edge_order:
+        i, j = idx[u], idx[v]
+        comm, mem, buf = _edge_costs(cg, e, i, j)
         time_s += comm
         memory += mem
-        buffer = max(buffer, float(e["buffer_bytes"][i, j]))
-        if comm or mem:
-            edges.append(
-                {
-                    "src": u,
-                    "dst": v,
-                    "src_config": cg.nodes[u]["configs"][i],
-                    "dst_config": cg.nodes[v]["configs"][j],
-                    "comm_s": comm,
-                    "memory_bytes": mem,
-                }
-            )
+        buffer = max(buffer, buf)
+        src, dst = _layouts(cu, cv, i, j, operand)
+        if comm or mem or src != dst:
+            edges.append({"src": u, "dst": v, "src_config": cg.nodes[u]["configs"][i],
+                          "dst_config": cg.nodes[v]["configs"][j], "from_layout": list(src),
+                          "to_layout": list(dst), "comm_s": comm, "memory_bytes": mem})
     return {
         "layers": layers,
         "redistributions": edges,

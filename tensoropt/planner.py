@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from tensoropt.config import Job
 from tensoropt.plans import Frontier, FrontierFile, Plan, plan_id
-from tensoropt.summary import plan_breakdown, plan_summary
+from tensoropt.summary import plan_layers, plan_summary
 
 Progress = Callable[[str, float], None]
 """A progress callback: ``progress(message, fraction_done)`` with fraction in [0, 1]."""
@@ -314,7 +314,7 @@ def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:
         for n, c in point.assignment.items():
             configurations.setdefault(n, {}).setdefault(ops[n], G.nodes[n]["configurations"][c].to_json())
         time_s, memory_bytes = float(point.cost[0]), float(point.cost[1])
-        layers, redistributions = plan_breakdown(G, graph, point.assignment)
+        layers, redistributions = plan_layers(G, graph, point.assignment)
         plans.append(Plan(
             id=plan_id(num_devices, i), time_s=time_s, memory_bytes=float(round(memory_bytes)), ops=ops,
             summary=plan_summary(graph, ops), layers=layers, redistributions=redistributions,

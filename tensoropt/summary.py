@@ -14,6 +14,7 @@ from collections import Counter
 
 import networkx as nx
 
+from estimators.breakdown import plan_breakdown
 from tensoropt.plans import Layer, Redistribution
 
 SHORT_KINDS = {
@@ -65,97 +66,43 @@ def plan_summary(graph, ops: dict[str, str]) -> str:
     return summarize_split(ops, getattr(graph, "nx", graph))
 
 
-def plan_breakdown(
-    G: nx.DiGraph, graph, assignment: dict[str, int]
-) -> tuple[list[Layer], list[Redistribution]]:
-    """Per-operator rows and the redistributions of a plan, in graph order (input nodes left out).
+def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> tuple[list[Layer], list[Redistribution]]:
+    """A plan's rows for plan.json: :func:`estimators.breakdown.plan_breakdown` as ``Layer``s and
+    ``Redistribution``s, in graph order (input nodes left out).
 
-    A layer's compute, communication and memory are its node's cost components for the chosen
-    configuration (node attributes ``compute_s``, ``comm_s``, ``memory_bytes``), plus the memory
-    the cost graph charges to its incoming edges (its inputs saved for backward in the layout it
-    computes with). A redistribution is an edge whose chosen layouts differ or whose time is not
-    zero; the layouts are the producer's ``output`` and the consumer's ``inputs[i]`` for the
-    operand the edge feeds. Layer times plus redistribution times add up to the plan's time,
-    layer memory to its memory.
+    A layer's memory is its node's plus what the cost graph charges to its incoming edges (its
+    inputs saved for backward in the layout it computes with), so layer memory adds up to the
+    plan's memory; a redistribution is an edge that costs time or changes layout. Layer times
+    plus redistribution times add up to the plan's time.
 
-    Returns:
-        ``(layers, redistributions)``.
+    Example:
+        >>> import torch
+        >>> from tensoropt.capture import capture
+        >>> from tensoropt.cost_graph import cost_graph
+        >>> g = capture(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+        >>> cg = cost_graph(g, "cpu-local", 1, configurations={})
+        >>> layers, moves = plan_layers(cg, g, {n: 0 for n in g.nx})
+        >>> [(layer.node, layer.config) for layer in layers], moves
+        ([('linear', 'replicate')], [])
     """
     nx_graph = getattr(graph, "nx", graph)
-    nodes, edges, t_col, m_col = _walk(G, nx_graph)
+    b = plan_breakdown(G, assignment)
     edge_memory: dict[str, float] = {}
-    redistributions = []
-    for u, v, cost_table, operand, confs_u, confs_v in edges:
-        a, b = assignment[u], assignment[v]
-        time_s, memory = float(cost_table[a, b, t_col]), float(cost_table[a, b, m_col])
-        edge_memory[v] = edge_memory.get(v, 0.0) + memory
-        src = confs_u[a].output if confs_u is not None else ()
-        dst_inputs = confs_v[b].inputs if confs_v is not None else ()
-        dst = dst_inputs[operand] if operand < len(dst_inputs) else ()
-        if time_s > 0 or src != dst:
-            redistributions.append(Redistribution(u, v, list(src), list(dst), time_s, memory))
+    for r in b["redistributions"]:
+        edge_memory[r["dst"]] = edge_memory.get(r["dst"], 0.0) + r["memory_bytes"]
     layers = []
-    for node, data, op, module in nodes:
-        c = assignment.get(node)
-        if c is None:
+    for row in b["layers"]:
+        node, kind, op, module = row["node"], row["kind"], row["op"], row["module"]
+        if not (kind and op) and node in nx_graph:  # a cost graph without the OpGraph's attributes
+            attrs = nx_graph.nodes[node]
+            kind = kind or attrs.get("kind")
+            op, module = op or str(attrs.get("op", "")), module or str(attrs.get("module", ""))
+        if kind == "input":
             continue
-        if "compute_s" in data:
-            compute_s, comm_s, memory = data["compute_s"][c], data["comm_s"][c], data["memory_bytes"][c]
-        else:
-            compute_s, comm_s, memory = data["cost"][c][t_col], 0.0, data["cost"][c][m_col]
-        layers.append(
-            Layer(
-                node=node,
-                op=op,
-                module=module,
-                config=str(data["configs"][c]),
-                compute_s=float(compute_s),
-                comm_s=float(comm_s),
-                memory_bytes=float(memory) + edge_memory.get(node, 0.0),
-            )
-        )
-    return layers, redistributions
-
-
-def _walk(G: nx.DiGraph, nx_graph: nx.DiGraph) -> tuple[list, list, int, int]:
-    """What every plan's breakdown walks, computed once per cost graph (cached on ``G.graph``).
-
-    Returns ``(nodes, edges, time column, memory column)``: non-input nodes in topological order
-    as ``(name, attrs, op, module)``, and edges in that order as ``(u, v, cost table, operand index
-    in v's inputs, u's configurations, v's configurations)``.
-    """
-    cached = G.graph.get("_breakdown_walk")
-    if cached is not None:
-        return cached
-    objectives = list(G.graph.get("objectives", ("time_s", "memory_bytes")))
-    nodes, edges = [], []
-    for node in nx.topological_sort(G):
-        data = G.nodes[node]
-        attrs = nx_graph.nodes[node] if node in nx_graph else {}
-        if data.get("kind", attrs.get("kind")) != "input":
-            nodes.append(
-                (
-                    node,
-                    data,
-                    str(data.get("op", attrs.get("op", ""))),
-                    str(data.get("module", attrs.get("module", ""))),
-                )
-            )
-        for v in G.successors(node):
-            edge = G.edges[node, v]
-            if "operands" not in edge and nx_graph.has_edge(node, v):
-                edge = nx_graph.edges[node, v]
-            operand = (edge.get("operands") or [0])[0]
-            edges.append(
-                (
-                    node,
-                    v,
-                    G.edges[node, v]["cost"],
-                    operand,
-                    data.get("configurations"),
-                    G.nodes[v].get("configurations"),
-                )
-            )
-    walk = (nodes, edges, objectives.index("time_s"), objectives.index("memory_bytes"))
-    G.graph["_breakdown_walk"] = walk
-    return walk
+        layers.append(Layer(node=node, op=op, module=module, config=row["config"],
+                            compute_s=row["compute_s"], comm_s=row["comm_s"],
+                            memory_bytes=row["memory_bytes"] + edge_memory.get(node, 0.0)))
+    moves = [Redistribution(r["src"], r["dst"], r["from_layout"], r["to_layout"], r["comm_s"],
+                            r["memory_bytes"])
+             for r in b["redistributions"] if r["comm_s"] > 0 or r["from_layout"] != r["to_layout"]]
+    return layers, moves
