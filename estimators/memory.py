@@ -51,37 +51,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-ITEMSIZE = {
-    "float64": 8,
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "complex64": 8,
-}
+from estimators.dtypes import DTYPE_BYTES, itemsize  # noqa: F401 - re-exported (the one dtype table)
+
+ITEMSIZE = DTYPE_BYTES
+"""Bytes per element of each dtype name (:data:`estimators.dtypes.DTYPE_BYTES`)."""
 
 OPTIMIZER_STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 """Optimizer state per parameter element, in parameter-sized tensors (torch.optim defaults)."""
 
 _SAVES_OUTPUT = {"relu", "relu_", "tanh", "sigmoid", "exp", "sqrt", "rsqrt", "reciprocal"}
-_SAVES_NOTHING = {"add", "add_", "sub", "rsub", "neg", "clone", "contiguous", "to", "alias"}
+_SAVES_NOTHING = {"add", "add_", "sub", "rsub", "neg", "clone", "contiguous", "to", "alias", "pad",
+                  "constant_pad_nd"}
 _SAVES_BOTH = {"maximum", "minimum", "mm", "bmm", "matmul", "einsum"}
 _CONDITION_ARG = {"where": 0, "masked_fill": 1}
-
-
-def itemsize(dtype: str) -> int:
-    """Bytes per element of a dtype name (4 when unknown).
-
-    Example:
-        >>> itemsize("bfloat16"), itemsize("int64")
-        (2, 8)
-    """
-    return ITEMSIZE.get(str(dtype).replace("torch.", ""), 4)
 
 
 def numel(shape) -> int:

@@ -4,7 +4,7 @@
 (mm/bmm/matmul/einsum/addmm/baddbmm), ``conv2d``, ``batch_norm``, ``layer_norm``, ``rms_norm``,
 ``group_norm``, ``embedding``, ``pool`` (max/avg), ``adaptive_pool``, ``elementwise``,
 ``softmax``, ``log_softmax``, ``dropout``, ``sdpa``, ``cross_entropy``, ``cat``, ``reduce``
-(sum/mean/amax over dims), ``input`` (a user input), ``opaque`` (anything else).
+(sum/mean/amax over dims), ``pad`` (constant padding), ``input`` (a user input), ``opaque`` (anything else).
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ _KINDS = {
     "aten.mean.default": "reduce",
     "aten.mean.dim": "reduce",
     "aten.amax.default": "reduce",
+    "aten.pad.default": "pad",
+    "aten.constant_pad_nd.default": "pad",
 }
 
 
@@ -180,7 +182,23 @@ def op_attrs(op: str, kind: str, args: tuple, kwargs: dict, in_shapes: list[tupl
         return {"equation": str(args[0]).replace(" ", "")}
     if kind == "embedding":
         return {"padding_idx": int(_arg(args, kwargs, 2, "padding_idx", -1))}
+    if kind == "pad":
+        return pad_attrs(op, args, kwargs, rank)
     return {}
+
+
+def pad_attrs(op: str, args: tuple, kwargs: dict, rank: int) -> dict:
+    """``pad`` (torch's order: last dim first, left then right), ``mode`` and the ``padded_dims``
+    (dims with a non-zero amount on either side) of ``aten.pad`` / ``aten.constant_pad_nd``.
+
+    Example:
+        >>> pad_attrs("aten.pad.default", (None, [0, 1]), {}, 2)
+        {'pad': [0, 1], 'mode': 'constant', 'padded_dims': [1]}
+    """
+    pad = [int(p) for p in _arg(args, kwargs, 1, "pad", [])]
+    mode = str(_arg(args, kwargs, 2, "mode", "constant")) if op == "aten.pad.default" else "constant"
+    padded = sorted(rank - 1 - i for i in range(len(pad) // 2) if pad[2 * i] or pad[2 * i + 1])
+    return {"pad": pad, "mode": mode, "padded_dims": padded}
 
 
 _DIM_ARG_NAMES = frozenset({"dim", "dims", "dim0", "dim1", "axis", "start_dim", "end_dim", "dimension"})

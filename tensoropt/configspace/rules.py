@@ -305,6 +305,15 @@ def _source_names(node: dict) -> list:
     return node.get("_operand_names", [[]])[0]
 
 
+def pad_dims(node: dict) -> list[ParDim]:
+    """Constant padding: every named dim it does not pad (DTensor's ``constant_pad_nd`` strategy
+    shards exactly those); other modes (reflect, replicate, circular) stay replicated."""
+    attrs = node["attrs"]
+    if attrs.get("mode", "constant") != "constant" or not node["inputs"]:
+        return []
+    return _pointwise_dims(node, node["dim_names"], skip=set(attrs.get("padded_dims", [])))
+
+
 def opaque_dims(node: dict) -> list[ParDim]:
     """Opaque ops: batch only, and only where that is shape-safe and sample-local.
 
@@ -348,6 +357,7 @@ RULES = {
     "adaptive_pool": pool_dims,
     "cat": cat_dims,
     "reduce": reduce_dims,
+    "pad": pad_dims,
     "elementwise": lambda node: _pointwise_dims(node, node["dim_names"]),
     "dropout": lambda node: _pointwise_dims(node, node["dim_names"]),
     "opaque": opaque_dims,
