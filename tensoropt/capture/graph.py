@@ -27,8 +27,8 @@ import warnings
 from dataclasses import dataclass, field
 
 import networkx as nx
-import torch
 
+from estimators.dtypes import itemsize as _itemsize
 from tensoropt.capture.dims import assign_dim_names
 from tensoropt.capture.fxroles import (
     classify,
@@ -258,10 +258,3 @@ def _numel(shape) -> int:
     for s in shape:
         n *= s
     return n
-
-
-def _itemsize(dtype: str) -> int:
-    try:
-        return getattr(torch, dtype).itemsize
-    except AttributeError:
-        return 4

@@ -6,14 +6,15 @@ so a plan at 4 processes sees exactly the batch the 1-process run sees.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-           "float16": torch.float16, "int64": torch.int64, "int32": torch.int32}
+from estimators.dtypes import torch_dtypes
+from tensoropt.models.registry import load_factory  # noqa: F401 - the one factory loader, re-exported
+
+_DTYPES = torch_dtypes()
+"""Input dtype names -> torch dtypes (the one table: :data:`estimators.dtypes.DTYPE_BYTES`)."""
 
 
 @dataclass(frozen=True)
@@ -62,23 +63,3 @@ def synthetic_batch(specs: list[InputSpec], global_batch_size: int, seed: int, s
         else:
             out.append(torch.randint(0, spec.high, shape, generator=gen, dtype=dtype))
     return tuple(out)
-
-
-def load_factory(ref: str) -> Callable:
-    """Import ``"package.module:function"``.
-
-    Example:
-        >>> load_factory("math:sqrt")(4.0)
-        2.0
-    """
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"factory {ref!r} is not of the form 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"factory {ref!r}: cannot import module {module_name!r}: {err}") from err
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"factory {ref!r}: module {module_name!r} has no attribute {attr!r}") from None

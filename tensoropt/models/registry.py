@@ -156,7 +156,7 @@ def build_model(
         changes.update({k: tuple(v) if k == "input_shape" else v for k, v in spec_only.items()})
         spec = replace(spec, kwargs=kwargs, **changes)
     elif ":" in name:
-        factory = load_factory(name)
+        factory = load_factory(name, "model")
         kwargs = dict(overrides)
         spec = ModelSpec(name, "custom", kwargs=kwargs)
     else:
@@ -170,24 +170,37 @@ def build_model(
     return model, spec
 
 
-def load_factory(path: str):
-    """Import ``"package.module:factory"`` and return the callable.
+def load_factory(ref: str, what: str = "factory"):
+    """Import ``"package.module:name"`` and return the callable: the one loader of model factories,
+    dataset and batch functions and losses named in a job.
+
+    Args:
+        ref: ``"package.module:name"``.
+        what: what the callable is, for the error message (``"model"``, ``"model.loss"``, ...).
+
+    Raises:
+        ValueError: ``ref`` is not of that form, the module does not import, or it has no callable
+            of that name; the message names ``ref`` and what to check.
 
     Example:
         >>> load_factory("tensoropt.models.resnet:resnet50").__name__
         'resnet50'
+        >>> load_factory("math:sqrt")(4.0)
+        2.0
     """
-    module_name, _, attr = path.partition(":")
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{what} {ref!r} is not of the form 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
         raise ValueError(
-            f"model {path!r}: cannot import module {module_name!r} ({err}); "
+            f"{what} {ref!r}: cannot import module {module_name!r} ({err}); "
             "check the name and that it is on PYTHONPATH"
         ) from err
     factory = getattr(module, attr, None)
     if not callable(factory):
-        raise ValueError(f"model {path!r}: module {module_name!r} has no callable {attr!r}")
+        raise ValueError(f"{what} {ref!r}: module {module_name!r} has no callable {attr!r}")
     return factory
 
 

@@ -68,8 +68,10 @@ def test_synthetic_batches_depend_only_on_seed_and_step():
     assert a[1].dtype == torch.int64 and int(a[1].max()) < 7 and a[0].shape == (6, 3, 2)
     with pytest.raises(ValueError, match="needs a positive 'high'"):
         InputSpec((), "int64")
-    with pytest.raises(ValueError, match="no attribute 'nope'"):
+    with pytest.raises(ValueError, match="has no callable 'nope'"):
         load_factory("math:nope")
+    with pytest.raises(ValueError, match="not of the form 'package.module:function'"):
+        load_factory("math.sqrt")
 
 
 def test_saved_tensors_count_each_storage_once():
