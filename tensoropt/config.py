@@ -187,9 +187,16 @@ class ModelConfig:
     """model (forward returns the loss, or an output with a ``loss`` entry, or a tuple led by it) |
     cross_entropy (forward returns logits; needs ``targets``) | ``package.module:function`` called as
     ``function(output, targets)``. Empty: model (for a factory model without ``task``)."""
+    checkpoint: str | None = None
+    """Initial weights for ``tensoropt run``: a ``torch.save`` state-dict file, a ``.safetensors``
+    file or a distributed-checkpoint directory, keys as in the model's ``state_dict()``; each rank
+    reads only what its shards need. Empty: the executor's seeded init (reset_parameters /
+    _init_weights per module)."""
 
     def __post_init__(self):
         _str(self.name, "name", "a zoo model name such as vgg16", optional=True)
+        _str(self.checkpoint, "checkpoint", "a state-dict file, a .safetensors file or a DCP directory",
+             optional=True)
         _str(self.factory, "factory", _FACTORY_FORM, optional=True)
         if (self.name is None) == (self.factory is None):
             raise FieldError("name", "give exactly one of model.name and model.factory",

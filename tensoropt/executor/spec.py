@@ -58,7 +58,11 @@ class TrainSpec:
             raise ValueError(f"TrainSpec.steps must be >= 0, got {self.steps}")
 
     def build_model(self) -> torch.nn.Module:
-        """Build the model with the spec's seed (same initial weights on every rank and world size).
+        """The whole model with the executor's initial weights (the 1-process reference).
+
+        Built as every rank builds its shards (:mod:`tensoropt.executor.materialize`: parameters on
+        meta, then each module's init from a seed derived from the spec's seed and the module's
+        path), so any plan at any device count starts from exactly these values.
 
         Example:
             >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4,
@@ -66,7 +70,21 @@ class TrainSpec:
             >>> spec.build_model().weight.shape
             torch.Size([1, 2])
         """
-        torch.manual_seed(self.seed)
+        from tensoropt.executor.materialize import build_skeleton, full_model
+
+        return full_model(build_skeleton(self))
+
+    def construct_model(self) -> torch.nn.Module:
+        """Call the model's constructor (the job's, the factory's or the zoo's) and cast to the dtype.
+
+        :func:`tensoropt.executor.materialize.build_skeleton` calls it with parameters sent to meta.
+
+        Example:
+            >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4,
+            ...                   {"in_features": 2, "out_features": 1})
+            >>> spec.construct_model().weight.shape
+            torch.Size([1, 2])
+        """
         if self.job is not None:
             from tensoropt.config import Job
             from tensoropt.planner import build_job_model

@@ -8,7 +8,6 @@ synchronisation and the optimizer step, measuring step time and memory.
 from __future__ import annotations
 
 import contextlib
-import json
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -18,16 +17,19 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DeviceMesh, DTensor, distribute_tensor
 
-from tensoropt.capture.graph import build_graph
 from tensoropt.configspace.configuration import Layout
 from tensoropt.executor.data import load_factory, synthetic_batch
 from tensoropt.executor.gradsync import GradSync
 from tensoropt.executor.interpreter import PlanInterpreter
 from tensoropt.executor.local_optim import step_local
+from tensoropt.executor.local_state import build_local_state
+from tensoropt.executor.local_state import build_local_state
 from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
+from tensoropt.executor.peak_memory import PeakMemory
+from tensoropt.executor.peak_memory import PeakMemory
 from tensoropt.executor.placements import normalise, to_placements
 from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.program import export_program, lazy_views, signature
+from tensoropt.executor.program import lazy_views
 from tensoropt.executor.replay import MODES, ReplayProgram
 from tensoropt.executor.spec import TrainSpec
 from tensoropt.executor.zero import ShardedState
@@ -42,6 +44,12 @@ class RunResult:
     steps: list[dict] = field(default_factory=list)
     memory_bytes: int = 0
     params: dict[str, torch.Tensor] = field(default_factory=dict)
+    peak_bytes: int = 0
+    """Peak memory of the training loop above the level before the model was built, maximum over
+    ranks (:mod:`tensoropt.executor.peak_memory`: CUDA allocator, or resident set on the CPU)."""
+    peak_bytes: int = 0
+    """Peak memory of the training loop above the level before the model was built, maximum over
+    ranks (:mod:`tensoropt.executor.peak_memory`: CUDA allocator, or resident set on the CPU)."""
 
     @property
     def median_time_s(self) -> float:
@@ -71,27 +79,6 @@ def build_mesh(plan: ExecPlan) -> DeviceMesh | None:
         )
     names = tuple(f"a{i}" for i in range(len(plan.mesh.shape)))
     return init_device_mesh(device_type(), tuple(plan.mesh.shape), mesh_dim_names=names)
-
-
-def canonical_layouts(ep, plan: ExecPlan, operands: dict[str, list[dict]], ndim: int) -> dict[str, Layout]:
-    """State-dict key -> layout it is stored in: that of the first node using it (R if none names it).
-
-    A parameter used by several nodes (tied embeddings) is stored once and redistributed per use.
-    """
-    sig = signature(ep)
-    out: dict[str, Layout] = {}
-    for node in ep.graph.nodes:
-        config = plan.placements.get(node.name)
-        if config is None:
-            continue
-        layouts = dict(config.params)
-        for o in operands.get(node.name, []):
-            key = o.get("key")
-            if o["role"] == "param" and key not in out and key in layouts:
-                out[key] = tuple(layouts[key])
-    for key in [*sig.params.values(), *sig.buffers.values()]:
-        out.setdefault(key, ("R",) * ndim)
-    return out
 
 
 def _distribute(t: torch.Tensor, mesh: DeviceMesh, layout: Layout) -> DTensor:
@@ -124,39 +111,12 @@ class Trainer:
         self.mesh = build_mesh(plan)
         self.device = torch.device(device_type(), torch.cuda.current_device()) if device_type() == "cuda" \
             else torch.device("cpu")
-        model = spec.build_model().to(self.device)
-        self.example = self.batch(0)
-        self.ep, self.operands = _exported(spec, model, self.example)
-        self.sig = signature(self.ep)
-        state = dict(self.ep.state_dict)
-        state.update(model.named_parameters(remove_duplicate=False))
-        state.update(model.named_buffers(remove_duplicate=False))
-        ndim = len(plan.mesh.shape)
-        layouts = canonical_layouts(self.ep, plan, self.operands, ndim)
-        # Tied parameters (one tensor under several keys) stay one parameter.
-        first_key_of: dict[int, str] = {}
-        self.param_of = {key: first_key_of.setdefault(id(state[key]), key)
-                         for key in self.sig.params.values()}
-        used = self.used_keys()
-        self.layouts = {}
-        for key, canon in sorted(self.param_of.items(), key=lambda kv: kv[0] not in used):
-            self.layouts.setdefault(canon, layouts[key])
-        self.params: dict[str, torch.Tensor] = {}
-        for canon in dict.fromkeys(self.param_of.values()):
-            value = state[canon].detach().clone()
-            if self.mesh is not None:
-                value = _distribute(value, self.mesh, self.layouts[canon])
-            self.params[canon] = torch.nn.Parameter(value)
-        self.buffers = {}
-        for key in dict.fromkeys(self.sig.buffers.values()):
-            value = state[key].detach().clone()
-            self.buffers[key] = _distribute(value, self.mesh, layouts[key]) if self.mesh else value
-        self.constants = {}
-        for key in dict.fromkeys(self.sig.constants.values()):
-            value = self.ep.constants[key]
-            if self.mesh is not None and isinstance(value, torch.Tensor):
-                value = _distribute(value, self.mesh, ("R",) * ndim)
-            self.constants[key] = value
+        self.memory_peak = PeakMemory(self.device)  # the process's level before the model is built
+        # only this rank's shards: built on meta, exported on meta, materialised shard by shard
+        local = build_local_state(spec, plan, self.mesh, self.device)
+        self.ep, self.operands, self.sig = local.ep, local.operands, local.sig
+        self.param_of, self.layouts = local.param_of, local.layouts
+        self.params, self.buffers, self.constants = local.params, local.buffers, local.constants
         self.grad_bytes = 0
         self.fail_at_step: int | None = None
         # zero1/zero2 parameters: the optimizer steps (and keeps state for) a shard of each
@@ -288,13 +248,19 @@ class Trainer:
         """
         result = RunResult(self.plan.plan_id, self.plan.devices)
         peak_act = 0
+        self.memory_peak.start()
+        self.memory_peak.start()
         for step in range(start_step, start_step + steps):
             loss, time_s, act = self.step(step, measure_memory=step == start_step)
             peak_act = max(peak_act, act or 0)
             result.steps.append({"step": step, "loss": loss, "time_s": time_s})
             if after_step is not None:
                 after_step(step + 1)
+        peak_bytes = self.memory_peak.read()
+        peak_bytes = self.memory_peak.read()
         result.memory_bytes = _max_over_ranks(self.state_bytes() + peak_act)
+        result.peak_bytes = _max_over_ranks(peak_bytes)
+        result.peak_bytes = _max_over_ranks(peak_bytes)
         return result
 
     def checkpoint_params(self) -> dict[str, torch.Tensor]:
@@ -309,23 +275,6 @@ class Trainer:
         """Every parameter as a full plain tensor (a collective: call on all ranks)."""
         return {k: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
                 for k, p in self.params.items()}
-
-
-_EXPORTS: dict[str, tuple] = {}
-
-
-def _exported(spec: TrainSpec, model: torch.nn.Module, example: tuple):
-    """The exported program and OpGraph operands of a spec's model (cached per spec and device).
-
-    The graph is the same for every plan of one model; parameters always come from ``model``.
-    """
-    key = json.dumps(spec.to_json(), sort_keys=True, default=str) + str(example[0].device)
-    if key not in _EXPORTS:
-        ep = export_program(model, example)
-        operands = {n: d["operands"] for n, d in build_graph(ep).nx.nodes(data=True)}
-        _EXPORTS.clear()
-        _EXPORTS[key] = (ep, operands)
-    return _EXPORTS[key]
 
 
 def _sync() -> None:

@@ -68,17 +68,22 @@ def metrics_json(result: RunResult, plan: ExecPlan) -> dict:
     """The metrics document of issue 6.
 
     Example:
-        >>> r = RunResult("d1-p0", 1, [{"step": 0, "loss": 2.3, "time_s": 0.1}], 1000)
+        >>> r = RunResult("d1-p0", 1, [{"step": 0, "loss": 2.3, "time_s": 0.1}], 1000, peak_bytes=1500)
         >>> metrics_json(r, ExecPlan.from_json({"mesh": {"shape": [], "levels": []}, "placements": {},
         ...     "time_s": 0.09, "memory_bytes": 990}))["measured"]
-        {'time_s': 0.1, 'memory_bytes': 1000}
+        {'time_s': 0.1, 'memory_bytes': 1000, 'peak_bytes': 1500}
+
+    ``measured.memory_bytes`` adds up the storages the plan owns (parameters, gradients, optimizer
+    state, saved activations); ``measured.peak_bytes`` is the peak the process really spent in
+    the training loop (:mod:`tensoropt.executor.peak_memory`), both the maximum over ranks.
     """
     return {
         "plan_id": result.plan_id,
         "devices": result.devices,
         "steps": result.steps,
         "predicted": {k: plan.predicted.get(k) for k in ("time_s", "memory_bytes")},
-        "measured": {"time_s": result.median_time_s, "memory_bytes": result.memory_bytes},
+        "measured": {"time_s": result.median_time_s, "memory_bytes": result.memory_bytes,
+                     "peak_bytes": result.peak_bytes},
     }
 
 

@@ -1,0 +1,126 @@
+"""Peak memory where it is spent: the device's allocator, or the process's resident set.
+
+``measured.peak_bytes`` of a run is what this module reads, per process (the maximum over ranks
+is reported), next to the accounting figure ``measured.memory_bytes`` (the storages the plan
+owns, :mod:`tensoropt.executor.memory`):
+
+* **CUDA**: ``torch.cuda.max_memory_allocated()`` over the training loop (its peak statistic
+  reset when the loop starts) minus ``torch.cuda.memory_allocated()`` before the model was built:
+  the caching allocator's live tensors, not its cached free blocks nor the CUDA context.
+* **CPU (Linux)**: the resident-set high-water mark ``VmHWM`` of ``/proc/self/status`` over the
+  training loop (reset when the loop starts by writing ``5`` to ``/proc/self/clear_refs``) minus
+  the resident set ``VmRSS`` before the model was built (read after ``malloc_trim`` returned the
+  heap's free memory to the system). What it sees: every page the process touched while
+  training: tensors, the allocator's free lists that were not returned, gloo's buffers, Python
+  objects, a full model copy made by mistake. What it cannot see: memory freed and reused within
+  the loop twice (the high-water mark, not a sum), memory allocated before the loop and freed
+  in it is still counted at the loop's start, and pages shared with other processes (the torch
+  libraries) count fully in each process.
+* **elsewhere** (no ``/proc/self/clear_refs``): ``resource.getrusage``'s ``ru_maxrss``, the peak
+  of the process's whole life (not reset per loop): an upper bound, reported as such.
+
+Example:
+    >>> peak = PeakMemory(torch.device("cpu"))
+    >>> peak.start()
+    >>> x = torch.ones(4 << 20)  # 16 MiB, touched
+    >>> peak.read() >= 16 << 20
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import resource
+import sys
+from pathlib import Path
+
+import torch
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` field of /proc/self/status in bytes (None where there is no such file)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _trim_heap() -> None:
+    """Return the C heap's free memory to the system (glibc's ``malloc_trim``; no-op elsewhere)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+
+
+def rss_bytes() -> int:
+    """The process's resident set now (``VmRSS``; ``ru_maxrss`` where /proc is missing).
+
+    Example:
+        >>> rss_bytes() > 0
+        True
+    """
+    now = _status_bytes("VmRSS")
+    return now if now is not None else _maxrss_bytes()
+
+
+def _maxrss_bytes() -> int:
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, kB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+class PeakMemory:
+    """Peak bytes a process spends above its level when this object is made (see the module doc).
+
+    Make it before the model is built; call :meth:`start` when the training loop starts and
+    :meth:`read` when it ends.
+
+    Example:
+        >>> peak = PeakMemory(torch.device("cpu")); peak.start(); peak.read() >= 0
+        True
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:
+            self.baseline_bytes = torch.cuda.memory_allocated(self.device)
+            self.method = "cuda max_memory_allocated"
+        else:
+            _trim_heap()
+            self.baseline_bytes = rss_bytes()
+            self.method = "VmHWM - VmRSS" if self._can_reset() else "ru_maxrss (whole process)"
+
+    @staticmethod
+    def _can_reset() -> bool:
+        try:
+            with _CLEAR_REFS.open("w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        """Reset the peak statistic (the training loop starts)."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self._can_reset()
+
+    def read(self) -> int:
+        """Peak bytes since :meth:`start`, above the level before the model was built (>= 0)."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            hwm = _status_bytes("VmHWM")
+            peak = hwm if hwm is not None else _maxrss_bytes()
+        return max(0, peak - self.baseline_bytes)
