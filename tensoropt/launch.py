@@ -1,8 +1,17 @@
 """Launch executor workers with torchrun (``python -m torch.distributed.run``).
 
-One machine: ``--standalone`` (torchrun picks a free port itself). Several machines:
-``--nnodes``, ``--node-rank`` and ``--rdzv-endpoint`` are passed through with the c10d
-rendezvous. torchrun stops every worker as soon as one exits non-zero.
+One machine: ``--standalone``. Several machines: ``--nnodes``, ``--node-rank`` and
+``--rdzv-endpoint`` are passed through with the c10d rendezvous. torchrun stops every worker as
+soon as one exits non-zero. Every multi-process run of the project (``tensoropt run``, elastic
+runs, ``tensoropt calibrate``) starts its processes through :func:`launch_module`.
+
+Ports. Standalone, torchrun's c10d rendezvous binds its store to port 0 and keeps the socket, and
+the workers' process group joins that same store (torch's store sharing): no port is chosen, let
+go and taken again, so two launches at once cannot race for one. Only a launch that may restart
+its workers (``max_restarts``, an elastic ``nnodes`` range, or a rendezvous endpoint given for
+several machines) sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: a restarted round that reuses the
+old store fails with "Gloo connectFullMesh failed" (docs/user-guide.md, elastic), so each round
+gets a store of its own on a port rank 0's agent picks (torch's ``get_free_port``).
 """
 
 from __future__ import annotations
@@ -70,9 +79,9 @@ def torchrun_command(opts: LaunchOptions, module: str, args: list[str]) -> list[
 
 
 def launch_workers(run_config: dict, opts: LaunchOptions, env: dict | None = None) -> int:
-    """Write ``run_config`` (the worker's RUN.json) to a temp file and run the workers.
+    """Write ``run_config`` (the worker's RUN.json) to a temp file and run the executor's workers.
 
-    Returns torchrun's exit code (non-zero when any worker failed or the timeout hit).
+    Returns torchrun's exit code (non-zero when any worker failed, 124 when the timeout hit).
 
     Example:
         >>> launch_workers({"spec": spec.to_json(), "runs": [...]}, LaunchOptions(2))  # doctest: +SKIP
@@ -80,20 +89,49 @@ def launch_workers(run_config: dict, opts: LaunchOptions, env: dict | None = Non
     with tempfile.TemporaryDirectory(prefix="tensoropt-run-") as tmp:
         path = Path(tmp) / "run.json"
         path.write_text(json.dumps(run_config))
-        cmd = torchrun_command(opts, "tensoropt.executor.worker", [str(path)])
-        full_env = {**os.environ, **(env or {})}
+        return launch_module("tensoropt.executor.worker", [str(path)], opts, env)
+
+
+def restarts_possible(opts: LaunchOptions) -> bool:
+    """Whether torchrun may start a second round of workers (then each round needs its own store).
+
+    Example:
+        >>> restarts_possible(LaunchOptions(2)), restarts_possible(LaunchOptions(2, max_restarts=3))
+        (False, True)
+    """
+    return bool(opts.max_restarts) or opts.nnodes != "1" or opts.rdzv_endpoint is not None
+
+
+def launch_module(module: str, args: list[str], opts: LaunchOptions, env: dict | None = None) -> int:
+    """Run ``python -m module args`` on every worker under torchrun; wait for it (or the timeout).
+
+    The workers get ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``
+    from torchrun and join with ``dist.init_process_group()`` (``env://``). ``env`` is added to this
+    process's environment. On timeout or Ctrl-C the whole process group of torchrun is stopped.
+
+    Returns:
+        torchrun's exit code: 0, non-zero when any worker failed, 124 when the timeout hit.
+
+    Example:
+        >>> opts = LaunchOptions(2, timeout_s=60)
+        >>> launch_module("tensoropt.commands.calibrate_worker", ["c.json"], opts)  # doctest: +SKIP
+        0
+    """
+    cmd = torchrun_command(opts, module, args)
+    full_env = {**os.environ, **(env or {})}
+    if restarts_possible(opts):
         full_env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-        proc = subprocess.Popen(cmd, env=full_env, start_new_session=True)
-        try:
-            return proc.wait(timeout=opts.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            print(f"[tensoropt] workers did not finish within {opts.timeout_s:.0f} s; stopped them",
-                  file=sys.stderr)
-            return 124
-        except KeyboardInterrupt:
-            _kill_group(proc)
-            raise
+    proc = subprocess.Popen(cmd, env=full_env, start_new_session=True)
+    try:
+        return proc.wait(timeout=opts.timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        print(f"[tensoropt] workers did not finish within {opts.timeout_s:.0f} s; stopped them",
+              file=sys.stderr)
+        return 124
+    except KeyboardInterrupt:
+        _kill_group(proc)
+        raise
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -20,8 +20,8 @@ profile's device (see :mod:`estimators.overhead`).
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -72,31 +72,28 @@ def add_parser(subparsers) -> None:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _collectives(backend: str) -> list[str]:
     out = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
     return out + (["all_to_all"] if backend == "nccl" else [])
 
 
 def _worker(
-    rank: int, nproc: int, port: int, backend: str, sizes: list[int], iters: int, out_file: str,
-    overhead: bool = False, statistic: str = "mean",
+    backend: str, sizes: list[int], iters: int, out_file: str, overhead: bool = False,
+    statistic: str = "mean", timeout_s: float = 300.0,
 ) -> None:
-    """One rank: time every collective at every size; rank 0 writes {collective: [[bytes, s], ...]}."""
+    """One rank torchrun started (:func:`main`): time every collective at every size; rank 0 writes
+    ``{collective: [[bytes, s], ...]}`` to ``out_file``."""
+    import datetime
+
     import torch
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rank, nproc = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
-    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=rank, world_size=nproc)
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))  # torchrun's env://
     try:
         results: dict[str, list[list[float]]] = {}
         for coll in _collectives(backend):
@@ -257,28 +254,28 @@ def _overhead_points(nproc: int, backend: str, iters: int, statistic: str = "mea
 
 def measure(nproc: int, sizes: list[int], iters: int, backend: str, timeout_s: float,
             overhead: bool = False, statistic: str = "mean") -> dict:
-    """Spawn ``nproc`` processes and return {collective: [(bytes, seconds), ...]}.
+    """Start ``nproc`` processes with the project's launcher and return {collective: [(bytes, seconds), ...]}.
+
+    The processes are torchrun's (:func:`tensoropt.launch.launch_module`, standalone: the
+    rendezvous binds its own port, so two calibrations at once cannot race for one).
 
     Example:
         >>> measure(2, [4096, 65536], 2, "gloo", 120)  # doctest: +SKIP
     """
-    import torch.multiprocessing as mp
+    from tensoropt.launch import LaunchOptions, launch_module
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="tensoropt-calibrate-") as tmp:
         out_file = os.path.join(tmp, "points.yaml")
-        ctx = mp.start_processes(
-            _worker,
-            args=(nproc, _free_port(), backend, sizes, iters, out_file, overhead, statistic),
-            nprocs=nproc,
-            join=False,
-            start_method="spawn",
-        )
-        deadline = time.monotonic() + timeout_s
-        while not ctx.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                for p in ctx.processes:
-                    p.terminate()
-                raise TimeoutError(f"calibration did not finish within {timeout_s:.0f} s")
+        config = {"backend": backend, "sizes": sizes, "iters": iters, "out_file": out_file,
+                  "overhead": overhead, "statistic": statistic, "timeout_s": timeout_s}
+        config_file = os.path.join(tmp, "calibrate.json")
+        Path(config_file).write_text(json.dumps(config))
+        opts = LaunchOptions(nproc, timeout_s=timeout_s)
+        rc = launch_module("tensoropt.commands.calibrate", [config_file], opts)
+        if rc == 124:
+            raise TimeoutError(f"calibration did not finish within {timeout_s:.0f} s")
+        if rc != 0:
+            raise CommandError(f"calibration workers failed (torchrun exit code {rc}); errors above")
         data = yaml.safe_load(Path(out_file).read_text())
     extra = data.pop("executor_overhead", None)
     out = {c: [(float(n), float(t)) for n, t in pts] for c, pts in data.items()}
@@ -367,3 +364,21 @@ def run(args: argparse.Namespace) -> int:
     write_text_atomic(out, header + yaml.safe_dump(profile, sort_keys=False))
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The calibration worker torchrun starts: ``python -m tensoropt.commands.calibrate CONFIG.json``.
+
+    CONFIG.json holds :func:`_worker`'s arguments (written by :func:`measure`).
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m tensoropt.commands.calibrate CONFIG.json (started by tensoropt calibrate)",
+              file=sys.stderr)
+        return 2
+    _worker(**json.loads(Path(argv[0]).read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
