@@ -34,7 +34,7 @@ from tensoropt.configspace.configuration import Configuration, Mesh
 
 __all__ = ["SCHEMA_VERSION", "Frontier", "FrontierFile", "Layer", "Plan", "PlanFile", "PlanFileError",
            "Redistribution", "frontier_file_text", "load_frontier_file", "load_plan_file", "plan_file_text",
-           "plan_id", "write_text_atomic"]
+           "plan_id", "write_selection", "write_text_atomic"]
 
 SCHEMA_VERSION = 1
 """Version of frontier.json / plan.json written by this module."""
@@ -362,6 +362,31 @@ def plan_file_text(frontier_json: dict, plan_id: str) -> str:
     ids = [p.get("id") for f in frontier_json.get("frontiers", []) for p in f.get("plans", [])]
     shown = ", ".join(ids[:8]) + (", ..." if len(ids) > 8 else "")
     raise PlanFileError(f"no plan with id {plan_id!r} in the frontier file (ids: {shown or 'none'})")
+
+
+def write_selection(frontier_file: FrontierFile, plan_id: str, frontier_file_path: str | Path,
+                    plan_path: str | Path) -> str:
+    """Select ``plan_id``: write plan.json and record ``selected`` in frontier.json (each atomically).
+
+    The one writer of a selection (``tensoropt select`` and the UI server's ``POST /api/select``).
+    Returns plan.json's text.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> ff = FrontierFile.from_json({"version": 1, "job": {}, "selected": None, "frontiers": [
+        ...     {"devices": 1, "mesh": [], "mesh_levels": [], "configurations": {},
+        ...      "plans": [{"id": "d1-p0", "time_s": 1.0, "memory_bytes": 8, "ops": {}}]}]})
+        >>> _ = write_selection(ff, "d1-p0", d / "frontier.json", d / "plan.json")
+        >>> load_frontier_file(d / "frontier.json").selected, load_plan_file(d / "plan.json").plan.id
+        ('d1-p0', 'd1-p0')
+    """
+    frontier_file.selected = plan_id
+    data = frontier_file.to_json()
+    text = plan_file_text(data, plan_id)
+    write_text_atomic(plan_path, text)
+    write_text_atomic(frontier_file_path, frontier_file_text(data))
+    return text
 
 
 def plan_id(devices: int, index: int) -> str:

@@ -11,13 +11,7 @@ from pathlib import Path
 
 from tensoropt.commands import CommandError, command_parser
 from tensoropt.config import SELECT_RULES, SIZE_FORM, format_size, parse_size
-from tensoropt.plans import (
-    FrontierFile,
-    frontier_file_text,
-    load_frontier_file,
-    plan_file_text,
-    write_text_atomic,
-)
+from tensoropt.plans import load_frontier_file, write_selection
 from tensoropt.selector import Selection, select
 from tensoropt.tables import format_time, throughput
 
@@ -87,17 +81,6 @@ def frontier_path(arg: str) -> Path:
     return path / "frontier.json" if path.is_dir() else path
 
 
-def write_selection(frontier_file: FrontierFile, selection: Selection, frontier_file_path: Path,
-                    plan_path: Path) -> str:
-    """Write plan.json and record ``selected`` in frontier.json (each atomically); return plan.json's text."""
-    frontier_file.selected = selection.plan.id
-    data = frontier_file.to_json()
-    text = plan_file_text(data, selection.plan.id)
-    write_text_atomic(plan_path, text)
-    write_text_atomic(frontier_file_path, frontier_file_text(data))
-    return text
-
-
 def describe(selection: Selection, global_batch_size: int | None) -> str:
     """Two lines on a selected plan (id, devices, mesh, time, memory, throughput; split)."""
     p, f = selection.plan, selection.frontier
@@ -119,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     rule = args.rule or ff.job.get("select", "fastest")
     selection = select(ff, memory_budget_bytes=budget, devices=devices, rule=rule, max_time_s=args.max_time_s)
     plan_path = Path(args.output) if args.output else path.parent / "plan.json"
-    write_selection(ff, selection, path, plan_path)
+    write_selection(ff, selection.plan.id, path, plan_path)
     print(describe(selection, ff.job.get("training", {}).get("global_batch_size")))
     print(f"wrote {plan_path}; recorded as selected in {path}")
     return 0

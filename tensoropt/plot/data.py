@@ -65,7 +65,7 @@ def job_budget_bytes(frontier_json: dict) -> int | None:
     value = frontier_json.get("job", {}).get("memory_budget")
     if value is None:
         return None
-    from tensoropt.config import parse_size
+    from tensoropt.sizes import parse_size
 
     try:
         return parse_size(value)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
-from tensoropt.config import format_size
 from tensoropt.plans import write_text_atomic
 from tensoropt.plot.data import PlotPoint, global_batch_size, job_budget_bytes, memory_unit, page_points
 from tensoropt.plot.details import EMBED_LIMIT_BYTES, details_payload, embedded_ids
 from tensoropt.plot.figure import pareto_figure
+from tensoropt.sizes import format_size
 
 ASSETS = Path(__file__).with_name("assets")
 GZIP_LEVEL = 3

@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from tensoropt.plans import PlanFileError, load_frontier_file
+from tensoropt.plans import PlanFileError, load_frontier_file, write_selection
 from tensoropt.plot.details import EMBED_LIMIT_BYTES, frontier_nodes, plan_details, run_command
 from tensoropt.plot.page import pareto_html, with_meta
 from tensoropt.plot.request_guard import host_refusal, select_refusal
@@ -109,15 +109,11 @@ class ParetoServer(ThreadingHTTPServer):
 
     def select(self, plan_id: str) -> dict:
         """Write plan.json for ``plan_id`` and record it as selected (KeyError if no such plan)."""
-        from tensoropt.commands.select import write_selection
-        from tensoropt.selector import Selection
-
         with self.write_lock:
             before = _content_key(self.frontier_path)
             frontier_file = load_frontier_file(self.frontier_path)
             frontier, plan = frontier_file.find(plan_id)
-            write_selection(frontier_file, Selection(plan, frontier, rule="ui"), self.frontier_path,
-                            self.plan_path)
+            write_selection(frontier_file, plan.id, self.frontier_path, self.plan_path)
             if self._cache is not None and self._cache[0] == before:
                 # only `selected` changed: patch the cached page instead of re-rendering it
                 _, page, fj = self._cache
