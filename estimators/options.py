@@ -107,7 +107,7 @@ def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configur
     Per parameter (``ParamBytes`` b computed with, s stored): parameter, gradient and optimizer
     state shrink to the shard. In a mixed precision the shard is cast to the compute dtype before
     the gather (as FSDP2), so both gathers and the gradient's reduce-scatter move compute-dtype
-    bytes; the cast shard is kept for the gather again in backward, the gathered copy is not.
+    bytes; neither the cast shard nor the gathered copy is kept (backward casts and gathers again).
     """
     comm = model.comm
     dtype = str(node.get("out_dtype", "float32"))
@@ -123,8 +123,8 @@ def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configur
         s = param_bytes(model, shape, stored[key], dtype)
         full_total, shard_total = full_total + b.stored, shard_total + s.stored
         memory -= (b.stored - s.stored) * (1 + optimizer_factor(model.optimizer)) + (b.grad - s.grad)
-        if mixed:
-            memory += s.compute - (b.compute if keeps_param(node, shape, need) else 0)
+        if mixed and keeps_param(node, shape, need):  # the gathered copy is a recipe: not kept
+            memory -= b.compute
         axes = sync.get(key, ())
         if axes:
             comm_s += (

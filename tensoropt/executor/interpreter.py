@@ -47,6 +47,7 @@ from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
 from tensoropt.executor import explicit_ops, local_ops
 from tensoropt.executor import options as memory_options
+from tensoropt.executor.mixed_precision import cast_param, scale_grad
 from tensoropt.executor.placements import normalise, raw_output_layout, to_layout, to_placements
 from tensoropt.executor.program import arg_nodes, op_name, packet_name
 
@@ -145,11 +146,27 @@ class PlanInterpreter(fx.Interpreter):
         """Loss node -> its label count's all-reduce, launched when the forward pass starts."""
         self._losses = self._partial_losses() if mesh is not None else []
         """(loss node, its labels' graph input, ignore_index) of the losses left partial sums."""
+        self.compute_dtype: torch.dtype | None = None
+        """Mixed precision: the dtype each parameter is cast to where the graph reads it (its gradient
+        flows back through the cast to the float32 master; :mod:`tensoropt.executor.mixed_precision`)."""
+        self.loss_scale: float | None = None
+        """fp16-mixed: the loss's gradient is multiplied by this in backward (the loss itself unscaled)."""
         self.global_inputs: dict[str, torch.Tensor] = {}
         """Graph input name -> the step's whole (global) value, where every rank holds it (the trainer
         loads each step's global batch on every rank): label counts are then taken from it."""
 
     def run(self, *args, **kwargs):
+        out = self._forward(*args, **kwargs)
+        if self.loss_scale is None:
+            return out
+        if isinstance(out, (tuple, list)):  # the loss is the first output
+            return type(out)([scale_grad(out[0], self.loss_scale), *out[1:]])
+        return scale_grad(out, self.loss_scale)
+
+    def placeholder(self, target, args, kwargs):
+        return cast_param(super().placeholder(target, args, kwargs), self.compute_dtype)
+
+    def _forward(self, *args, **kwargs):
         # Views and redistributions are memoised within one forward pass: q, k and v taken from
         # one split must share that split (its backward needs every output's gradient).
         self._memo = {}
@@ -208,7 +225,7 @@ class PlanInterpreter(fx.Interpreter):
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         for n, value in zip(placeholders, args):
             if isinstance(value, DTensor) and value.requires_grad and value.is_leaf:  # a parameter
-                env[n] = self._leaf(value, grad_placements)
+                env[n] = cast_param(self._leaf(value, grad_placements), self.compute_dtype)
             elif isinstance(value, DTensor):
                 config = self.placements.get(n.name)
                 expected = normalise(tuple(config.output), value.dim()) if config else ("R",) * mesh.ndim

@@ -176,8 +176,7 @@ def lower_step(trainer, values: list) -> LoweredStep:
     saved = (interp.on_grad, interp.global_inputs, dict(interp._leaves))
     rng = torch.random.get_rng_state()
     try:
-        with torch.enable_grad():  # the trace needs autograd even when called under no_grad
-            gm = make_fx(step, tracing_mode="real")(*flat)
+        gm = make_fx(step, tracing_mode="real")(*flat)
     finally:
         interp.on_grad, interp.global_inputs, interp._leaves = saved
         torch.random.set_rng_state(rng)

@@ -19,7 +19,9 @@ saved tensor goes to the hooks that were active before (the trainer's memory mea
   over the gradient-sync axes; the trainer distributes them so), laid out to the compute layout
   (:func:`tensoropt.configspace.options.compute_params`: an all-gather, whose backward
   reduce-scatters the gradient to the stored shard) right before the op, not memoised, and
-  registered as recipes that gather them again in backward.
+  registered as recipes that gather them again in backward (in mixed precision the stored shard
+  is cast to the compute dtype before the gather, and cast again from the float32 master for the
+  gather in backward: no cast shard is kept).
 
 Example:
     >>> with forward_hooks(interpreter):  # doctest: +SKIP
@@ -41,6 +43,7 @@ from torch.utils.checkpoint import checkpoint
 from tensoropt.configspace.configuration import Configuration
 from tensoropt.configspace.options import base_configuration
 from tensoropt.executor.memory import local
+from tensoropt.executor.mixed_precision import master_of
 from tensoropt.executor.program import arg_nodes
 
 
@@ -203,6 +206,11 @@ def run_node(interp, n: fx.Node, config: Configuration):
         for stored, gathered in _gathered(interp, n, before):
             def gather(s=stored, p=tuple(gathered.placements)):
                 return s.detach().redistribute(s.device_mesh, p)
+
+            master = master_of(stored)
+            if master is not None:  # mixed precision: cast the master again, keep no cast shard
+                def gather(m=master, dtype=stored.dtype, p=tuple(gathered.placements)):  # noqa: F811
+                    return m.detach().to(dtype).redistribute(m.device_mesh, p)
 
             recipes.register(gathered, gather)
     if recipes is None or "recompute" not in config.options:

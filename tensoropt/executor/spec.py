@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from tensoropt.executor.data import _DTYPES, InputSpec, load_factory
+from tensoropt.precision import get_precision
 
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 
@@ -29,7 +30,8 @@ class TrainSpec:
         steps: number of training steps.
         dataset: optional ``"module:function"``; called as ``f(step, global_batch_size, seed)``,
             returns the global batch (a tuple of tensors) of that step.
-        dtype: ``float32``, ``bfloat16`` or ``float16`` (parameters and float inputs); ``float64``
+        dtype: ``float32``, ``bfloat16`` or ``float16`` (the graph's compute dtype: parameters and
+            float inputs; with a mixed ``precision`` the parameters are kept in float32); ``float64``
             for numerical checks of ill-conditioned models.
         job: the planner's job (``Job.to_dict()``) when the model comes from a job: the model is
             then built exactly as the planner built it (``tensoropt.planner.build_job_model``).
@@ -46,6 +48,9 @@ class TrainSpec:
     dataset: str | None = None
     dtype: str = "float32"
     job: dict | None = None
+    precision: str | None = None
+    """A mixed precision (``bf16-mixed`` | ``fp16-mixed``, :mod:`tensoropt.precision`): float32 master
+    parameters cast to ``dtype`` (its compute dtype) where used; None or a pure one: all in ``dtype``."""
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -54,6 +59,10 @@ class TrainSpec:
             raise ValueError(f"TrainSpec.global_batch_size must be >= 1, got {self.global_batch_size}")
         if self.dtype not in ("float32", "bfloat16", "float16", "float64"):
             raise ValueError(f"TrainSpec.dtype: {self.dtype!r} is not float32, bfloat16, float16 or float64")
+        compute = self.mixed.compute_dtype if self.mixed is not None else self.dtype
+        if compute != self.dtype:  # a pure precision's dtype may be replaced (float64 checks)
+            raise ValueError(f"TrainSpec.precision {self.precision!r} computes in {compute}, but "
+                             f"TrainSpec.dtype is {self.dtype!r}")
         if self.steps < 0:
             raise ValueError(f"TrainSpec.steps must be >= 0, got {self.steps}")
 
@@ -134,9 +143,21 @@ class TrainSpec:
         return TrainSpec(
             model=name, inputs=inputs, global_batch_size=t.global_batch_size or mspec.default_batch_size,
             model_kwargs=job_model_kwargs(job), optimizer=t.optimizer, lr=t.learning_rate, seed=t.seed,
-            steps=steps if steps is not None else t.steps, dataset=dataset, dtype=t.dtype,
+            steps=steps if steps is not None else t.steps, dataset=dataset,
+            dtype=get_precision(t.precision).compute_dtype, precision=t.precision,
             job=job.to_dict(),
         )
+
+    @property
+    def mixed(self):
+        """The mixed :class:`~tensoropt.precision.Precision` of this run, or None (all in ``dtype``).
+
+        Example:
+            >>> TrainSpec("m:f", (), 4, dtype="bfloat16", precision="bf16-mixed").mixed.param_dtype
+            'float32'
+        """
+        p = get_precision(self.precision) if self.precision is not None else None
+        return p if p is not None and p.mixed else None
 
     def make_optimizer(self, params: list[torch.Tensor]) -> torch.optim.Optimizer:
         """The spec's optimizer over ``params``."""

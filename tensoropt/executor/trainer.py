@@ -24,6 +24,7 @@ from tensoropt.executor.interpreter import PlanInterpreter
 from tensoropt.executor.local_optim import step_local
 from tensoropt.executor.local_state import build_local_state
 from tensoropt.executor.local_state import build_local_state
+from tensoropt.executor.mixed_precision import LossScaler
 from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
 from tensoropt.executor.peak_memory import PeakMemory
 from tensoropt.executor.peak_memory import PeakMemory
@@ -117,6 +118,8 @@ class Trainer:
         self.ep, self.operands, self.sig = local.ep, local.operands, local.sig
         self.param_of, self.layouts = local.param_of, local.layouts
         self.params, self.buffers, self.constants = local.params, local.buffers, local.constants
+        if spec.mixed is not None:  # float32 master parameters, cast to the compute dtype where used
+            self.params = {k: torch.nn.Parameter(p.detach().float()) for k, p in self.params.items()}
         self.grad_bytes = 0
         self.fail_at_step: int | None = None
         # zero1/zero2 parameters: the optimizer steps (and keeps state for) a shard of each
@@ -127,6 +130,10 @@ class Trainer:
         # after zero's hooks (a zero2 gradient is reduce-scattered there, not all-reduced here)
         self.grad_sync = GradSync(self.params.values())
         self.interpreter.on_grad = self.grad_sync.add  # the whole-graph local mode's gradients
+        self.scaler = LossScaler() if spec.mixed is not None and spec.mixed.loss_scaling else None
+        if spec.mixed is not None:
+            self.interpreter.compute_dtype = getattr(torch, spec.mixed.compute_dtype)
+            self.interpreter.loss_scale = self.scaler.scale if self.scaler else None
         self.input_names = [n.name for n in self.ep.graph.nodes if n.op == "placeholder"
                             and n.name in self.sig.user_inputs]
         self.program = ReplayProgram(self, compile) if mode == "replay" else None
@@ -219,14 +226,29 @@ class Trainer:
     def _update(self, loss: torch.Tensor, start: float, optimizer_step) -> tuple[float, float]:
         """Step the optimizer (``optimizer_step()``), gather ZeRO shards, drop the gradients; returns
         (the loss's value, seconds since ``start``), the loss read after the clock stops."""
-        optimizer_step()
-        self.zero.gather()
+        if self.scaler is None or self._unscale():
+            optimizer_step()
+            self.zero.gather()
         self.optimizer.zero_grad(set_to_none=True)
         self.zero.zero_grad()
         _sync()
         time_s = time.perf_counter() - start
         value = loss.full_tensor() if isinstance(loss, DTensor) else loss
         return float(value.detach()), time_s
+
+    def _unscale(self) -> bool:
+        """fp16-mixed: divide the gradients by the loss scale; whether they are finite on every rank
+        (else the step is skipped). The scale then moves (:class:`LossScaler`); a replayed program
+        traced with the old one is traced again."""
+        grads = [p.grad for p in self.params.values() if p.grad is not None]
+        grads += [s.shard.grad for s in self.zero.sharded.values() if s.grads_too and s.shard.grad is not None
+                  ]
+        finite = self.scaler.unscale(grads)  # zero1's shard gradients are views of these
+        if self.scaler.update(finite):
+            self.interpreter.loss_scale = self.scaler.scale
+            if self.program is not None:
+                self.program.programs.clear()
+        return finite
 
     def _sync_grads(self) -> None:
         """Bring each gradient to its parameter's placement (bucketed all-reduce of partial sums, started

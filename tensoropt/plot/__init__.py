@@ -2,7 +2,6 @@
 
 Example:
     >>> from tensoropt.plot import write_pareto_html
-    >>> # not run here: needs a frontier.json from `tensoropt plan`
     >>> write_pareto_html(json.load(open("out/frontier.json")), "out/pareto.html")  # doctest: +SKIP
 """
 

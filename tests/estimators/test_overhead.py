@@ -147,19 +147,3 @@ def test_class_split_cross_entropy_is_charged_its_explicit_operators():
     replicated = Configuration("replicate", (), (("R",), ("R",)), (), ("R",))
     assert node_overhead_s(device, ce, replicated) == pytest.approx(2e-5)  # runs on local tensors
     assert node_overhead_s(device, ce, classes) == pytest.approx(17 * 1e-4 + 6 * 3e-4)
-
-
-def test_profile_keys_price_the_replayed_program_when_it_was_measured():
-    rng = random.Random(2)
-    counts = [4, 10, 18, 34]
-    per_way = {"plain": 3e-5, "replay": 3.6e-5, "local": 6e-5, "dtensor": 4.3e-4}
-    points = {way: [[n, t] for n, t in zip(counts, _noisy([2e-4 + per * n for n in counts], rng, 0.01))]
-              for way, per in per_way.items()}
-    points["redistribute"] = [[0, 1.5e-4]]
-    points["redistribute_replay"] = [[0, 4e-6]]
-    keys = overhead_profile_keys(points, 2, "gloo")
-    replay = per_way["replay"] - per_way["plain"]
-    assert keys["op_overhead_local_s"] == keys["op_overhead_dtensor_s"] == pytest.approx(replay, rel=0.5)
-    assert keys["op_overhead_dtensor_s"] < (per_way["local"] - per_way["plain"]) / 2
-    assert keys["redistribute_overhead_s"] == 4e-6
-    assert "replayed local program" in keys["sources"]["op_overhead_dtensor_s"]
