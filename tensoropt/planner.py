@@ -352,6 +352,8 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
         >>> [f.devices for f in plan_job(job).frontiers]  # doctest: +SKIP
         [1, 2]
     """
+    from tensoropt.capture.runnable import UnrunnableOpError, check_runnable
+
     report = progress or (lambda message, fraction: None)
     start = time.perf_counter()
     report("building the model", 0.0)
@@ -363,6 +365,10 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
         graph = capture_job(job, (model, spec))
     except Exception as e:
         raise PlanningError(f"capture of model {job.model.name or job.model.factory!r}: {e}") from e
+    try:  # an op without a kernel or a backward: say so now, not in every worker
+        check_runnable(graph.program, cluster.device.kind)
+    except UnrunnableOpError as e:
+        raise PlanningError(f"model {job.model.name or job.model.factory!r}: {e}") from None
     capture_s = time.perf_counter() - start
     weights = [d * d for d in job.devices]  # solve time grows with the device count
     done, total = 0.05, sum(weights)

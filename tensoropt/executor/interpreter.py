@@ -45,7 +45,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
 from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
-from tensoropt.executor import explicit_ops, local_ops
+from tensoropt.executor import explicit_ops, fallback, local_ops
 from tensoropt.executor import options as memory_options
 from tensoropt.executor.mixed_precision import cast_param, scale_grad
 from tensoropt.executor.placements import normalise, raw_output_layout, to_layout, to_placements
@@ -135,6 +135,8 @@ class PlanInterpreter(fx.Interpreter):
                       if local and n.op == "call_function" and packet_name(n) in local_ops.LOCAL_PACKETS
                       and n.name in placements and not placements[n.name].options}
         """Node name -> aten packet of the nodes tried on local shards first."""
+        self.fallback = fallback.fallback_nodes(gm.graph)
+        """Nodes whose op has no parallel rule: run on local tensors (:mod:`tensoropt.executor.fallback`)."""
         self.on_grad = None
         """Called with each parameter whose gradient the whole-graph local mode has just set."""
         self.batch_axes = self._batch_axes(gm, placements) if local and mesh is not None else None
@@ -511,6 +513,9 @@ class PlanInterpreter(fx.Interpreter):
 
     def _compute(self, n: fx.Node, args, kwargs):
         """Run the op; returns (raw output, bias to add after the partial sum is reduced)."""
+        if n.name in self.fallback:
+            config = self.placements[n.name]
+            return fallback.run_local(n.name, n.target, args, kwargs, config, self.mesh), None
         name = packet_name(n)
         if name == "conv2d":
             bound = dict(zip(_CONV_ARGS, args), **kwargs)
