@@ -138,7 +138,47 @@ def test_edge_time_grows_by_one_redistribution_each_way():
     assert same == 0.0
 
 
-def test_class_split_cross_entropy_is_charged_its_explicit_operators():
+def _class_split_cross_entropy_counts() -> tuple[int, int]:
+    """(DTensor operators, all-reduces) the executor's class-split cross entropy dispatches forward:
+    run for real on 8 x 4 logits split over 2 ranks of a fake process group (one process; the
+    collectives are counted, not sent). Aliasing detaches are left out (they compute nothing)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tensoropt.executor.explicit_ops import cross_entropy
+
+    class DTensorOps(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(issubclass(t, DTensor) for t in types):
+                self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    assert not dist.is_initialized(), "another test left a process group behind"
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        mesh = init_device_mesh("cpu", (2,))
+        logits = distribute_tensor(torch.randn(8, 4), mesh, [Shard(1)]).requires_grad_()
+        labels = distribute_tensor(torch.randint(0, 4, (8,)), mesh, [Replicate()])
+        with CommDebugMode() as comm, DTensorOps() as seen:
+            cross_entropy("loss", torch.ops.aten.cross_entropy_loss.default, logits, labels)
+        all_reduces = sum(n for op, n in comm.get_comm_counts().items() if "all_reduce" in str(op))
+    finally:
+        dist.destroy_process_group()
+    return len([op for op in seen.ops if op != "aten.detach.default"]), all_reduces
+
+
+def test_class_split_cross_entropy_is_charged_the_operators_the_executor_runs():
+    ops, all_reduces = _class_split_cross_entropy_counts()
+    assert all_reduces == 3 and ops > 10, (ops, all_reduces)  # the max, the sum of exps, the target logit
     device = _model(op_overhead_local_s=2e-5, op_overhead_dtensor_s=1e-4,
                     redistribute_overhead_s=3e-4).cluster.device
     ce = {"op": "aten.cross_entropy_loss.default", "kind": "loss",
@@ -146,4 +186,21 @@ def test_class_split_cross_entropy_is_charged_its_explicit_operators():
     classes = Configuration("classes=2", (("classes", (0,)),), (("S(1)",), ("R",)), (), ("R",))
     replicated = Configuration("replicate", (), (("R",), ("R",)), (), ("R",))
     assert node_overhead_s(device, ce, replicated) == pytest.approx(2e-5)  # runs on local tensors
-    assert node_overhead_s(device, ce, classes) == pytest.approx(17 * 1e-4 + 6 * 3e-4)
+    # each operator's overhead, and one redistribution each way (forward, backward) per all-reduce
+    assert node_overhead_s(device, ce, classes) == pytest.approx(ops * 1e-4 + 2 * all_reduces * 3e-4)
+
+
+def test_profile_keys_price_the_replayed_program_when_it_was_measured():
+    rng = random.Random(2)
+    counts = [4, 10, 18, 34]
+    per_way = {"plain": 3e-5, "replay": 3.6e-5, "local": 6e-5, "dtensor": 4.3e-4}
+    points = {way: [[n, t] for n, t in zip(counts, _noisy([2e-4 + per * n for n in counts], rng, 0.01))]
+              for way, per in per_way.items()}
+    points["redistribute"] = [[0, 1.5e-4]]
+    points["redistribute_replay"] = [[0, 4e-6]]
+    keys = overhead_profile_keys(points, 2, "gloo")
+    replay = per_way["replay"] - per_way["plain"]
+    assert keys["op_overhead_local_s"] == keys["op_overhead_dtensor_s"] == pytest.approx(replay, rel=0.5)
+    assert keys["op_overhead_dtensor_s"] < (per_way["local"] - per_way["plain"]) / 2
+    assert keys["redistribute_overhead_s"] == 4e-6
+    assert "replayed local program" in keys["sources"]["op_overhead_dtensor_s"]
