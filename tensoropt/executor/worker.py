@@ -6,7 +6,7 @@ RUN.json: ``{"spec": TrainSpec.to_json(), "runs": [{"plan": plan.json dict, "met
 "compile": "none" | "inductor"}}`` (``fail_at`` injects an error on one rank, to test that every rank
 then ends promptly; ``executor``, also per run, picks the runtime: :class:`Trainer`).
 A run may give ``"select": {"frontier": path, "job": Job dict}`` instead of ``"plan"`` (the plan for
-the current world size is selected, or planned, at start: :mod:`tensoropt.elastic`), and
+the current world size is selected, or planned, at start: :mod:`tensoropt.executor.restart`), and
 ``"checkpoint": {"dir", "every", "keep"}`` to resume from and save checkpoints; ``steps`` is then
 the total step count.
 Several runs (plans) share one process group, so tests pay for one launch.
@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from estimators.files import write_text_atomic
-from tensoropt import elastic
+from tensoropt.executor import restart
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
 from tensoropt.executor.trainer import RunResult, Trainer, device_type
@@ -95,7 +95,7 @@ def run_all(config: dict) -> None:
         spec = TrainSpec.from_json(run.get("spec", config.get("spec")))
         steps = int(config.get("steps", spec.steps))
         # Without a fixed plan, select one for this world size (elastic: on every restart).
-        plan = ExecPlan.from_json(run["plan"] if "plan" in run else elastic.resolve_plan(run["select"]))
+        plan = ExecPlan.from_json(run["plan"] if "plan" in run else restart.resolve_plan(run["select"]))
         executor = {**config.get("executor", {}), **run.get("executor", {})}  # {"mode", "compile"}
         trainer = Trainer(spec, plan, mode=executor.get("mode", "replay"),
                           compile=executor.get("compile", "none"))
@@ -103,7 +103,7 @@ def run_all(config: dict) -> None:
         if fail and fail.get("rank") == rank:
             trainer.fail_at_step = int(fail.get("step", 0))
         if run.get("checkpoint"):  # resume from the newest checkpoint, train until step `steps`
-            result = elastic.train_with_checkpoints(trainer, spec, steps, run["checkpoint"])
+            result = restart.train_with_checkpoints(trainer, spec, steps, run["checkpoint"])
         else:
             result = trainer.train(steps, start_step=start)
         params = trainer.full_params() if run.get("params_out") else None
