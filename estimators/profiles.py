@@ -173,9 +173,9 @@ class CollectiveFit:
     alpha_s: float
     beta_s_per_byte: float
     source: str = field(default="", compare=False)
+    """Where the fit comes from (the calibration run)."""
     min_bytes: float = 0.0
     """Smallest message this fit applies to (the next fit up takes over at its own min_bytes)."""
-    """Where the fit comes from (the calibration run)."""
 
     def time_s(self, nbytes: float) -> float:
         """Fitted time of one call on ``nbytes`` (the collective's n, see estimators.collectives).
@@ -232,8 +232,16 @@ class Cluster:
         (each fit is increasing in size, so the result is too).
 
         Example:
-            >>> load_cluster("cpu-local").fit_time_s("all_reduce", 2, "gpu", 0.0)
+            >>> import dataclasses
+            >>> small = CollectiveFit("all_reduce", 2, "gpu", alpha_s=2e-4, beta_s_per_byte=1e-9)
+            >>> large = CollectiveFit("all_reduce", 2, "gpu", 1e-3, 2e-9, min_bytes=2**20)
+            >>> c = dataclasses.replace(load_cluster("cpu-local"), fits=(small, large))
+            >>> c.fit_time_s("all_reduce", 2, "gpu", 0.0)  # only the small-message fit applies
             0.0002
+            >>> round(c.fit_time_s("all_reduce", 2, "gpu", 2**21), 9)  # max(2.297 ms, 5.194 ms)
+            0.005194304
+            >>> c.fit_time_s("all_gather", 2, "gpu", 0.0) is None
+            True
         """
         times = [
             f.time_s(nbytes)

@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     ``tensoropt: error: ...`` line and returns 1; no feasible plan returns 2.
 
     Example:
-        >>> main(["--version"])  # doctest: +SKIP
-        tensoropt 0.1.0
+        >>> main(["select", "no/such/frontier.json"])  # its one error line goes to stderr
+        1
     """
     from tensoropt.commands import CommandError
     from tensoropt.config import ConfigError

@@ -84,6 +84,7 @@ def launch_workers(run_config: dict, opts: LaunchOptions, env: dict | None = Non
     Returns torchrun's exit code (non-zero when any worker failed, 124 when the timeout hit).
 
     Example:
+        >>> # not run here: starts torchrun worker processes
         >>> launch_workers({"spec": spec.to_json(), "runs": [...]}, LaunchOptions(2))  # doctest: +SKIP
     """
     with tempfile.TemporaryDirectory(prefix="tensoropt-run-") as tmp:
@@ -114,6 +115,7 @@ def launch_module(module: str, args: list[str], opts: LaunchOptions, env: dict |
 
     Example:
         >>> opts = LaunchOptions(2, timeout_s=60)
+        >>> # not run here: starts torchrun worker processes
         >>> launch_module("tensoropt.commands.calibrate_worker", ["c.json"], opts)  # doctest: +SKIP
         0
     """

@@ -114,6 +114,7 @@ def save_checkpoint(trainer, root: str | Path, step: int, job_hash: str, job: di
         The step directory.
 
     Example:
+        >>> # not run here: needs a Trainer on a process group
         >>> save_checkpoint(trainer, "ckpt", 4, job_hash(spec_json), spec_json)  # doctest: +SKIP
     """
     rank, world = _world()
@@ -146,6 +147,7 @@ def load_checkpoint(trainer, found: Found) -> None:
     The trainer may run another plan at another world size than the one that wrote it.
 
     Example:
+        >>> # not run here: needs a Trainer on a process group
         >>> load_checkpoint(trainer, latest_checkpoint("ckpt"))  # doctest: +SKIP
     """
     holder, state = _state(trainer)
@@ -168,6 +170,7 @@ def resume(trainer, root: str | Path, job_hash: str, verify_checksums: bool = Tr
         RuntimeError: every complete checkpoint failed to load.
 
     Example:
+        >>> # not run here: needs a Trainer on a process group
         >>> manifest = resume(trainer, "ckpt", job_hash(spec_json))  # doctest: +SKIP
     """
     rank, _ = _world()

@@ -176,6 +176,7 @@ def reduce_partial(x: DTensor, mesh, placements) -> DTensor:
     is all-reduced to ``placements`` first.
 
     Example:
+        >>> # not run here: needs DTensors on a process group's mesh
         >>> reduce_partial(embedded, mesh, [Replicate()])  # doctest: +SKIP
     """
     out = x.redistribute(mesh, placements)
@@ -208,6 +209,7 @@ def conv2d(node_name: str, x: DTensor, weight: DTensor, stride=1, padding=0, dil
     the bias is added by the caller after the partial sum is reduced (see :func:`add_bias`).
 
     Example:
+        >>> # not run here: needs DTensors on a process group's mesh
         >>> conv2d("conv2d", x, w, stride=1, padding=1)  # doctest: +SKIP
     """
     roles = [_role(xp, wp) for xp, wp in zip(x.placements, weight.placements)]
@@ -237,6 +239,7 @@ def pool(node_name: str, op, x: DTensor, *args, **kwargs):
 
     Example:
         >>> op = torch.ops.aten.adaptive_avg_pool2d.default
+        >>> # not run here: needs DTensors on a process group's mesh
         >>> pool("adaptive_avg_pool2d", op, x, [1, 1])  # doctest: +SKIP
     """
     placements = x.placements
@@ -269,6 +272,7 @@ def sdpa(node_name: str, q: DTensor, k: DTensor, v: DTensor, attn_mask=None, dro
     """Attention split over batch (dim 0) and heads (dim 1), run locally through ``local_map``.
 
     Example:
+        >>> # not run here: needs DTensors on a process group's mesh
         >>> sdpa("scaled_dot_product_attention", q, k, v, is_causal=True)  # doctest: +SKIP
     """
     placements = q.placements
@@ -325,6 +329,7 @@ def batch_norm(node_name: str, x: DTensor, weight, bias, running_mean, running_v
     """Training-mode batch norm whose statistics span every shard (a synchronised BatchNorm).
 
     Example:
+        >>> # not run here: needs DTensors on a process group's mesh
         >>> batch_norm("batch_norm", x, w, b, rm, rv, True, 0.1, 1e-5)  # doctest: +SKIP
     """
     if not training:
@@ -361,6 +366,7 @@ def cross_entropy(node_name: str, op, logits, labels, weight=None, reduction: in
 
     Example:
         >>> ce = torch.ops.aten.cross_entropy_loss.default
+        >>> # not run here: needs DTensors on a process group's mesh
         >>> cross_entropy("cross_entropy_loss", ce, z, y)  # doctest: +SKIP
     """
     class_sharded = isinstance(logits, DTensor) and any(

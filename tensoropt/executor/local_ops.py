@@ -83,7 +83,7 @@ def cross_entropy(logits, labels, weight=None, reduction: int = 1, ignore_index:
     """Mean cross entropy of batch-split (or replicated) logits, replicated; None for other cases.
 
     Example:
-        >>> loss = cross_entropy(z, y)  # doctest: +SKIP
+        >>> loss = cross_entropy(z, y)  # needs the local shards of a planned run  # doctest: +SKIP
     """
     axes = _batch_axes(logits, labels, weight, reduction, label_smoothing)
     if axes is None:
@@ -129,6 +129,7 @@ def partial_cross_entropy(args: tuple, kwargs: dict, count: torch.Tensor):
     a plain mean.
 
     Example:
+        >>> # not run here: needs the local shards of a planned run
         >>> loss = partial_cross_entropy((z, y), {}, count)  # doctest: +SKIP
     """
     bound = _bind(args, kwargs)
@@ -146,6 +147,7 @@ def run_local(packet: str, args: tuple, kwargs: dict):
     """Run the aten op of packet ``packet`` on local shards: its (reduced, replicated) output, or None.
 
     Example:
+        >>> # not run here: needs the local shards of a planned run
         >>> run_local("cross_entropy_loss", (z, y), {})  # doctest: +SKIP
     """
     if packet != "cross_entropy_loss":

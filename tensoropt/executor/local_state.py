@@ -8,6 +8,7 @@ allocated. With ``model.checkpoint`` in the job the values come from that file i
 (:mod:`tensoropt.executor.model_checkpoint`).
 
 Example:
+    >>> # not run here: needs a device mesh (a process group)
     >>> state = build_local_state(spec, plan, mesh, torch.device("cpu"))  # doctest: +SKIP
     >>> state.params["fc1.weight"].to_local().shape  # doctest: +SKIP
 """
@@ -66,6 +67,7 @@ def build_local_state(spec, plan: ExecPlan, mesh: DeviceMesh | None, device: tor
         device: where the local shards live.
 
     Example:
+        >>> # not run here: needs a device mesh (a process group)
         >>> build_local_state(spec, plan, None, torch.device("cpu")).params  # doctest: +SKIP
     """
     skeleton = build_skeleton(spec)
@@ -145,6 +147,7 @@ def canonical_layouts(ep, plan: ExecPlan, operands: dict[str, list[dict]], ndim:
     A parameter used by several nodes (tied embeddings) is stored once and redistributed per use.
 
     Example:
+        >>> # not run here: needs a device mesh (a process group)
         >>> canonical_layouts(ep, plan, operands, 1)["fc1.weight"]  # doctest: +SKIP
         ('S0',)
     """

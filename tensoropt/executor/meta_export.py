@@ -51,6 +51,7 @@ def export_on_meta(skeleton: Skeleton, example: tuple, device: torch.device) -> 
     """Export the skeleton on meta ``example`` inputs; tensors the graph creates go to ``device``.
 
     Example:
+        >>> # not run here: needs a job's skeleton and spec
         >>> ep = export_on_meta(skeleton, meta_inputs(spec), torch.device("cpu"))  # doctest: +SKIP
     """
     with buffers_on_meta(skeleton.module):

@@ -46,6 +46,7 @@ def load_values(path: str, module: nn.Module, keep: Callable[[list[str], torch.T
         ValueError: the file is missing, or lacks a parameter, or holds it with another shape.
 
     Example:
+        >>> # not run here: needs a weights file
         >>> load_values("weights.safetensors", skeleton.module, keep)  # doctest: +SKIP
     """
     groups: dict[int, tuple[list[str], nn.Parameter]] = {}
@@ -64,6 +65,7 @@ def buffer_values(path: str, buffers: dict[str, torch.Tensor]) -> dict[str, torc
     """The buffers of ``buffers`` (key -> current value) that ``path`` holds, cast to their dtypes.
 
     Example:
+        >>> # not run here: needs a weights file
         >>> buffer_values("weights.pt", {"bn.running_mean": torch.zeros(4)})  # doctest: +SKIP
     """
     out = {}

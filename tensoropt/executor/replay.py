@@ -9,7 +9,7 @@ to their shard parameters; the trainer then steps the optimizer on local tensors
 (:func:`~tensoropt.executor.local_optim.step_local`).
 
 Example:
-    >>> program = ReplayProgram(trainer)  # doctest: +SKIP
+    >>> program = ReplayProgram(trainer)  # needs a Trainer on a process group  # doctest: +SKIP
     >>> loss = program.run(trainer._placeholder_values(trainer.batch(1)))  # doctest: +SKIP
 """
 
@@ -71,6 +71,7 @@ class ReplayProgram:
         compile: ``"none"`` or ``"inductor"`` (:data:`COMPILE_BACKENDS`).
 
     Example:
+        >>> # not run here: needs a Trainer on a process group
         >>> program = ReplayProgram(trainer, compile="none")  # doctest: +SKIP
     """
 
@@ -88,7 +89,7 @@ class ReplayProgram:
         """The (traced step, callable) for these placeholder values' shapes, tracing it the first time.
 
         Example:
-            >>> lowered, run = program.program(values)  # doctest: +SKIP
+            >>> lowered, run = program.program(values)  # needs a Trainer on a process group  # doctest: +SKIP
         """
         key = self._key(values)
         entry = self.programs.get(key)
@@ -106,7 +107,7 @@ class ReplayProgram:
         included) and ``collectives``.
 
         Example:
-            >>> program.stats()  # doctest: +SKIP
+            >>> program.stats()  # needs a Trainer on a process group  # doctest: +SKIP
             {'traces': 1, 'nodes': 212, 'collectives': 3}
         """
         out = {"traces": self.traces}
@@ -124,7 +125,7 @@ class ReplayProgram:
         is a mesh; read it with ``full_tensor()`` after the step).
 
         Example:
-            >>> loss = program.run(values)  # doctest: +SKIP
+            >>> loss = program.run(values)  # needs a Trainer on a process group  # doctest: +SKIP
         """
         trainer = self.trainer
         lowered, call = self.program(values)

@@ -19,6 +19,7 @@ After the optimizer step the updated shards are all-gathered into the parameters
 loading.
 
 Example:
+    >>> # not run here: needs a plan's parameters on a process group's mesh
     >>> zero = ShardedState.for_plan(plan, params, mesh)  # doctest: +SKIP
     >>> optimizer = spec.make_optimizer(zero.optimizer_params(params))  # doctest: +SKIP
 """
@@ -78,6 +79,7 @@ class ShardedState:
         """The shard parameters of ``plan``'s zero1/zero2 nodes (``params``: state-dict key -> parameter).
 
         Example:
+            >>> # not run here: needs a plan's parameters on a process group's mesh
             >>> ShardedState.for_plan(plan, trainer.params, trainer.mesh)  # doctest: +SKIP
         """
         if mesh is None:

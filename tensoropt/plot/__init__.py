@@ -2,6 +2,7 @@
 
 Example:
     >>> from tensoropt.plot import write_pareto_html
+    >>> # not run here: needs a frontier.json from `tensoropt plan`
     >>> write_pareto_html(json.load(open("out/frontier.json")), "out/pareto.html")  # doctest: +SKIP
 """
 
