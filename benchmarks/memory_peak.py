@@ -1,0 +1,115 @@
+"""Peak memory per process where it is spent, against the memory model (issue 16 items 3 and 4).
+
+For the big-fc MLP (25.2M parameters, AdamW, batch 16) and the zoo ``gpt`` (4 x 256, seq 128,
+batch 8, AdamW), planned by ``tensoropt plan`` on cpu-local for 1 and 2 devices, runs ``--steps``
+steps of the 1-device plan (1 process), and of the fastest and the leanest 2-device plans (2
+gloo processes, each in a launch of its own so no other plan's memory is alive), and tabulates
+per process:
+
+* ``predicted``: the plan's predicted memory per device (parameters + gradients + optimizer state
+  + saved activations + the plan's transient buffers);
+* ``memory``: the executor's accounting figure ``measured.memory_bytes`` (the storages the plan
+  owns, counted once);
+* ``peak``: ``measured.peak_bytes``, the resident-set high-water mark of the training loop above
+  the process's level before the model was built (:mod:`tensoropt.executor.peak_memory`);
+* ``peak - predicted`` (the runtime's own memory: gloo buffers, the interpreter, allocator slack)
+  and ``peak / 1-process peak``.
+
+Usage (one command; about 2 minutes on 2 cores):
+``.venv/bin/python benchmarks/memory_peak.py [--steps 3] [--json out/memory_peak.json]``.
+The load average before and after is printed with the figures (RSS is not affected by load, but
+other processes' memory is not in it either).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+JOBS = {
+    "big-fc": {"model": {"name": "mlp", "kwargs": {"in_features": 1024, "hidden": [4096, 4096],
+                                                   "num_classes": 1024},
+                         "input_shape": [1024], "num_classes": 1024},
+               "training": {"global_batch_size": 16, "optimizer": "adamw", "learning_rate": 0.001}},
+    "gpt": {"model": {"name": "gpt", "kwargs": {"seq_len": 128}},
+            "training": {"global_batch_size": 8, "optimizer": "adamw", "learning_rate": 0.001}},
+}
+
+
+def _run(spec, plan: dict, nproc: int, steps: int, out: Path, name: str) -> dict:
+    """Metrics of ``plan`` trained ``steps`` steps on ``nproc`` processes (a launch of its own)."""
+    from tensoropt.launch import LaunchOptions, launch_workers
+
+    metrics = out / f"{name}-{plan['id']}.json"
+    config = {"steps": steps, "runs": [{"spec": spec.to_json(), "plan": plan, "metrics": str(metrics)}]}
+    rc = launch_workers(config, LaunchOptions(nproc, timeout_s=600))
+    if rc != 0:
+        raise SystemExit(f"{name} {plan['id']} on {nproc} processes failed (exit {rc})")
+    return json.loads(metrics.read_text())
+
+
+def measure(steps: int) -> list[dict]:
+    """One row per (model, plan) run: predicted, accounted and peak bytes per process."""
+    from tensoropt.config import Job
+    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.planner import plan_job
+    from tensoropt.plans import plan_file_text
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="memory-peak-") as tmp:
+        for name, body in JOBS.items():
+            job = Job.from_dict({**body, "cluster": "cpu-local", "devices": [1, 2]})
+            frontier_json = plan_job(job).to_json()
+            spec = TrainSpec.from_job(job)
+            plans = {f["devices"]: f["plans"] for f in frontier_json["frontiers"]}
+            picks = [(1, "single", plans[1][0]["id"]), (2, "fastest", plans[2][0]["id"]),
+                     (2, "leanest", min(plans[2], key=lambda p: p["memory_bytes"])["id"])]
+            single_peak = None
+            for nproc, role, plan_id in picks:
+                plan = json.loads(plan_file_text(frontier_json, plan_id))
+                m = _run(spec, plan, nproc, steps, Path(tmp), name)
+                peak, predicted = m["measured"]["peak_bytes"], m["predicted"]["memory_bytes"]
+                single_peak = single_peak or peak
+                rows.append({"model": name, "processes": nproc, "plan": f"{plan_id} ({role})",
+                             "predicted_bytes": predicted, "memory_bytes": m["measured"]["memory_bytes"],
+                             "peak_bytes": peak, "overhead_bytes": peak - predicted,
+                             "peak_vs_single": peak / single_peak})
+    return rows
+
+
+def _table(rows: list[dict]) -> str:
+    mib = 2**20
+    lines = ["| model | processes | plan | predicted MiB | memory MiB | peak MiB | peak - predicted MiB "
+             "| peak / 1-process |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['processes']} | {r['plan']} | {r['predicted_bytes'] / mib:.1f} | "
+                     f"{r['memory_bytes'] / mib:.1f} | {r['peak_bytes'] / mib:.1f} | "
+                     f"{r['overhead_bytes'] / mib:.1f} | {r['peak_vs_single']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the measurement, print the table, optionally write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    load_before = os.getloadavg()
+    rows = measure(args.steps)
+    load_after = os.getloadavg()
+    print(_table(rows))
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"rows": rows, "load_before": load_before, "load_after": load_after},
+                                        indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main())
