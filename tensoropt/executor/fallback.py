@@ -65,6 +65,7 @@ def run_local(node_name: str, op, args: tuple, kwargs: dict, config: Configurati
         The op's result with each tensor wrapped as a DTensor (a tuple or list stays one).
 
     Example:
+        >>> # not run here: needs a process group's mesh
         >>> run_local("cumsum", torch.ops.aten.cumsum.default, (x, 1), {}, cfg, mesh)  # doctest: +SKIP
     """
     out_layout = tuple(config.output)

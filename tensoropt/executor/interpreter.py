@@ -119,6 +119,7 @@ class PlanInterpreter(fx.Interpreter):
             (:mod:`tensoropt.executor.local_ops`); False sends every op through DTensor.
 
     Example:
+        >>> # not run here: needs an exported program laid out on a process group's mesh
         >>> PlanInterpreter(ep.graph_module, placements, mesh, operands, lazy).run(*values)  # doctest: +SKIP
     """
 

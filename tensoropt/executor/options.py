@@ -24,7 +24,7 @@ saved tensor goes to the hooks that were active before (the trainer's memory mea
   gather in backward: no cast shard is kept).
 
 Example:
-    >>> with forward_hooks(interpreter):  # doctest: +SKIP
+    >>> with forward_hooks(interpreter):  # needs a PlanInterpreter on a process group  # doctest: +SKIP
     ...     out = interpreter.run(*values)
 """
 
@@ -147,7 +147,7 @@ def forward_hooks(interp):
     """The :class:`Recipes` of one forward pass of ``interp`` (a no-op when no node has options).
 
     Example:
-        >>> with forward_hooks(interpreter):  # doctest: +SKIP
+        >>> with forward_hooks(interpreter):  # needs a PlanInterpreter on a process group  # doctest: +SKIP
         ...     out = interpreter.run(*values)
     """
     if interp.mesh is None or not any(_FORWARD & set(c.options) for c in interp.placements.values()):
@@ -196,6 +196,7 @@ def run_node(interp, n: fx.Node, config: Configuration):
     """Lay out, run and reduce ``n`` under a configuration with memory options; returns its value.
 
     Example:
+        >>> # not run here: needs a PlanInterpreter on a process group
         >>> value = run_node(interpreter, node, config)  # doctest: +SKIP
     """
     recipes: Recipes | None = getattr(interp, "_recipes", None)

@@ -90,6 +90,7 @@ def write_pareto_html(frontier_json: dict, path: str | os.PathLike, budget_bytes
 
     Example:
         >>> import json, tempfile
+        >>> # not run here: needs a frontier.json from `tensoropt plan`
         >>> fj = json.load(open("out/vgg16/frontier.json"))  # doctest: +SKIP
         >>> write_pareto_html(fj, tempfile.mkdtemp() + "/pareto.html")  # doctest: +SKIP
     """

@@ -44,6 +44,7 @@ class ParetoServer(ThreadingHTTPServer):
     """An HTTP server bound to 127.0.0.1 serving one frontier file (plan.json goes beside it).
 
     Example:
+        >>> # not run here: serves out/vgg16 from `tensoropt plan` until stopped
         >>> srv = ParetoServer("out/vgg16/frontier.json", port=0)  # doctest: +SKIP
         >>> srv.start(); print(srv.url); srv.stop()  # doctest: +SKIP
         http://127.0.0.1:40123/
@@ -213,6 +214,7 @@ def serve(server: ParetoServer, on_ready: Callable[[], None] | None = None) -> N
             print the address).
 
     Example:
+        >>> # not run here: serves out/vgg16 from `tensoropt plan` until stopped
         >>> serve(ParetoServer("out/vgg16/frontier.json"), lambda: print("ready"))  # doctest: +SKIP
     """
     stop = threading.Event()
