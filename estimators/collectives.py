@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from estimators.configuration import Mesh
 from estimators.profiles import COLLECTIVES, Cluster, Link
-from tensoropt.configspace.configuration import Mesh
 
 GRAD_BUCKET_BYTES = 25 * 2**20
 """Largest flattened gradient bucket (DDP's default bucket size; the executor's too)."""

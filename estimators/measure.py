@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from estimators.configuration import Configuration, Mesh, local_shape
 from estimators.redistribution import through_view
-from tensoropt.configspace.configuration import Configuration, Mesh, local_shape
 
 OPTIMIZERS = {
     "sgd": lambda ps: torch.optim.SGD(ps, lr=0.01),

@@ -43,6 +43,7 @@ import numpy as np
 
 from estimators.collectives import CommModel, grad_all_reduce_time_s
 from estimators.compute import LocalOp, cast_time_s, optimizer_time_s, roofline_time_s
+from estimators.configuration import Configuration, Mesh
 from estimators.memory import (
     SavingRules,
     extra_saved_bytes,
@@ -53,6 +54,7 @@ from estimators.memory import (
     saved_spec,
 )
 from estimators.overhead import node_overhead_s, runs_local
+from estimators.precision import Precision, get_precision
 from estimators.profiles import Cluster
 from estimators.redistribution import (
     edge_time_s,
@@ -61,8 +63,6 @@ from estimators.redistribution import (
     redistribution_time_s,
     through_view,
 )
-from tensoropt.configspace.configuration import Configuration, Mesh
-from tensoropt.precision import Precision, get_precision
 
 FLOATING = ("float", "bfloat", "complex")
 DEFAULT_RULES = SavingRules()

@@ -50,11 +50,11 @@ import numpy as np
 
 from estimators.collectives import grad_all_reduce_time_s
 from estimators.compute import optimizer_time_s, roofline_time_s
+from estimators.configuration import Configuration, local_shape
 from estimators.memory import extra_saved_bytes, itemsize, keeps_param, numel, optimizer_factor, saved_spec
+from estimators.memory_options import base_configuration, state_layouts
 from estimators.op_costs import Cost, CostModel, GraphInfo, local_op, node_cost, param_bytes
 from estimators.overhead import node_overhead_s
-from tensoropt.configspace.configuration import Configuration, local_shape
-from tensoropt.configspace.options import base_configuration, state_layouts
 
 
 def recomputable(info: GraphInfo, name: str, node: dict, rules) -> bool:

@@ -27,9 +27,9 @@ from __future__ import annotations
 import functools
 
 from estimators.collectives import CommModel
-from tensoropt.configspace.configuration import Layout
-from tensoropt.configspace.configuration import local_shape as _local_shape
-from tensoropt.configspace.configuration import shard_dim as _shard_dim
+from estimators.configuration import Layout
+from estimators.configuration import local_shape as _local_shape
+from estimators.configuration import shard_dim as _shard_dim
 
 shard_dim = functools.lru_cache(maxsize=4096)(_shard_dim)
 """Memoised ``configuration.shard_dim`` (placements repeat millions of times on large meshes)."""
