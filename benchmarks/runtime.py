@@ -1,0 +1,292 @@
+"""The executor's runtime against DDP, model by model, at 2 gloo processes (issue 16's benchmark).
+
+For each model (zoo ``gpt``, HuggingFace GPT-2 / BERT / Llama from small configs, a conv + batch
+norm + pool + fc CNN, the big-fc MLP, the issue's pre-norm transformer block with an MSE loss) the
+planner prices every configuration on ``--cluster`` (default ``cpu-local``) with profiled compute
+and solves the exact frontier at 2 devices. Then one torchrun launch (2 processes, one thread
+each) runs, per model, in interleaved rounds (each round ``--steps`` steps of every system, in a
+rotated order, the first step of each round left out):
+
+* ``ddp``: plain ``DistributedDataParallel`` on the same module, same global batch, AdamW;
+* ``dp``: the data-parallel plan (every node ``batch=2``), replayed local program;
+* ``fast``: the frontier's fastest predicted plan, replayed;
+* ``fast-interp``: the same plan through the DTensor interpreter (the replay's speed-up);
+* ``fast-inductor``: the same plan replayed and compiled by Inductor (``--compile``; models named
+  by ``--compile-models``).
+
+Printed per model: DP plan / DDP, fastest / DDP, replay vs interpreter speed-up, the replayed
+program's node count and its host overhead per node against DDP ((replayed DP step - DDP step) /
+program nodes), predicted vs measured step time of the plans run, and the compiled time. The
+load average before and after is printed with the figures (this machine is shared).
+
+Usage (one command): ``.venv/bin/python benchmarks/runtime.py [--models gpt,block,...] [--steps 5]
+[--rounds 3] [--compile] [--compile-models big-fc,block] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+NPROC = 2
+LR = 1e-3
+
+MODELS = {
+    # name: (TrainSpec model, kwargs, inputs [(shape, dtype, high)], global batch)
+    "gpt": ("gpt", {"layers": 4, "width": 256, "heads": 4, "seq_len": 128, "vocab_size": 8192,
+                    "dropout": 0.0}, [((128,), "int64", 8192), ((128,), "int64", 8192)], 8),
+    "hf-gpt2": ("runtime_models:hf", {"kind": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4,
+                                      "vocab_size": 2048, "n_positions": 64, "resid_pdrop": 0.0,
+                                      "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+                [((64,), "int64", 2048), ((64,), "int64", 2048)], 8),
+    "hf-bert": ("runtime_models:hf", {"kind": "bert", "num_hidden_layers": 2, "hidden_size": 128,
+                                      "num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 2048,
+                                      "max_position_embeddings": 64, "hidden_dropout_prob": 0.0,
+                                      "attention_probs_dropout_prob": 0.0},
+                [((64,), "int64", 2048), ((64,), "int64", 2048)], 8),
+    "hf-llama": ("runtime_models:hf", {"kind": "llama", "num_hidden_layers": 2, "hidden_size": 128,
+                                       "num_attention_heads": 4, "num_key_value_heads": 2,
+                                       "intermediate_size": 256, "vocab_size": 2048,
+                                       "max_position_embeddings": 64},
+                 [((64,), "int64", 2048), ((64,), "int64", 2048)], 8),
+    "cnn": ("runtime_models:cnn", {"channels": 32, "num_classes": 10, "image": 16},
+            [((3, 16, 16), "float32", None), ((), "int64", 10)], 32),
+    "big-fc": ("mlp", {"in_features": 1024, "hidden": [4096, 4096], "num_classes": 1024},
+               [((1024,), "float32", None), ((), "int64", 1024)], 16),
+    "block": ("runtime_models:block", {"width": 512, "heads": 8, "ffn": 2048},
+              [((128, 512), "float32", None), ((128, 512), "float32", None)], 16),
+}
+"""The model set; the zoo ``gpt`` uses a vocabulary of 8192 (the preset's 50257 makes the head
+dominate every plan on this CPU)."""
+
+
+def spec_of(name: str, steps: int = 5):
+    """The :class:`TrainSpec` of model ``name`` (AdamW, lr 1e-3, seed 0).
+
+    Example:
+        >>> spec_of("cnn").global_batch_size
+        32
+    """
+    from tensoropt.executor.data import InputSpec
+    from tensoropt.executor.spec import TrainSpec
+
+    model, kwargs, inputs, batch = MODELS[name]
+    return TrainSpec(model, tuple(InputSpec(s, d, h) for s, d, h in inputs), batch, dict(kwargs),
+                     optimizer="adamw", lr=LR, steps=steps)
+
+
+def plan_model(name: str, cluster: str, compute: str) -> dict[str, dict]:
+    """Plan documents of model ``name`` at 2 devices: ``dp`` (all ``batch=2``) and ``fast`` (the
+    frontier's fastest), each with its predicted ``time_s`` / ``memory_bytes``, and the frontier size."""
+    import frontier
+    from tensoropt.capture import capture
+    from tensoropt.cost_graph import cost_graph
+    from tensoropt.executor.data import synthetic_batch
+
+    spec = spec_of(name)
+    batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
+    graph = capture(spec.build_model(), batch)
+    cg = cost_graph(graph, cluster, NPROC, batch_size=spec.global_batch_size, optimizer="adamw",
+                    compute_mode=compute)
+    points = frontier.solve(cg)
+
+    def doc(plan_id: str, assignment: dict) -> dict:
+        total = sum(cg.nodes[n]["cost"][c] for n, c in assignment.items())
+        total = total + sum(cg.edges[u, v]["cost"][assignment[u], assignment[v]] for u, v in cg.edges)
+        return {"id": plan_id, "devices": NPROC, "mesh": cg.graph["mesh"].to_json(),
+                "time_s": float(total[0]), "memory_bytes": float(total[1]),
+                "placements": {n: cg.nodes[n]["configurations"][c].to_json() for n, c in assignment.items()}}
+
+    dp = {}
+    for n in cg.nodes:
+        labels = cg.nodes[n]["configs"]
+        dp[n] = labels.index(f"batch={NPROC}") if f"batch={NPROC}" in labels else labels.index("replicate")
+    fastest = min(points, key=lambda p: p.cost[0])
+    return {"dp": doc("dp", dp), "fast": doc("fast", dict(fastest.assignment)), "frontier": len(points)}
+
+
+def worker(options: dict) -> None:
+    """torchrun entry: every system of every model, interleaved rounds; rank 0 writes the step times."""
+    import torch.distributed as dist
+    from executor_vs_ddp import _ddp_step  # the same DDP step as the executor-vs-DDP benchmark
+    from torch.nn.parallel import DistributedDataParallel
+
+    from tensoropt.executor.data import synthetic_batch
+    from tensoropt.executor.plan import ExecPlan
+    from tensoropt.executor.trainer import Trainer
+    from tensoropt.executor.worker import end_process_group, init_process_group
+
+    init_process_group()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    steps, rounds = options["steps"], options["rounds"]
+    systems, kept, info, errors = [], {}, {}, {}
+    holders = []  # DDP modules: released before the process group
+    for name, plans in options["plans"].items():
+        spec = spec_of(name, steps)
+        runs = [("dp", plans["dp"], "replay", "none"), ("fast", plans["fast"], "replay", "none"),
+                ("fast-interp", plans["fast"], "interpret", "none")]
+        if name in options["compile_models"]:
+            runs.append(("fast-inductor", plans["fast"], "replay", "inductor"))
+        for label, plan_json, mode, backend in runs:
+            key = f"{name}/{label}"
+            try:
+                trainer = Trainer(spec, ExecPlan.from_json(plan_json), mode=mode, compile=backend)
+                trainer.train(2, start_step=0)  # warm-up: traces (and compiles) the program
+            except Exception as err:  # noqa: BLE001 - a failing system is reported, the others still run
+                errors[key] = f"{type(err).__name__}: {str(err)[:300]}"
+                continue
+
+            def one_round(r, key=key, trainer=trainer):
+                res = trainer.train(steps, start_step=2 + r * steps)
+                kept.setdefault(key, []).extend(s["time_s"] for s in res.steps[1:])
+                info[key] = trainer.runtime_info()
+            systems.append((key, one_round))
+        model = DistributedDataParallel(spec.build_model())
+        opt = spec.make_optimizer(list(model.parameters()))
+        holders.append((model, opt))
+
+        def ddp_round(r, name=name, spec=spec, model=model, opt=opt):
+            times = []
+            for step in range(2 + r * steps, 2 + (r + 1) * steps):
+                batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step)
+                times.append(_ddp_step(model, opt, batch, rank, world))
+            kept.setdefault(f"{name}/ddp", []).extend(times[1:])
+        systems.append((f"{name}/ddp", ddp_round))
+    for r in range(rounds):
+        order = systems[r % len(systems):] + systems[:r % len(systems)]
+        for _key, one_round in (order[::-1] if r % 2 else order):
+            dist.barrier()
+            one_round(r)
+    if rank == 0:
+        Path(options["out"]).write_text(json.dumps({"times": kept, "info": info, "errors": errors}))
+    systems.clear()
+    holders.clear()
+    dist.barrier()
+    end_process_group()
+
+
+def _launch(options: dict, out: Path) -> dict:
+    result = out / "result.json"
+    config = out / "config.json"
+    config.write_text(json.dumps({**options, "out": str(result)}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC),
+           "--monitor-interval", "0.2", __file__, "--worker", str(config)]
+    subprocess.run(cmd, check=True, timeout=7200, env=env)
+    return json.loads(result.read_text())
+
+
+def _median_ms(times: list[float]) -> float:
+    return statistics.median(times) * 1e3 if times else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Plan every model, run the interleaved launch, print and optionally write the figures."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--steps", type=int, default=5, help="steps per system per round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--cluster", default="cpu-local", help="cluster profile the plans are priced with")
+    parser.add_argument("--compute", choices=("roofline", "profiled"), default="profiled")
+    parser.add_argument("--compile", action="store_true",
+                        help="also run the fastest plan compiled (Inductor)")
+    parser.add_argument("--compile-models", default="big-fc,block",
+                        help="models whose fastest plan is compiled with --compile")
+    parser.add_argument("--json", default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
+    plans, plan_errors = {}, {}
+    for name in names:
+        try:
+            plans[name] = plan_model(name, args.cluster, args.compute)
+        except Exception as err:  # noqa: BLE001 - report and go on with the other models
+            plan_errors[name] = f"{type(err).__name__}: {str(err)[:300]}"
+            continue
+        print(f"planned {name}: {plans[name]['frontier']} frontier plans, fastest predicted "
+              f"{plans[name]['fast']['time_s'] * 1e3:.1f} ms, dp {plans[name]['dp']['time_s'] * 1e3:.1f} ms "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
+    compile_models = [m for m in args.compile_models.split(",") if m] if args.compile else []
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        got = _launch({"plans": plans, "steps": args.steps, "rounds": args.rounds,
+                       "compile_models": compile_models}, Path(tmp))
+    load_after = os.getloadavg()
+    t = {k: _median_ms(v) for k, v in got["times"].items()}
+    rows = []
+    print(f"\n{'model':9} {'DDP ms':>8} {'DP ms':>8} {'DP/DDP':>7} {'fast ms':>8} {'fast/DDP':>8} "
+          f"{'interp ms':>9} {'replay x':>8} {'nodes':>6} {'us/node':>8} {'pred fast':>9} {'pred DP':>8} "
+          f"{'inductor':>8}")
+    for name in plans:
+        ddp, dp, fast = t.get(f"{name}/ddp"), t.get(f"{name}/dp"), t.get(f"{name}/fast")
+        interp, ind = t.get(f"{name}/fast-interp"), t.get(f"{name}/fast-inductor")
+        nodes = got["info"].get(f"{name}/dp", {}).get("nodes")
+        row = {"model": name, "ddp_ms": ddp, "dp_ms": dp, "fast_ms": fast, "interp_ms": interp,
+               "inductor_ms": ind, "dp_over_ddp": dp / ddp if dp and ddp else None,
+               "fast_over_ddp": fast / ddp if fast and ddp else None,
+               "replay_speedup": interp / fast if interp and fast else None, "dp_nodes": nodes,
+               "overhead_us_per_node": (dp - ddp) * 1e3 / nodes if dp and ddp and nodes else None,
+               "predicted_fast_ms": plans[name]["fast"]["time_s"] * 1e3,
+               "predicted_dp_ms": plans[name]["dp"]["time_s"] * 1e3,
+               "fast_summary": _summary(plans[name]["fast"])}
+        rows.append(row)
+
+        def f(v, fmt="8.1f"):
+            return format(v, fmt) if isinstance(v, (int, float)) and v == v else "-".rjust(int(fmt[0]))
+        print(f"{name:9} {f(ddp)} {f(dp)} {f(row['dp_over_ddp'], '7.2f')} {f(fast)} "
+              f"{f(row['fast_over_ddp'], '8.2f')} {f(interp, '9.1f')} {f(row['replay_speedup'], '8.2f')} "
+              f"{f(nodes, '6d') if nodes else '     -'} {f(row['overhead_us_per_node'], '8.1f')} "
+              f"{f(row['predicted_fast_ms'], '9.1f')} {f(row['predicted_dp_ms'])} {f(ind)}")
+    errs = [abs(r[m] - r[p]) / r[p] for r in rows for m, p in (("fast_ms", "predicted_fast_ms"),
+                                                                ("dp_ms", "predicted_dp_ms"))
+            if r[m] and r[p] and r[m] == r[m]]
+    print("\nfastest plans: " + "; ".join(f"{r['model']}: {r['fast_summary']}" for r in rows))
+    if errs:
+        print(f"time prediction: median |measured - predicted| / predicted over the {len(errs)} plans run: "
+              f"{statistics.median(errs):.0%}")
+    for key, err in {**plan_errors, **got["errors"]}.items():
+        print(f"FAILED {key}: {err}")
+    print(f"load average (1, 5, 15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, after "
+          f"{' '.join(f'{x:.2f}' for x in load_after)}; {args.rounds} rounds x {args.steps} steps "
+          f"(medians over {args.rounds * (args.steps - 1)} steps per system); "
+          f"{time.perf_counter() - start:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "errors": {**plan_errors, **got["errors"]},
+                                               "load_before": load_before, "load_after": load_after,
+                                               "steps": args.steps, "rounds": args.rounds,
+                                               "cluster": args.cluster, "compute": args.compute}, indent=2))
+    return 0
+
+
+def _summary(plan: dict) -> str:
+    """The distinct configuration labels of a plan, most used first (e.g. ``batch=2 x14, out=2 x2``)."""
+    counts: dict[str, int] = {}
+    for conf in plan["placements"].values():
+        label = conf.get("label", "?") if isinstance(conf, dict) else "?"
+        counts[label] = counts.get(label, 0) + 1
+    return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        sys.path.insert(0, str(HERE))
+        worker(json.loads(Path(sys.argv[2]).read_text()))
+        sys.exit(0)
+    sys.exit(main())
