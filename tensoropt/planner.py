@@ -382,8 +382,11 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
         frontiers.append(plan_devices(graph, job, cluster, d, sub))
         done += 0.95 * w / total
         report(f"{_devices(d)}: {len(frontiers[-1].plans)} plans", done)
+    from tensoropt.capture.fingerprint import fingerprint
+
     return FrontierFile(job=job.to_dict(), frontiers=frontiers,
-                        timing_s={"capture": capture_s, "total": time.perf_counter() - start})
+                        timing_s={"capture": capture_s, "total": time.perf_counter() - start},
+                        graph=fingerprint(graph, job))
 
 
 def _devices(n: int) -> str:

@@ -222,6 +222,9 @@ class FrontierFile:
     """Schema version."""
     timing_s: dict[str, float] = field(default_factory=dict)
     """Wall time of the stages shared by all device counts (capture) and of the whole planning."""
+    graph: dict | None = None
+    """The fingerprint of the captured graph and the job fields shaping it
+    (:func:`tensoropt.capture.fingerprint.fingerprint`); every plan.json carries it too."""
 
     def to_json(self) -> dict:
         """JSON form (the content of frontier.json)."""
@@ -229,6 +232,8 @@ class FrontierFile:
                "selected": self.selected}
         if self.timing_s:
             out["timing_s"] = dict(self.timing_s)
+        if self.graph is not None:
+            out["graph"] = self.graph
         return out
 
     @staticmethod
@@ -238,7 +243,7 @@ class FrontierFile:
         try:
             return FrontierFile(job=data["job"], frontiers=[Frontier.from_json(f) for f in data["frontiers"]],
                                 selected=data.get("selected"), version=data["version"],
-                                timing_s=dict(data.get("timing_s", {})))
+                                timing_s=dict(data.get("timing_s", {})), graph=data.get("graph"))
         except (KeyError, TypeError, ValueError) as e:
             raise PlanFileError(f"{source}: malformed frontier file ({type(e).__name__}: {e})") from None
 
@@ -332,7 +337,8 @@ def plan_file_text(frontier_json: dict, plan_id: str) -> str:
 
     Returns:
         JSON text (indented, newline-terminated): the plan entry, ``devices``, ``mesh``,
-        ``placements`` and ``job``.
+        ``placements``, ``job`` and (when the frontier has it) ``graph``, the fingerprint of the
+        graph the plan was made for.
 
     Raises:
         PlanFileError: no plan has that id, or a label lacks its configuration.
@@ -358,6 +364,8 @@ def plan_file_text(frontier_json: dict, plan_id: str) -> str:
             out = {"version": frontier_json.get("version", SCHEMA_VERSION), **plan,
                    "devices": frontier["devices"], "mesh": _mesh_of(frontier).to_json(),
                    "placements": placements, "job": frontier_json.get("job", {})}
+            if frontier_json.get("graph") is not None:  # the plan stays bound to its graph
+                out["graph"] = frontier_json["graph"]
             return json.dumps(out, indent=1) + "\n"
     ids = [p.get("id") for f in frontier_json.get("frontiers", []) for p in f.get("plans", [])]
     shown = ", ".join(ids[:8]) + (", ..." if len(ids) > 8 else "")

@@ -58,6 +58,7 @@ def run(args) -> int:
     from tensoropt.config import ConfigError, load_job
     from tensoropt.executor.spec import TrainSpec
     from tensoropt.launch import launch_workers
+    from tensoropt.planner import PlanningError
 
     problem = elastic.check_run_arguments(args)
     if problem:
@@ -68,9 +69,9 @@ def run(args) -> int:
         job = load_job(args.job)
     except ConfigError as e:
         raise CommandError(str(e)) from None
-    try:
+    try:  # the job resolved as `plan` resolves it (same defaults, batch size and budget)
         spec = TrainSpec.from_job(job, steps=args.steps, dataset=args.dataset)
-    except ValueError as e:
+    except (ValueError, PlanningError) as e:
         raise CommandError(f"{args.job}: {e}") from None
     nnodes = _fixed_nodes(args.nnodes)
     entry = elastic.run_entry(args, _frontier_path(args), job.to_dict())
@@ -78,6 +79,7 @@ def run(args) -> int:
     if "select" not in entry:
         plan = _load_plan(args) if args.plan else _select(args, job, nnodes)
         entry["plan"] = plan
+        _check_plan_graph(args, spec, plan)
     nproc = _nproc(args, plan, nnodes)
     executor = _executor(args, job)
     if args.metrics:
@@ -177,6 +179,28 @@ def _select(args, job, nnodes: int) -> dict:
         raise CommandError(str(e)) from None
     print(f"tensoropt run: {line}", flush=True)
     return plan
+
+
+def _check_plan_graph(args, spec, plan: dict) -> None:
+    """Refuse, before any worker starts, a plan made for another graph than the job's model.
+
+    The job's model is captured on meta as ``tensoropt plan`` captures it and compared with the
+    plan's graph fingerprint (each worker checks its own export again).
+    """
+    from tensoropt.config import Job
+    from tensoropt.executor.plan import ExecPlan, PlanGraphMismatch, check_plan_graph
+    from tensoropt.planner import capture_job
+
+    source = args.plan or f"the selected plan {plan.get('id')}"
+    try:
+        graph = capture_job(Job.from_dict(spec.job, args.job))
+        warnings = check_plan_graph(ExecPlan.from_json(plan), graph, spec.job, source)
+    except PlanGraphMismatch as e:
+        raise CommandError(str(e).replace("JOB.yaml", args.job)) from None
+    except (RuntimeError, ValueError) as e:  # PlanningError, capture's TraceError
+        raise CommandError(f"{args.job}: capturing the model to check the plan: {e}") from None
+    for warning in warnings:
+        print(f"tensoropt run: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _nproc(args, plan: dict | None, nnodes: int) -> int:

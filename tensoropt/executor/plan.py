@@ -18,12 +18,15 @@ class ExecPlan:
         mesh: the device mesh the layouts refer to.
         placements: node name -> configuration of that node.
         predicted: the planner's predicted ``time_s`` and ``memory_bytes`` (may be empty).
+        graph: the fingerprint of the graph the plan was made for (plan.json's ``graph``;
+            None for a hand-written plan or one written before fingerprints).
     """
 
     plan_id: str
     mesh: Mesh
     placements: dict[str, Configuration]
     predicted: dict[str, float] = field(default_factory=dict)
+    graph: dict | None = None
 
     @property
     def devices(self) -> int:
@@ -56,7 +59,7 @@ class ExecPlan:
                 f"plan {plan_id}: 'devices' is {data['devices']} but its mesh {list(mesh.shape)} "
                 f"has {mesh.num_devices} devices"
             )
-        return ExecPlan(plan_id, mesh, placements, predicted)
+        return ExecPlan(plan_id, mesh, placements, predicted, data.get("graph"))
 
     @staticmethod
     def load(path: str | Path) -> ExecPlan:
@@ -83,4 +86,61 @@ class ExecPlan:
             "mesh": self.mesh.to_json(),
             "placements": {k: c.to_json() for k, c in self.placements.items()},
             **self.predicted,
+            **({"graph": self.graph} if self.graph is not None else {}),
         }
+
+
+class PlanGraphMismatch(ValueError):
+    """A plan was made for another graph than the model's: the message names the node and the fix."""
+
+
+def check_plan_graph(plan: ExecPlan, graph, job: dict | None = None, source: str = "the plan") -> list[str]:
+    """Refuse a plan made for another graph; return warnings (None of them is a silent replicate).
+
+    Args:
+        plan: the plan to run.
+        graph: the OpGraph of the model being run (captured as ``plan`` captures it).
+        job: the resolved job being run (its graph-shaping fields are compared too), or None.
+        source: how to name the plan in messages (e.g. its file).
+
+    Returns:
+        Warnings: job fields that differ although the graph is the same; for a plan without a
+        fingerprint (hand-written, or older), the graph nodes it does not place (run replicated).
+
+    Raises:
+        PlanGraphMismatch: the graphs differ (first differing node named), or a plan with a
+            fingerprint lacks a placement for one of the graph's nodes.
+
+    Example:
+        >>> import torch
+        >>> from tensoropt.capture import capture
+        >>> g = capture(torch.nn.Linear(3, 2), (torch.ones(4, 3),))
+        >>> plan = ExecPlan.from_json({"id": "d2-p0", "mesh": {"shape": [2], "levels": ["gpu"]},
+        ...                            "placements": {}})
+        >>> check_plan_graph(plan, g)[0][:75]
+        'the plan (d2-p0) was written without a graph fingerprint and does not place'
+    """
+    from tensoropt.capture.fingerprint import fingerprint, job_difference, mismatch
+
+    if not plan.mesh.shape and not plan.placements:  # the plain 1-process run: nothing to bind
+        return []
+    running = fingerprint(graph, job or {})
+    problem = mismatch(plan.graph, running, set(plan.placements))
+    replan = ("re-plan with `tensoropt plan JOB.yaml --out DIR` and run DIR/plan.json "
+              "(a plan is made for one graph)")
+    if problem:
+        raise PlanGraphMismatch(f"{source} ({plan.plan_id}) was made for another graph: {problem}; {replan}")
+    missing = [row[0] for row in running["nodes"] if row[0] not in plan.placements]
+    if missing and plan.graph is not None:
+        raise PlanGraphMismatch(f"{source} ({plan.plan_id}) has no placement for node {missing[0]!r} of its "
+                                f"graph ({len(missing)} such nodes); {replan}")
+    warnings = []
+    if missing:
+        names = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        warnings.append(f"{source} ({plan.plan_id}) was written without a graph fingerprint and does not "
+                        f"place node(s) {names}: they run replicated; {replan}")
+    differ = job_difference(plan.graph, running) if job is not None and plan.graph is not None else []
+    if differ:
+        warnings.append(f"{source} ({plan.plan_id}): the job's {', '.join(differ)} differ from the plan's "
+                        "job; the graph is the same, so the plan runs")
+    return warnings

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from tensoropt.executor.data import _DTYPES, InputSpec, load_factory
+from tensoropt.executor.data import _DTYPES, BatchSource, InputSpec, load_factory
 from tensoropt.precision import get_precision
 
 OPTIMIZERS = ("sgd", "momentum", "adamw")
@@ -35,6 +37,8 @@ class TrainSpec:
             for numerical checks of ill-conditioned models.
         job: the planner's job (``Job.to_dict()``) when the model comes from a job: the model is
             then built exactly as the planner built it (``tensoropt.planner.build_job_model``).
+        data: the job's ``data`` section (``{"factory", "kwargs"}``: a map-style dataset), or None.
+        input_names: the graph inputs' names (keys of a dataset's samples), in ``inputs`` order.
     """
 
     model: str
@@ -51,6 +55,8 @@ class TrainSpec:
     precision: str | None = None
     """A mixed precision (``bf16-mixed`` | ``fp16-mixed``, :mod:`tensoropt.precision`): float32 master
     parameters cast to ``dtype`` (its compute dtype) where used; None or a pure one: all in ``dtype``."""
+    data: dict | None = None
+    input_names: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -109,7 +115,10 @@ class TrainSpec:
 
     @staticmethod
     def from_job(job, steps: int | None = None, dataset: str | None = None) -> TrainSpec:
-        """The training run a planner job describes (model, synthetic inputs, optimizer, seed).
+        """The training run a planner job describes (model, inputs, data, optimizer, seed).
+
+        The job is resolved as ``tensoropt plan`` resolves it (:func:`tensoropt.planner.resolve_job`:
+        the same defaults, batch size and budget), so ``run`` trains the model ``plan`` planned.
 
         Example:
             >>> from tensoropt.config import Job
@@ -121,32 +130,50 @@ class TrainSpec:
             ([(8,), ()], 4, 4)
         """
         from tensoropt.config import Job
-        from tensoropt.planner import build_job_model, job_model_kwargs
+        from tensoropt.planner import build_job_model, job_model_kwargs, resolve_job
 
         if isinstance(job, dict):
             job = Job.from_dict(job)
-        _, mspec = build_job_model(job, device="meta")
-        if mspec.task in ("image", "vector"):
-            inputs = (InputSpec(tuple(mspec.input_shape)), InputSpec((), "int64", mspec.num_classes))
-        elif mspec.task == "lm":
-            tokens = InputSpec((mspec.seq_len,), "int64", mspec.vocab_size)
-            inputs = (tokens, tokens)
-        elif dataset is None:
-            raise ValueError(
-                f"model {mspec.name!r}: give model.task (classification | language_model) in the job, "
-                "or a dataset factory, so the executor knows what inputs to feed"
-            )
-        else:
-            inputs = ()
+        model, mspec = build_job_model(job, device="meta")
+        job = resolve_job(job, mspec)
+        inputs, names = job_inputs(job, model, mspec, dataset)
         t = job.training
         name = job.model.name or job.model.factory
         return TrainSpec(
-            model=name, inputs=inputs, global_batch_size=t.global_batch_size or mspec.default_batch_size,
+            model=name, inputs=inputs, global_batch_size=t.global_batch_size,
             model_kwargs=job_model_kwargs(job), optimizer=t.optimizer, lr=t.learning_rate, seed=t.seed,
             steps=steps if steps is not None else t.steps, dataset=dataset,
             dtype=get_precision(t.precision).compute_dtype, precision=t.precision,
-            job=job.to_dict(),
+            job=job.to_dict(), data=dataclasses.asdict(job.data) if job.data is not None else None,
+            input_names=names,
         )
+
+    def batch_source(self) -> BatchSource:
+        """Where this run's batches come from (synthetic, ``data``, ``dataset`` or the model's examples).
+
+        Example:
+            >>> kwargs = {"in_features": 2, "out_features": 1}
+            >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4, kwargs)
+            >>> spec.batch_source().local(0, [((0, 4), (0, 2))])[0].shape
+            torch.Size([4, 2])
+        """
+        dataset = None
+        if self.data is not None:
+            try:
+                dataset = load_factory(self.data["factory"])(**self.data.get("kwargs", {}))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"data.factory {self.data['factory']!r}: {e}") from None
+        example_fn = None
+        if any(s.from_model for s in self.inputs):
+            from tensoropt.config import Job
+            from tensoropt.planner import build_job_model
+
+            user_model = build_job_model(Job.from_dict(self.job), device="meta")[0].model
+            example_fn = _example_fn(user_model)
+        names = self.input_names or tuple(f"input{i}" for i in range(len(self.inputs)))
+        batch_fn = load_factory(self.dataset) if self.dataset else None
+        return BatchSource(self.inputs, names, self.global_batch_size, self.seed, dataset=dataset,
+                           batch_fn=batch_fn, example_fn=example_fn)
 
     @property
     def mixed(self):
@@ -178,4 +205,71 @@ class TrainSpec:
         """Inverse of :meth:`to_json`."""
         data = dict(data)
         data["inputs"] = tuple(InputSpec.from_json(s) for s in data["inputs"])
+        data["input_names"] = tuple(data.get("input_names", ()))
         return TrainSpec(**data)
+
+
+def job_inputs(job, model, mspec, dataset=None) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
+    """(per-sample specs, names) of the graph inputs of a job's (built) model, in call order.
+
+    A contract model: ``model.inputs`` (or its ``example_inputs``) then ``targets``; a zoo or
+    ``task`` model: (inputs, labels) from its task; a factory model with neither: only with ``dataset``.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> from tensoropt.planner import build_job_model
+        >>> job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "cpu-local", "devices": [1]})
+        >>> job_inputs(job, *build_job_model(job))[1]
+        ('x', 'labels')
+    """
+    m = job.model
+    if m.contract:
+        specs = []
+        if m.inputs is not None:
+            specs = [InputSpec(tuple(m.inputs[n]["shape"]), m.inputs[n]["dtype"], m.inputs[n]["high"])
+                     for n in model.forward_names]
+        else:
+            for t in model.example_inputs(1, "meta")[:len(model.forward_names)]:
+                dtype = str(t.dtype).removeprefix("torch.")
+                specs.append(InputSpec(tuple(t.shape[1:]), dtype, None, from_model=True))
+        if m.targets is not None:
+            specs.append(InputSpec(tuple(m.targets["shape"]), m.targets["dtype"], m.targets["high"]))
+        return tuple(specs), model.input_names
+    if mspec.task in ("image", "vector"):
+        specs = (InputSpec(tuple(mspec.input_shape)), InputSpec((), "int64", mspec.num_classes))
+    elif mspec.task == "lm":
+        tokens = InputSpec((mspec.seq_len,), "int64", mspec.vocab_size)
+        specs = (tokens, tokens)
+    elif dataset is None:
+        raise ValueError(
+            f"model {mspec.name!r}: give model.task (classification | language_model) in the job, "
+            "or model.inputs (see docs/user-guide.md, \"Your own model\"), so the executor knows what to feed"
+        )
+    else:
+        specs = ()
+    return specs, _forward_names(model, len(specs))
+
+
+def _forward_names(model, count: int) -> tuple[str, ...]:
+    """The first ``count`` positional parameter names of ``model.forward`` (dataset sample keys)."""
+    try:
+        params = [p.name for p in inspect.signature(model.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return tuple(params[:count]) + tuple(f"input{i}" for i in range(len(params), count))
+
+
+def _example_fn(user_model):
+    """``batch_size -> tensors`` from the user model's ``example_inputs`` (tuple or dict)."""
+
+    def examples(batch_size: int) -> tuple:
+        out = user_model.example_inputs(batch_size)
+        values = tuple(out.values()) if isinstance(out, dict) else (out,) if isinstance(out, torch.Tensor) \
+            else tuple(out)
+        if any(v.device.type == "meta" for v in values):
+            raise ValueError(f"model.inputs: {type(user_model).__name__}.example_inputs made meta tensors; "
+                             "create them on the CPU, or list the inputs under model.inputs")
+        return values
+
+    return examples

@@ -18,18 +18,16 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DeviceMesh, DTensor, distribute_tensor
 
 from tensoropt.configspace.configuration import Layout
-from tensoropt.executor.data import load_factory, synthetic_batch
+from tensoropt.executor.data import input_regions
 from tensoropt.executor.gradsync import GradSync
 from tensoropt.executor.interpreter import PlanInterpreter
 from tensoropt.executor.local_optim import step_local
 from tensoropt.executor.local_state import build_local_state
-from tensoropt.executor.local_state import build_local_state
-from tensoropt.executor.mixed_precision import LossScaler
 from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
-from tensoropt.executor.peak_memory import PeakMemory
+from tensoropt.executor.mixed_precision import LossScaler
 from tensoropt.executor.peak_memory import PeakMemory
 from tensoropt.executor.placements import normalise, to_placements
-from tensoropt.executor.plan import ExecPlan
+from tensoropt.executor.plan import ExecPlan, check_plan_graph
 from tensoropt.executor.program import lazy_views
 from tensoropt.executor.replay import MODES, ReplayProgram
 from tensoropt.executor.spec import TrainSpec
@@ -116,6 +114,7 @@ class Trainer:
         # only this rank's shards: built on meta, exported on meta, materialised shard by shard
         local = build_local_state(spec, plan, self.mesh, self.device)
         self.ep, self.operands, self.sig = local.ep, local.operands, local.sig
+        _check_graph(plan, self.ep, spec.job)  # a plan made for another graph is refused, never guessed
         self.param_of, self.layouts = local.param_of, local.layouts
         self.params, self.buffers, self.constants = local.params, local.buffers, local.constants
         if spec.mixed is not None:  # float32 master parameters, cast to the compute dtype where used
@@ -136,6 +135,10 @@ class Trainer:
             self.interpreter.loss_scale = self.scaler.scale if self.scaler else None
         self.input_names = [n.name for n in self.ep.graph.nodes if n.op == "placeholder"
                             and n.name in self.sig.user_inputs]
+        self.source = spec.batch_source()  # each step's inputs: only this rank's rows of them
+        self.input_layouts = self._input_layouts()
+        self.input_regions = input_regions([shape for shape, _ in self.input_layouts], self.mesh,
+                                           [placements for _, placements in self.input_layouts])
         self.program = ReplayProgram(self, compile) if mode == "replay" else None
 
     def used_keys(self) -> set[str]:
@@ -144,19 +147,32 @@ class Trainer:
                 if n.op == "placeholder" and n.name in self.sig.params and n.users}
 
     def batch(self, step: int) -> tuple:
-        """The global batch of ``step`` (synthetic unless the spec names a dataset factory)."""
-        spec = self.spec
-        if spec.dataset:
-            batch = load_factory(spec.dataset)(step, spec.global_batch_size, spec.seed)
-        else:
-            batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step)
-        dtype = getattr(torch, spec.dtype)
+        """This rank's part of each graph input of ``step``'s global batch (local tensors, input order).
+
+        Only the region each input's layout puts on this rank is produced (its batch shard's rows;
+        every row where the plan replicates the batch): :class:`~tensoropt.executor.data.BatchSource`.
+        Without a mesh that is the whole global batch.
+        """
+        batch = self.source.local(step, self.input_regions)
+        dtype = getattr(torch, self.spec.dtype)
         return tuple(t.to(self.device, dtype) if t.is_floating_point() else t.to(self.device) for t in batch)
 
-    def _placeholder_values(self, batch: tuple) -> list:
-        inputs = dict(zip(self.input_names, batch))
-        self.interpreter.global_inputs = inputs  # the same global batch on every rank
+    def _input_layouts(self) -> list[tuple[tuple[int, ...], list | None]]:
+        """(global shape, placements or None without a mesh) of each graph input, in input order."""
+        nodes = {n.name: n for n in self.ep.graph.nodes if n.op == "placeholder"}
         ndim = len(self.plan.mesh.shape)
+        out = []
+        for name in self.input_names:
+            shape = tuple(int(d) for d in nodes[name].meta["val"].shape)
+            placements = None if self.mesh is None else \
+                to_placements(normalise(_input_layout(self.plan, name, ndim), len(shape)))
+            out.append((shape, placements))
+        return out
+
+    def _placeholder_values(self, batch: tuple) -> list:
+        """The graph's placeholder values: parameters, buffers, constants, and this rank's ``batch``
+        (from :meth:`batch`) as distributed tensors of the global shape."""
+        inputs = {name: (x, layout) for name, x, layout in zip(self.input_names, batch, self.input_layouts)}
         values = []
         for node in self.ep.graph.nodes:
             if node.op != "placeholder":
@@ -169,9 +185,10 @@ class Trainer:
             elif name in self.sig.constants:
                 values.append(self.constants[self.sig.constants[name]])
             else:
-                x = inputs[name]
+                x, (shape, placements) = inputs[name]
                 if self.mesh is not None:
-                    x = _distribute(x, self.mesh, _input_layout(self.plan, name, ndim))
+                    x = DTensor.from_local(x, self.mesh, placements, run_check=False, shape=torch.Size(shape),
+                                           stride=_contiguous_stride(shape))
                 values.append(x)
         return values
 
@@ -297,6 +314,27 @@ class Trainer:
         """Every parameter as a full plain tensor (a collective: call on all ranks)."""
         return {k: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
                 for k, p in self.params.items()}
+
+
+def _check_graph(plan: ExecPlan, ep, job: dict | None) -> None:
+    """Refuse ``plan`` when the graph this rank exported is not the one it was made for; rank 0 prints
+    the warnings (:func:`~tensoropt.executor.plan.check_plan_graph`)."""
+    if not plan.mesh.shape and not plan.placements:
+        return
+    from tensoropt.capture.graph import build_graph
+
+    warnings = check_plan_graph(plan, build_graph(ep), job)
+    if warnings and (not dist.is_initialized() or dist.get_rank() == 0):
+        for warning in warnings:
+            print(f"[tensoropt] warning: {warning}", flush=True)
+
+
+def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
+    stride, out = 1, []
+    for n in reversed(shape):
+        out.append(stride)
+        stride *= max(n, 1)
+    return tuple(reversed(out))
 
 
 def _sync() -> None:
