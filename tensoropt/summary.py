@@ -76,14 +76,14 @@ def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> tuple[list[
     plus redistribution times add up to the plan's time.
 
     Example:
-        >>> import torch
-        >>> from tensoropt.capture import capture
+        >>> import torch, tensoropt
         >>> from tensoropt.cost_graph import cost_graph
-        >>> g = capture(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
-        >>> cg = cost_graph(g, "cpu-local", 1, configurations={})
-        >>> layers, moves = plan_layers(cg, g, {n: 0 for n in g.nx})
-        >>> [(layer.node, layer.config) for layer in layers], moves
-        ([('linear', 'replicate')], [])
+        >>> mlp = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        >>> g = tensoropt.capture(mlp, (torch.randn(2, 4),))
+        >>> one_device = cost_graph(g, "cpu-local", 1, configurations={})
+        >>> rows, moves = plan_layers(one_device, g, dict.fromkeys(g.nx, 0))
+        >>> [(row.op, row.config) for row in rows], moves
+        ([('aten.linear.default', 'replicate'), ('aten.relu.default', 'replicate')], [])
     """
     nx_graph = getattr(graph, "nx", graph)
     b = plan_breakdown(G, assignment)
