@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'leanest':>10} {'x fp32':>7} {'plan s':>7}")
     for r in rows:
         print(f"{r['precision']:<11} {r['plans']:>5} {r['fastest_time_s'] * 1e3:>9.2f}ms "
-              f"{r['fastest_time_s'] / base['fastest_time_s']:>7.2f} {format_size(r['fastest_memory_bytes']):>11} "
+              f"{r['fastest_time_s'] / base['fastest_time_s']:>7.2f} "
+              f"{format_size(r['fastest_memory_bytes']):>11} "
               f"{r['fastest_memory_bytes'] / base['fastest_memory_bytes']:>7.2f} "
               f"{format_size(r['leanest_memory_bytes']):>10} "
               f"{r['leanest_memory_bytes'] / base['leanest_memory_bytes']:>7.2f} {r['plan_wall_s']:>7.1f}")
