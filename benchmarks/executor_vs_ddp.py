@@ -109,9 +109,11 @@ def _launch(options: dict, out: Path) -> dict:
     result = out / "result.json"
     config = out / "config.json"
     config.write_text(json.dumps({**options, "out": str(result)}))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC),
-           "--monitor-interval", "0.2", __file__, "--worker", str(config)]
-    subprocess.run(cmd, check=True, timeout=3600)
+    from tensoropt.launch import LaunchOptions, launch_module
+
+    rc = launch_module(__file__, ["--worker", str(config)], LaunchOptions(NPROC, timeout_s=3600))
+    if rc != 0:
+        raise RuntimeError(f"benchmark workers failed (torchrun exit code {rc})")
     return json.loads(result.read_text())
 
 

@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -179,10 +178,12 @@ def _launch(options: dict, out: Path) -> dict:
     result = out / "result.json"
     config = out / "config.json"
     config.write_text(json.dumps({**options, "out": str(result)}))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC),
-           "--monitor-interval", "0.2", __file__, "--worker", str(config)]
-    subprocess.run(cmd, check=True, timeout=7200, env=env)
+    from tensoropt.launch import LaunchOptions, launch_module
+
+    env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    rc = launch_module(__file__, ["--worker", str(config)], LaunchOptions(NPROC, timeout_s=7200), env=env)
+    if rc != 0:
+        raise RuntimeError(f"benchmark workers failed (torchrun exit code {rc})")
     return json.loads(result.read_text())
 
 

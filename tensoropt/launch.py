@@ -57,11 +57,14 @@ class LaunchOptions:
 
 
 def torchrun_command(opts: LaunchOptions, module: str, args: list[str]) -> list[str]:
-    """The torchrun command line that runs ``python -m module args`` on every worker.
+    """The torchrun command line that runs ``python -m module args`` on every worker (``module``
+    may instead be the path of a ``.py`` script: ``python script.py args``).
 
     Example:
         >>> torchrun_command(LaunchOptions(2), "tensoropt.executor.worker", ["run.json"])[1:6]
         ['-m', 'torch.distributed.run', '--nproc-per-node', '2', '--standalone']
+        >>> torchrun_command(LaunchOptions(2), "benchmarks/runtime.py", ["--worker", "c.json"])[-3:]
+        ['benchmarks/runtime.py', '--worker', 'c.json']
     """
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(opts.nproc_per_node)]
     if opts.nnodes == "1" and not opts.rdzv_endpoint:
@@ -74,7 +77,8 @@ def torchrun_command(opts: LaunchOptions, module: str, args: list[str]) -> list[
                             ("--rdzv-id", opts.rdzv_id)):
             if value is not None:
                 cmd += [flag, str(value)]
-    cmd += ["--monitor-interval", "0.2", "-m", module, *args]
+    target = [module] if module.endswith(".py") else ["-m", module]
+    cmd += ["--monitor-interval", "0.2", *target, *args]
     return cmd
 
 
@@ -104,7 +108,8 @@ def restarts_possible(opts: LaunchOptions) -> bool:
 
 
 def launch_module(module: str, args: list[str], opts: LaunchOptions, env: dict | None = None) -> int:
-    """Run ``python -m module args`` on every worker under torchrun; wait for it (or the timeout).
+    """Run ``python -m module args`` (or a ``.py`` script) on every worker under torchrun; wait for it
+    (or the timeout).
 
     The workers get ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``
     from torchrun and join with ``dist.init_process_group()`` (``env://``). ``env`` is added to this
