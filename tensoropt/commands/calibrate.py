@@ -1,7 +1,8 @@
 """``tensoropt calibrate --nproc N [--out FILE] [--overhead]``: measure collectives (and the executor's
 per-operator overhead), fit, write a profile.
 
-Spawns N local processes (gloo on CPU, nccl when N GPUs are visible), times all-reduce,
+Starts N local processes with torchrun (:func:`tensoropt.launch.launch_module`; this module is
+their entry point, :func:`main`; gloo on CPU, nccl when N GPUs are visible), times all-reduce,
 all-gather, reduce-scatter, broadcast (and all-to-all where the backend has it) at several
 sizes, fits ``time = alpha + beta * bytes`` per collective (estimators.calibration) and writes a
 cluster profile YAML that ``cost_graph``/``tensoropt plan`` accept by path. Prints each point's
