@@ -9,13 +9,17 @@ cluster profile YAML that ``cost_graph``/``tensoropt plan`` accept by path. Prin
 fit error.
 
 With ``--overhead`` it also times one forward + backward of data-parallel MLPs of growing depth
-(tiny layers, so the ops cost next to nothing) three ways on the same processes: the plain
-module on the local batch shard, the executor running the plan on local tensors (a pure batch
-split), and the executor sending every operator through DTensor. The slope of each against the operator count
+(tiny layers, so the ops cost next to nothing) four ways on the same processes: the plain
+module on the local batch shard, the executor's replayed local program (the default runtime:
+the traced step, gradient all-reduce included, :mod:`tensoropt.executor.replay`), and the DTensor
+interpreter running the plan on local tensors (a pure batch split) and sending every operator
+through DTensor. The slope of each against the operator count
 (:func:`estimators.overhead.fit_overhead`) minus the plain slope is the executor's host time
-per operator (``op_overhead_local_s``, ``op_overhead_dtensor_s``); a DTensor redistribution
-without communication (Replicate -> Shard) gives ``redistribute_overhead_s``. They go into the
-profile's device (see :mod:`estimators.overhead`).
+per operator; the profile prices the default runtime, so ``op_overhead_local_s`` and
+``op_overhead_dtensor_s`` both take the replayed program's (every node of it runs on local
+tensors), and ``redistribute_overhead_s`` the replay of a traced Replicate -> Shard
+redistribution (no communication). The interpreter's slopes are reported beside them. They go
+into the profile's device (see :mod:`estimators.overhead`).
 """
 
 from __future__ import annotations
@@ -216,9 +220,16 @@ def _overhead_points(nproc: int, backend: str, iters: int, statistic: str = "mea
         for name, confs in configurations(capture(model, tuple(batch)), mesh).items():
             by_label = {c.label: c for c in confs}
             placements[name] = by_label.get(f"batch={nproc}", by_label.get("replicate", confs[0]))
-        trainer = Trainer(spec, ExecPlan("calibrate", mesh, placements))
+        trainer = Trainer(spec, ExecPlan("calibrate", mesh, placements), mode="replay")
         values = trainer._placeholder_values(trainer.batch(0))
         ops = sum(1 for n in trainer.ep.graph.nodes if n.op == "call_function")
+        trainer.program.program(values)  # traced here, not timed
+
+        def replay(trainer=trainer, values=values):
+            trainer.program.run(values)
+            for p in trainer.params.values():
+                p.grad = None
+        cases.append(("replay", ops, replay))
         interp = trainer.interpreter
         if interp.batch_axes is None:
             raise RuntimeError("calibrate --overhead: the data-parallel MLP plan should run on local tensors")
@@ -240,6 +251,7 @@ def _overhead_points(nproc: int, backend: str, iters: int, statistic: str = "mea
         cases.append(("plain", ops, plain))
     rep = distribute_tensor(torch.ones(4 * nproc, width, device=device), trainer.mesh, [Replicate()])
     cases.append(("redistribute", 0, lambda: rep.redistribute(placements=[Shard(0)])))
+    cases.append(("redistribute_replay", 0, _traced_redistribution(rep)))
     # rounds over every case: a burst of load from elsewhere hits one repetition of each case
     # rather than every repetition of one case
     # (each repetition's figure is the slowest rank's)
@@ -251,6 +263,21 @@ def _overhead_points(nproc: int, backend: str, iters: int, statistic: str = "mea
     for (way, ops, _), t in zip(cases, times):
         out.setdefault(way, []).append([ops, summarise_s(t, statistic)])
     return out
+
+
+def _traced_redistribution(rep):
+    """The replayed local program of ``rep``'s Replicate -> Shard(0) redistribution (a callable)."""
+    import torch
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def redistribute(local):
+        whole = DTensor.from_local(local, rep.device_mesh, rep.placements, run_check=False)
+        return whole.redistribute(placements=[Shard(0)]).to_local()
+
+    local = rep.to_local()
+    gm = make_fx(redistribute)(local)
+    return torch.no_grad()(lambda: gm(local))
 
 
 def measure(nproc: int, sizes: list[int], iters: int, backend: str, timeout_s: float,
@@ -297,13 +324,28 @@ def overhead_profile_keys(points: dict, nproc: int, backend: str, statistic: str
     """
     from estimators.overhead import fit_overhead
 
-    slope = {w: fit_overhead([p[0] for p in points[w]], [p[1] for p in points[w]])[1]
-             for w in ("plain", "local", "dtensor")}
+    ways = [w for w in ("plain", "replay", "local", "dtensor") if w in points]
+    slope = {w: fit_overhead([p[0] for p in points[w]], [p[1] for p in points[w]])[1] for w in ways}
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     counts = ", ".join(str(int(p[0])) for p in points["plain"])
     what = {"mean": "mean (slowest 10 % left out)", "median": "median", "fastest": "fastest"}[statistic]
     why = (f"tensoropt calibrate --overhead --nproc {nproc} ({backend}, {stamp}): slope of the {what} "
            f"forward+backward of data-parallel MLPs with {counts} operators, minus the plain module's slope")
+    if "replay" in slope:  # the default runtime: every node of the replayed program runs on local tensors
+        per_op = max(0.0, slope["replay"] - slope["plain"])
+        replayed = (why + " (the replayed local program; the DTensor interpreter measured "
+                    + ", ".join(f"{w} {max(0.0, slope[w] - slope['plain']) * 1e6:.1f} us"
+                                for w in ("local", "dtensor") if w in slope) + ")")
+        return {
+            "op_overhead_local_s": per_op, "op_overhead_dtensor_s": per_op,
+            "redistribute_overhead_s": float(points["redistribute_replay"][0][1]),
+            "sources": {
+                "op_overhead_local_s": replayed, "op_overhead_dtensor_s": replayed,
+                "redistribute_overhead_s": f"tensoropt calibrate --overhead --nproc {nproc} ({backend}, "
+                f"{stamp}): {what} replayed traced Replicate -> Shard(0) redistribution of a 4N x 8 tensor "
+                "(no communication)",
+            },
+        }
     return {
         "op_overhead_local_s": max(0.0, slope["local"] - slope["plain"]),
         "op_overhead_dtensor_s": max(0.0, slope["dtensor"] - slope["plain"]),
@@ -350,7 +392,7 @@ def run(args: argparse.Namespace) -> int:
         fitted = overhead_profile_keys(extra, args.nproc, backend, statistic)
         profile["device"].update({k: v for k, v in fitted.items() if k != "sources"})
         profile["device"]["sources"].update(fitted["sources"])
-        for way in ("plain", "local", "dtensor"):
+        for way in ("plain", "replay", "local", "dtensor"):
             print(f"{way:<9}" + "  ".join(f"{int(n)} ops {t * 1e3:.3f} ms" for n, t in extra[way]))
         print("executor overhead: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in fitted.items()
                                                  if k != "sources"))

@@ -91,6 +91,28 @@ class LoweredStep:
                    and n.target is not _WAIT)
 
 
+def overlapped_nodes(gm: fx.GraphModule) -> int:
+    """Compute nodes that run while a functional collective is in flight (between it and its wait).
+
+    Example:
+        >>> overlapped_nodes(fx.symbolic_trace(torch.nn.ReLU()))
+        0
+    """
+    inflight: set[fx.Node] = set()
+    count = 0
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        name = str(n.target)
+        if n.target is _WAIT:
+            inflight.discard(n.args[0])
+        elif name.startswith("_c10d_functional."):
+            inflight.add(n)
+        elif inflight:
+            count += 1
+    return count
+
+
 def lower_step(trainer, values: list) -> LoweredStep:
     """Trace one training step of ``trainer`` (a :class:`~tensoropt.executor.trainer.Trainer`).
 
@@ -176,7 +198,8 @@ def lower_step(trainer, values: list) -> LoweredStep:
     saved = (interp.on_grad, interp.global_inputs, dict(interp._leaves))
     rng = torch.random.get_rng_state()
     try:
-        gm = make_fx(step, tracing_mode="real")(*flat)
+        with torch.enable_grad():  # the trace needs autograd even when called under no_grad
+            gm = make_fx(step, tracing_mode="real")(*flat)
     finally:
         interp.on_grad, interp.global_inputs, interp._leaves = saved
         torch.random.set_rng_state(rng)

@@ -23,7 +23,7 @@ from torch.distributed.tensor import DTensor
 
 from tensoropt.config import COMPILE_BACKENDS
 from tensoropt.config import EXECUTOR_MODES as MODES
-from tensoropt.executor.lowering import LoweredStep, lower_step
+from tensoropt.executor.lowering import LoweredStep, lower_step, overlapped_nodes
 
 __all__ = ["COMPILE_BACKENDS", "MODES", "CompileUnavailable", "ReplayProgram", "check_compile_backend"]
 
@@ -104,7 +104,7 @@ class ReplayProgram:
 
     def stats(self) -> dict:
         """``traces`` (programs traced so far), and of the newest program its ``nodes`` (ops, waits
-        included) and ``collectives``.
+        included), ``collectives`` and ``overlapped_nodes`` (ops run while a collective is in flight).
 
         Example:
             >>> program.stats()  # needs a Trainer on a process group  # doctest: +SKIP
@@ -115,6 +115,7 @@ class ReplayProgram:
             lowered = list(self.programs.values())[-1][0]
             out["nodes"] = sum(1 for n in lowered.gm.graph.nodes if n.op == "call_function")
             out["collectives"] = lowered.collectives()
+            out["overlapped_nodes"] = overlapped_nodes(lowered.gm)
         return out
 
     @torch.no_grad()
