@@ -114,6 +114,7 @@ class Combiner:
         else:
             self.stats.reused += 1
         cost, start, rows, vals = hit
+        boxed = int(drop is not None and self.box_eps > 0)
         return Table(
             scope=out_scope,
             shape=tuple(self.sizes[v] for v in out_scope),
@@ -124,6 +125,7 @@ class Combiner:
             rows=rows,
             var=drop,
             vals=vals,
+            depth=max((t.depth for t in arranged), default=0) + boxed,
         )
 
     def _count_kept(self, hit: tuple) -> None:

@@ -59,6 +59,12 @@ class SolveReport:
     """Reduction name -> times applied."""
     stats: CombineStats = field(default_factory=CombineStats)
     """Kernel counters, including how many combines were reused from the memo."""
+    bound: float = 0.0
+    """Proven bound of the result: every exact frontier point is within a factor ``1 + bound``,
+    in every objective, of a returned point; ``(1 + e)^h - 1`` with ``e`` the per-elimination box
+    factor and ``h`` the most boxing steps on one derivation path (0 when exact)."""
+    box_depth: int = 0
+    """``h`` above: the most boxing steps on one derivation path of the returned frontier."""
 
 
 def solve(
@@ -69,6 +75,7 @@ def solve(
     reuse: bool = True,
     report: SolveReport | None = None,
     memory_limit_bytes: float | None | str = "auto",
+    step_epsilon: float | None = None,
 ) -> list[Point]:
     """The Pareto frontier of the cost graph ``G`` (see the module docstring).
 
@@ -82,6 +89,9 @@ def solve(
             ``done = total``).
         reuse: memoise identical reductions (repeated blocks); off only for comparisons.
         report: filled with the reductions applied and the kernel counters, if given.
+        step_epsilon: instead of ``epsilon``, the box factor of each elimination (``e`` in
+            docs/algorithm.md); the bound it guarantees is then measured on the derivation paths
+            actually taken and given in ``report.bound``.
         memory_limit_bytes: most bytes the kept tables may take; ``"auto"``:
             :func:`frontier.memory_limit.default_limit_bytes` (60 % of the available memory, or
             ``$TENSOROPT_SOLVER_MEMORY_GIB``); None: no limit.
@@ -104,12 +114,16 @@ def solve(
         >>> [(p.cost.tolist(), p.assignment) for p in solve(G)]
         [([2.0, 5.0], {'a': 0, 'b': 0}), ([4.0, 4.0], {'a': 0, 'b': 1}), ([5.0, 1.0], {'a': 1, 'b': 1})]
     """
-    original = load_problem(G, epsilon)
+    if step_epsilon is not None and epsilon > 0:
+        raise ValueError("solve: give epsilon or step_epsilon, not both")
+    original = load_problem(G, epsilon if step_epsilon is None else step_epsilon)
     problem, kept = drop_dominated_configs(original)
     n = len(problem.names)
     components = component_tables(problem)
     depth = max(len({v for t in comp for v in t.scope}) for comp in components)
     box_eps = (1.0 + epsilon) ** (1.0 / depth) - 1.0 if epsilon > 0 else 0.0
+    if step_epsilon is not None:
+        box_eps = float(step_epsilon)
     if memory_limit_bytes == "auto":
         memory_limit_bytes = default_limit_bytes()
     combiner = Combiner(sizes=problem.sizes, box_eps=box_eps, reuse=reuse,
@@ -139,6 +153,8 @@ def solve(
     if report is not None:
         report.reductions = applied
         report.stats = combiner.stats
+        report.box_depth = root.depth
+        report.bound = (1.0 + box_eps) ** root.depth - 1.0 if box_eps > 0 else 0.0
     if root.size == 0:
         return []
     configs = reconstruct(root, np.arange(root.size), n)

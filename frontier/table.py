@@ -49,6 +49,8 @@ class Table:
     """Variable eliminated (minimised over) by this table, if any."""
     vals: np.ndarray | None = None
     """(N,) configuration of ``var`` behind each row."""
+    depth: int = 0
+    """Most epsilon-boxing steps on a derivation path below this table (0: exact)."""
 
     @property
     def counts(self) -> np.ndarray:

@@ -398,12 +398,16 @@ class PlannerConfig:
     """Knobs of the planner itself (all optional).
 
     Example:
-        >>> PlannerConfig(epsilon=0.01).epsilon
-        0.01
+        >>> PlannerConfig(epsilon=0.01).epsilon, PlannerConfig().epsilon
+        (0.01, 'auto')
     """
 
-    epsilon: float = 0.0
-    """0 for the exact frontier; > 0 keeps one plan per (1+epsilon) box (faster on huge models)."""
+    epsilon: float | str = "auto"
+    """auto: the exact frontier thinned to at most ``max_plans`` plans by the least epsilon that
+    allows it (the proven bound is printed and kept in frontier.json); 0: the exact frontier, every
+    plan; > 0: a (1+epsilon)-approximate frontier (boxes in the solver, faster on huge models)."""
+    max_plans: int = 50
+    """With ``epsilon: auto``, the most plans kept per device count."""
     compute: str = "roofline"
     """Compute-time estimator: roofline | profiled (times local shard shapes on this machine)."""
     space: str = "auto"
@@ -414,7 +418,11 @@ class PlannerConfig:
     """With ``space: auto``, the largest device count planned in the full space."""
 
     def __post_init__(self):
-        self.epsilon = _positive_float(self.epsilon, "epsilon", zero_ok=True)
+        if isinstance(self.epsilon, str) and self.epsilon != "auto":
+            raise FieldError("epsilon", f"got {self.epsilon!r}", "auto, 0 (exact) or a number > 0")
+        if self.epsilon != "auto":
+            self.epsilon = _positive_float(self.epsilon, "epsilon", zero_ok=True)
+        self.max_plans = _int(self.max_plans, "max_plans")
         _choice(self.compute, "compute", ("roofline", "profiled"))
         _choice(self.space, "space", ("auto", "full", "hierarchical"))
         self.full_space_max_devices = _int(self.full_space_max_devices, "full_space_max_devices")

@@ -223,13 +223,19 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         if progress is not None:
             progress(f"cost graph for {_devices(num_devices)}", 0.3 * done / max(1, total))
 
-    configs = None
-    if job.planner.hierarchical_for(num_devices):
-        from tensoropt.configspace import configurations
-        from tensoropt.configspace.configuration import Mesh
+    from frontier.memory_limit import default_limit_bytes
+    from tensoropt.configspace import configurations
+    from tensoropt.configspace.configuration import Mesh
+    from tensoropt.solver_size import check_table_size, table_size
 
-        configs = configurations(graph, Mesh.for_cluster(num_devices, cluster.devices_per_node),
-                                 whole_levels=True)
+    hierarchical = job.planner.hierarchical_for(num_devices)
+    configs = configurations(graph, Mesh.for_cluster(num_devices, cluster.devices_per_node),
+                             whole_levels=hierarchical)
+    try:  # refused in seconds when the tables alone outgrow the solver's memory
+        size = table_size(graph, configs, job.training.memory_options)
+        check_table_size(size, num_devices, default_limit_bytes(), hierarchical)
+    except MemoryError as e:
+        raise PlanningError(f"cost graph for {_devices(num_devices)}: {e}") from None
     try:
         G = cost_graph(graph, cluster, num_devices, batch_size=job.training.global_batch_size,
                        optimizer=job.training.optimizer, compute_mode=job.planner.compute,
@@ -243,16 +249,22 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         if progress is not None:
             progress(f"solving {_devices(num_devices)}", 0.3 + 0.7 * _fraction(args))
 
+    epsilon = job.planner.epsilon
+    solver_epsilon = 0.0 if epsilon == "auto" else split_epsilon(epsilon)
     try:
-        points = ft.solve(G, epsilon=split_epsilon(job.planner.epsilon), progress=solver_progress)
+        points = ft.solve(G, epsilon=solver_epsilon, progress=solver_progress)
     except ValueError as e:
         raise PlanningError(f"solving the frontier for {num_devices} devices: {e}") from None
     except ft.SolverMemoryError as e:
         hint = "" if job.planner.hierarchical_for(num_devices) else " (or planner.space: hierarchical)"
         raise PlanningError(f"solving the frontier for {num_devices} devices: {e}{hint}") from None
-    points = thin_frontier(points, split_epsilon(job.planner.epsilon))
+    if epsilon == "auto":
+        points, bound = thin_to_count(points, job.planner.max_plans)
+    else:
+        points, bound = thin_frontier(points, split_epsilon(epsilon)), epsilon
     timing["solve"] = time.perf_counter() - start - timing["cost_graph"]
     frontier = frontier_from_points(G, graph, points, job.training.global_batch_size)
+    frontier.epsilon_bound = float(bound)
     timing["breakdown"] = time.perf_counter() - start - timing["cost_graph"] - timing["solve"]
     frontier.timing_s = timing
     return frontier
@@ -272,26 +284,54 @@ def split_epsilon(epsilon: float) -> float:
 
 
 def thin_frontier(points: list, epsilon: float) -> list:
-    """The fewest points, in one sweep, such that each dropped one is (1+epsilon)-dominated by a kept one.
+    """The fewest points such that each dropped one is (1+epsilon)-covered by a kept one.
 
     ``points`` are sorted by time (objective 0) and mutually non-dominated, so memory falls along
-    them; a point is kept when its memory is below the last kept memory divided by (1+epsilon).
-    A dropped point is then no faster than the last kept one and needs at least 1/(1+epsilon)
-    of its memory. The fastest point is always kept. ``epsilon == 0`` keeps everything.
+    them; a kept point ``q`` covers ``p`` when ``q`` is within a factor ``1 + epsilon`` of ``p`` in
+    time and in memory (:func:`frontier.cover.epsilon_cover`, a smallest such subset).
+    ``epsilon == 0`` keeps everything.
 
     Example:
         >>> from types import SimpleNamespace as P
         >>> pts = [P(cost=(1.0, 100.0)), P(cost=(1.1, 99.5)), P(cost=(1.2, 90.0)), P(cost=(2.0, 89.9))]
         >>> [p.cost for p in thin_frontier(pts, 0.01)]
-        [(1.0, 100.0), (1.2, 90.0)]
+        [(1.0, 100.0), (1.2, 90.0), (2.0, 89.9)]
     """
+    from frontier.cover import epsilon_cover
+
     if epsilon <= 0 or not points:
         return list(points)
-    kept = [points[0]]
-    for p in points[1:]:
-        if float(p.cost[1]) * (1.0 + epsilon) < float(kept[-1].cost[1]):
-            kept.append(p)
-    return kept
+    return [points[i] for i in epsilon_cover(_costs(points), epsilon)]
+
+
+def thin_to_count(points: list, max_plans: int) -> tuple[list, float]:
+    """At most ``max_plans`` of ``points`` covering all within the least factor that allows it.
+
+    Returns:
+        ``(kept, bound)``: every one of ``points`` is within a factor ``1 + bound`` in time and in
+        memory of a kept point (:func:`frontier.cover.cover_to_count`); ``bound`` is 0 when
+        nothing was dropped.
+
+    Example:
+        >>> from types import SimpleNamespace as P
+        >>> pts = [P(cost=(1.0 + i / 100, 2.0 - i / 100)) for i in range(100)]
+        >>> kept, bound = thin_to_count(pts, 10)
+        >>> len(kept) <= 10, round(bound, 3) < 0.1
+        (True, True)
+    """
+    from frontier.cover import cover_to_count
+
+    if not points:
+        return [], 0.0
+    keep, bound = cover_to_count(_costs(points), max_plans)
+    return [points[i] for i in keep], bound
+
+
+def _costs(points: list):
+    """(N, 2) time and memory of solver points."""
+    import numpy as np
+
+    return np.array([[float(p.cost[0]), float(p.cost[1])] for p in points])
 
 
 def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:

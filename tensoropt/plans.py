@@ -177,6 +177,9 @@ class Frontier:
     """Node -> label -> Configuration.to_json() for every label a plan uses."""
     timing_s: dict[str, float] = field(default_factory=dict)
     """Wall time of each planning stage of this device count (cost_graph, solve, breakdown)."""
+    epsilon_bound: float | None = None
+    """Proven bound: every exact Pareto-optimal plan is within a factor ``1 + epsilon_bound`` in
+    time and in memory of a listed plan (0: the exact frontier; None: not recorded)."""
 
     def to_json(self) -> dict:
         """JSON form (an entry of frontier.json's "frontiers")."""
@@ -184,6 +187,8 @@ class Frontier:
                                "mesh_levels": list(self.mesh.levels)}
         if self.timing_s:
             out["timing_s"] = dict(self.timing_s)
+        if self.epsilon_bound is not None:
+            out["epsilon_bound"] = self.epsilon_bound
         out["plans"] = [p.to_json() for p in self.plans]
         out["configurations"] = self.configurations
         return out
@@ -195,6 +200,7 @@ class Frontier:
             devices=int(data["devices"]), mesh=_mesh_of(data),
             plans=[Plan.from_json(p) for p in data["plans"]],
             configurations=data.get("configurations", {}), timing_s=dict(data.get("timing_s", {})),
+            epsilon_bound=data.get("epsilon_bound"),
         )
 
     def configuration(self, node: str, label: str) -> Configuration:

@@ -32,13 +32,44 @@ def add_parser(subparsers) -> None:
     p.add_argument("--rule", choices=SELECT_RULES, default=None, help="override the job's select rule")
     p.add_argument(
         "--epsilon",
-        type=float,
+        type=_epsilon,
         default=None,
-        help="override planner.epsilon (0 = exact; e.g. 0.01 for a (1+eps)-approximate frontier)",
+        help="override planner.epsilon (auto = at most planner.max_plans plans per device count; "
+        "0 = exact; e.g. 0.01 for a (1+eps)-approximate frontier)",
     )
     p.add_argument("--rows", type=int, default=12, help="plans shown per frontier table (0 = all)")
     p.add_argument("--no-plot", action="store_true", help="do not write pareto.html")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _epsilon(text: str) -> str | float:
+    """``--epsilon``'s value: ``auto`` or a number."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or a number, got {text!r}") from None
+
+
+def bound_line(ff: FrontierFile) -> str:
+    """What the listed plans are: the exact frontier, or within the proven bound of it.
+
+    Example:
+        >>> from tensoropt.plans import Frontier, FrontierFile
+        >>> from tensoropt.configspace.configuration import Mesh
+        >>> f = Frontier(2, Mesh((2,), ("gpu",)), [], epsilon_bound=0.008)
+        >>> bound_line(FrontierFile(job={}, frontiers=[f]))
+        'plans (every exact Pareto-optimal plan within 0.8 % of a listed one in time and memory)'
+    """
+    bounds = [f.epsilon_bound for f in ff.frontiers if f.epsilon_bound is not None]
+    if not bounds:
+        epsilon = ff.job.get("planner", {}).get("epsilon", 0.0)
+        return "Pareto-optimal plans" if not epsilon else f"plans ((1+{epsilon:g})-approximate frontiers)"
+    if max(bounds) == 0:
+        return "Pareto-optimal plans (the exact frontiers)"
+    return (f"plans (every exact Pareto-optimal plan within {100 * max(bounds):.2g} % of a listed one "
+            "in time and memory)")
 
 
 def job_with_overrides(path: str, args: argparse.Namespace) -> Job:
@@ -125,9 +156,7 @@ def run(args: argparse.Namespace) -> int:
         print(frontier_table(frontier, batch, ff.selected, max_rows=args.rows or None))
         print()
     plans = sum(len(f.plans) for f in ff.frontiers)
-    epsilon = ff.job.get("planner", {}).get("epsilon", 0.0)
-    kind = "Pareto-optimal plans" if not epsilon else f"plans ((1+{epsilon:g})-approximate frontiers)"
-    print(f"planned {len(ff.frontiers)} device counts, {plans} {kind} in {elapsed:.1f} s")
+    print(f"planned {len(ff.frontiers)} device counts, {plans} {bound_line(ff)} in {elapsed:.1f} s")
     written = write_outputs(ff, out, args.job, plot=not args.no_plot)
     if selection is not None:
         print(describe(selection, batch))

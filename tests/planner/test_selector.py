@@ -128,6 +128,8 @@ def test_thinning_keeps_a_cover_within_epsilon(seed, epsilon):
         assert any(
             k.cost[0] <= p.cost[0] * (1 + epsilon) and k.cost[1] <= p.cost[1] * (1 + epsilon) for k in kept
         )
-    # no two kept points within epsilon of each other in memory: the sweep keeps no redundant plan
-    for a, b in zip(kept, kept[1:]):
+    # the leanest plan is kept too; no two other kept points are within epsilon of each other in
+    # memory: the cover keeps no redundant plan
+    assert kept[-1] is points[-1]
+    for a, b in zip(kept, kept[1:-1]):
         assert b.cost[1] * (1 + epsilon) < a.cost[1] or epsilon == 0
