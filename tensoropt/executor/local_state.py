@@ -27,6 +27,7 @@ from tensoropt.configspace.configuration import Layout
 from tensoropt.executor import model_checkpoint
 from tensoropt.executor.materialize import Skeleton, build_skeleton, materialize
 from tensoropt.executor.meta_export import export_on_meta, meta_inputs
+from tensoropt.executor.mixed_precision import compute_module, to_compute
 from tensoropt.executor.placements import normalise, to_placements
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.program import Signature, signature
@@ -100,11 +101,13 @@ def build_local_state(spec, plan: ExecPlan, mesh: DeviceMesh | None, device: tor
     host_buffers = skeleton.buffers()
     if checkpoint is not None:
         host_buffers.update(model_checkpoint.buffer_values(checkpoint, host_buffers))
-    buffers = {key: local_shard(host_buffers[key], mesh, layouts_all[key], device)
+    compute = getattr(torch, spec.mixed.compute_dtype) if spec.mixed is not None else None
+    buffers = {key: local_shard(to_compute(host_buffers[key], compute), mesh, layouts_all[key], device)
                for key in dict.fromkeys(sig.buffers.values())}
     constants = {}
     for key in dict.fromkeys(sig.constants.values()):
         value = host_buffers.get(key, ep.constants[key])  # a non-persistent buffer is lifted as a constant
+        value = to_compute(value, compute)
         if isinstance(value, torch.Tensor):
             if value.is_meta:
                 raise ValueError(f"model {spec.model!r}: tensor constant {key!r} has no value on meta; "
@@ -182,7 +185,9 @@ def _exported(spec, skeleton: Skeleton, device: torch.device):
     """
     key = json.dumps(spec.to_json(), sort_keys=True, default=str) + str(device)
     if key not in _EXPORTS:
-        ep = export_on_meta(skeleton, meta_inputs(spec), device)
+        compute = getattr(torch, spec.mixed.compute_dtype) if spec.mixed is not None else None
+        module = compute_module(skeleton.module, compute)  # mixed: float32 weights, the graph in 16 bits
+        ep = export_on_meta(Skeleton(module, skeleton.seed), meta_inputs(spec), device)
         operands = {n: d["operands"] for n, d in build_graph(ep).nx.nodes(data=True)}
         _EXPORTS.clear()
         _EXPORTS[key] = (ep, operands)

@@ -22,11 +22,13 @@ Example:
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-__all__ = ["LossScaler", "cast_param", "master_of", "scale_grad"]
+__all__ = ["LossScaler", "cast_param", "compute_module", "master_of", "scale_grad", "to_compute"]
 
 
 def cast_param(value, dtype: torch.dtype | None):
@@ -82,6 +84,38 @@ def scale_grad(loss: torch.Tensor, scale: float) -> torch.Tensor:
         tensor([16.])
     """
     return _ScaleGrad.apply(loss, scale)
+
+
+def compute_module(module: torch.nn.Module, dtype: torch.dtype | None) -> torch.nn.Module:
+    """The module to export: ``module`` itself, or in a mixed precision a copy cast to ``dtype``.
+
+    The float32 module (parameters on meta) is what the weights are initialised from; the exported
+    graph computes in ``dtype`` (its placeholders, the tensors it creates, its buffers).
+
+    Example:
+        >>> compute_module(torch.nn.Linear(2, 2), torch.bfloat16).weight.dtype
+        torch.bfloat16
+        >>> lin = torch.nn.Linear(2, 2); compute_module(lin, None) is lin
+        True
+    """
+    if dtype is None:
+        return module
+    return copy.deepcopy(module).to(dtype)
+
+
+def to_compute(value, dtype: torch.dtype | None):
+    """A floating buffer or constant in the compute ``dtype`` (anything else unchanged).
+
+    Example:
+        >>> to_compute(torch.ones(1), torch.float16).dtype
+        torch.float16
+        >>> to_compute(torch.ones(1, dtype=torch.long), torch.float16).dtype
+        torch.int64
+    """
+    if (dtype is None or not isinstance(value, torch.Tensor) or not value.is_floating_point()
+            or value.dtype == dtype):
+        return value
+    return value.to(dtype)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

@@ -90,7 +90,9 @@ class TrainSpec:
         return full_model(build_skeleton(self))
 
     def construct_model(self) -> torch.nn.Module:
-        """Call the model's constructor (the job's, the factory's or the zoo's) and cast to the dtype.
+        """Call the model's constructor (the job's, the factory's or the zoo's) and cast to the dtype
+        parameters are stored in (``dtype``; float32 in a mixed precision, whose graph is exported from
+        a compute-dtype copy: :func:`tensoropt.executor.mixed_precision.compute_module`).
 
         :func:`tensoropt.executor.materialize.build_skeleton` calls it with parameters sent to meta.
 
@@ -111,7 +113,8 @@ class TrainSpec:
             from tensoropt.models import build_model
 
             model = build_model(self.model, **self.model_kwargs)[0]
-        return model.to(_DTYPES[self.dtype]) if self.dtype != "float32" else model
+        stored = self.mixed.param_dtype if self.mixed is not None else self.dtype  # mixed: float32 masters
+        return model.to(_DTYPES[stored]) if stored != "float32" else model
 
     @staticmethod
     def from_job(job, steps: int | None = None, dataset: str | None = None) -> TrainSpec:

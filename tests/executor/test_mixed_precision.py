@@ -34,8 +34,10 @@ JOB = {"model": {"name": "gpt", "kwargs": {"layers": 2, "width": 32, "heads": 2,
                     "precision": "bf16-mixed", "memory_options": ["zero3"]},
        "cluster": "cpu-local", "devices": [2], "planner": {"epsilon": 0.0}}
 """Momentum, not AdamW: AdamW turns rounding noise in near-zero gradients into lr-sized steps."""
-LOSS_RTOL, PARAM_RTOL = 1e-2, 2e-2
-"""bf16 keeps 8 bits of mantissa: reductions summed in another order differ by ~0.4 % per op."""
+LOSS_RTOL, PARAM_RTOL, PARAM_ATOL = 1e-2, 2e-2, 1e-4
+"""bf16 keeps 8 bits of mantissa: reductions summed in another order differ by ~0.4 % per op. A
+parameter that starts at 0 (a norm's bias) is compared within 1e-4 besides 2 % of its scale: its
+3 updates of ~5e-4 each carry the gradient's bf16 noise; a wrong gradient moves it by the update."""
 SINGLE = ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []}, "placements": {}})
 
 
@@ -88,7 +90,14 @@ def test_mixed_plans_match_single_process(launched, precision):
     errors = []
     for name, _, doc, _ in _runs():
         if name == precision:
-            errors += parity_errors(name, doc["id"], out, reference, LOSS_RTOL, PARAM_RTOL)
+            found = parity_errors(name, doc["id"], out, reference, LOSS_RTOL, param_rtol=float("inf"))
+            errors += found
+            params = {} if found else outputs(out, name, doc["id"])[1]
+            for key, value in params.items():
+                ref = reference[1][key]
+                diff, scale = float((value - ref).abs().max()), float(ref.abs().max())
+                if diff > PARAM_RTOL * scale + PARAM_ATOL:
+                    errors.append(f"{name} {doc['id']}: {key} differs by {diff:.3g} (scale {scale:.3g})")
     assert rc == 0 or errors, f"the launch failed (exit {rc})"
     assert not errors, "\n".join(errors)
     assert all(p.dtype == torch.float32 for p in reference[1].values())  # float32 master parameters
