@@ -10,8 +10,11 @@ from frontier.problem import Problem
 from frontier.table import Table, leaf_table
 
 
-def component_tables(problem: Problem) -> list[list[Table]]:
+def component_tables(problem: Problem, node_tables: list[Table] | None = None) -> list[list[Table]]:
     """Leaf tables of ``problem`` split by connected component (node tables and edge tables).
+
+    ``node_tables`` replaces the node tables built from ``problem.node_cost`` (the classes of
+    :func:`frontier.classes.merge_classes`).
 
     Example:
         >>> import numpy as np
@@ -32,7 +35,8 @@ def component_tables(problem: Problem) -> list[list[Table]]:
         parent[find(u)] = find(v)
     comps: dict[int, list[Table]] = {}
     for n, c in enumerate(problem.node_cost):
-        comps.setdefault(find(n), []).append(leaf_table((n,), c))
+        table = leaf_table((n,), c) if node_tables is None else node_tables[n]
+        comps.setdefault(find(n), []).append(table)
     for (u, v), c in zip(problem.edges, problem.edge_cost):
         comps[find(u)].append(leaf_table((u, v), c))
     return list(comps.values())

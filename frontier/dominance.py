@@ -52,13 +52,7 @@ def drop_dominated_configs(problem: Problem) -> tuple[Problem, list[np.ndarray]]
         if not alive.all():
             kept[v] = kept[v][alive]
             dirty.update(other for _, other, _ in incident[v])
-    small = Problem(
-        names=problem.names,
-        node_cost=[c[k] for c, k in zip(problem.node_cost, kept)],
-        edges=problem.edges,
-        edge_cost=[c[np.ix_(kept[u], kept[v])] for (u, v), c in zip(problem.edges, problem.edge_cost)],
-    )
-    return small, kept
+    return problem.restrict(kept), kept
 
 
 def _undominated_rows(rows: np.ndarray) -> np.ndarray:

@@ -13,7 +13,9 @@ the Minkowski sum of Pareto sets and whose "min" is their union
 (:func:`frontier.pareto.pareto_select` prunes after both):
 
 - configurations beaten by another of the same node are dropped first (exact):
-  :func:`frontier.dominance.drop_dominated_configs`;
+  :func:`frontier.dominance.drop_dominated_configs`; configurations with equal edge costs
+  (memory options of one split) become one class whose node table holds their Pareto set
+  (exact): :func:`frontier.classes.merge_classes`;
 - ``F(v)``, ``F(u, v)``: frontier tables, one Pareto set per configuration (pair)
   (:class:`frontier.table.Table`, built by :func:`frontier.components.component_tables`);
 - ``F (+) F'`` and ``U_{s_v}``: :meth:`frontier.combine.Combiner.combine`, memoised so
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
+from frontier.classes import merge_classes
 from frontier.combine import Combiner, CombineStats
 from frontier.components import component_tables, sum_components
 from frontier.dominance import drop_dominated_configs
@@ -76,6 +79,7 @@ def solve(
     report: SolveReport | None = None,
     memory_limit_bytes: float | None | str = "auto",
     step_epsilon: float | None = None,
+    merge: bool = True,
 ) -> list[Point]:
     """The Pareto frontier of the cost graph ``G`` (see the module docstring).
 
@@ -92,6 +96,8 @@ def solve(
         step_epsilon: instead of ``epsilon``, the box factor of each elimination (``e`` in
             docs/algorithm.md); the bound it guarantees is then measured on the derivation paths
             actually taken and given in ``report.bound``.
+        merge: solve over classes of configurations with equal edge costs
+            (:mod:`frontier.classes`); off only for comparisons.
         memory_limit_bytes: most bytes the kept tables may take; ``"auto"``:
             :func:`frontier.memory_limit.default_limit_bytes` (60 % of the available memory, or
             ``$TENSOROPT_SOLVER_MEMORY_GIB``); None: no limit.
@@ -119,7 +125,11 @@ def solve(
     original = load_problem(G, epsilon if step_epsilon is None else step_epsilon)
     problem, kept = drop_dominated_configs(original)
     n = len(problem.names)
-    components = component_tables(problem)
+    if merge:
+        problem, node_tables = merge_classes(problem)
+        components = component_tables(problem, node_tables)
+    else:
+        components = component_tables(problem)
     depth = max(len({v for t in comp for v in t.scope}) for comp in components)
     box_eps = (1.0 + epsilon) ** (1.0 / depth) - 1.0 if epsilon > 0 else 0.0
     if step_epsilon is not None:

@@ -46,6 +46,22 @@ class Problem:
         """K, the length of every cost vector."""
         return self.node_cost[0].shape[1]
 
+    def restrict(self, kept: list[np.ndarray]) -> Problem:
+        """The problem with only configurations ``kept[n]`` (indices, in order) of each node n.
+
+        Example:
+            >>> import numpy as np
+            >>> p = Problem(names=["a"], node_cost=[np.array([[1.0], [2.0]])], edges=[], edge_cost=[])
+            >>> p.restrict([np.array([1])]).node_cost[0].tolist()
+            [[2.0]]
+        """
+        return Problem(
+            names=self.names,
+            node_cost=[c[k] for c, k in zip(self.node_cost, kept)],
+            edges=self.edges,
+            edge_cost=[c[np.ix_(kept[u], kept[v])] for (u, v), c in zip(self.edges, self.edge_cost)],
+        )
+
     def costs(self, configs: np.ndarray) -> np.ndarray:
         """Cost vectors ``(P, K)`` of the plans ``configs`` (``(P, n)`` configuration indices).
 
