@@ -209,8 +209,10 @@ def saved_spec(node: dict, rules: SavingRules = SavingRules()) -> SavedSpec:
     if name in ("mul", "mul_", "div"):
         if len(operands) < 2:
             return SavedSpec()
-        saved = {1} if 0 in act else set()  # d/d(self) needs other
-        if 1 in act:
+        # operands that take a gradient: activations and parameters (HF's RMSNorm: weight * x saves x)
+        grad = set(act) | {pos for pos, o in enumerate(operands) if o.get("role") == "param"}
+        saved = {1} if 0 in grad else set()  # d/d(self) needs other
+        if 1 in grad:
             saved |= {0, 1} if name == "div" else {0}
         return SavedSpec(at(*saved))
     return SavedSpec(at(0))
@@ -239,6 +241,30 @@ def keeps_param(node: dict, shape, inputs_need_grad) -> bool:
     if kind in ("linear", "conv2d", "matmul"):
         return len(shape) >= 2 and any(inputs_need_grad)
     return True
+
+
+def _local_mask_shape(node: dict, q: tuple, k: tuple) -> tuple[int, ...]:
+    """Local shape of an attention mask operand: its dims split as q's where they match q's
+    (the executor lays the mask out like q), broadcast dims kept; ``(T, S)`` when it is unknown.
+
+    Example:
+        >>> node = {"inputs": [{"shape": (8, 4, 32, 16)}], "operands": [{}, {}, {},
+        ...         {"role": "buffer", "shape": (8, 1, 32, 32)}]}
+        >>> _local_mask_shape(node, (4, 4, 32, 16), (4, 4, 32, 16))  # batch split in two
+        (4, 1, 32, 32)
+    """
+    operands = node.get("operands") or []
+    q_global = tuple(node["inputs"][0]["shape"]) if node.get("inputs") else q
+    if len(operands) < 4 or not operands[3].get("shape"):
+        return (q[-2], k[-2])
+    mask = tuple(operands[3]["shape"])
+    offset = len(q_global) - len(mask)
+    out = []
+    for d, m in enumerate(mask):
+        j = d + offset
+        split = 0 <= j < len(q) and m > 1 and m == q_global[j] and q[j] != q_global[j]
+        out.append(q[j] if split else m)
+    return tuple(out)
 
 
 def extra_saved_bytes(
@@ -303,8 +329,8 @@ def extra_saved_bytes(
     if kind == "sdpa" and sdpa_path(node, rules) == "fused":
         q, k = in_shapes[0], in_shapes[1]
         extra = numel(q[:-1]) * 4  # logsumexp (float32); the output is charged as the node's output
-        if attrs.get("has_mask"):
-            extra += q[-2] * k[-2] * size  # the boolean mask, converted to an additive float bias
+        if attrs.get("has_mask"):  # the mask, converted to an additive float bias of its own shape
+            extra += numel(_local_mask_shape(node, q, k)) * size
         return extra
     if kind == "sdpa":
         q, k = in_shapes[0], in_shapes[1]

@@ -52,6 +52,7 @@ from estimators.memory import (
     numel,
     optimizer_factor,
     saved_spec,
+    sdpa_path,
 )
 from estimators.overhead import node_overhead_s, runs_local
 from estimators.precision import Precision, get_precision
@@ -360,6 +361,37 @@ def _operand_move(model: CostModel, out_shape, size, src, dim_map, shape, dst, s
     return t + fwd + bwd, buf, moved
 
 
+_COPYING_VIEWS = frozenset({"aten.clone.default", "aten._to_copy.default", "aten.lift_fresh_copy.default"})
+_REORDERING_VIEWS = frozenset({"aten.expand.default", "aten.expand_as.default", "aten.transpose.int",
+                               "aten.permute.default", "aten.t.default", "aten.movedim.int",
+                               "aten.swapaxes.default"})
+_MATERIALISING_VIEWS = frozenset({"aten.reshape.default", "aten.contiguous.default",
+                                  "aten.flatten.using_ints"})
+
+
+def copies_operand(views, src_dtype: str, dtype: str) -> bool:
+    """Whether a folded view chain hands its consumer a new storage rather than a view of the
+    producer's: a clone or copy, a dtype cast, or a reshape/contiguous after an expand or a
+    transpose (HF's ``repeat_kv``: ``expand`` then ``reshape`` materialises the repeated heads).
+
+    Example:
+        >>> copies_operand(["aten.view.default", "aten.split.Tensor"], "float32", "float32")
+        False
+        >>> copies_operand(["aten.unsqueeze.default", "aten.expand.default", "aten.reshape.default"],
+        ...                "float32", "float32")
+        True
+    """
+    if src_dtype != dtype or any(v in _COPYING_VIEWS for v in views):
+        return True
+    reordered = False
+    for v in views:
+        if v in _REORDERING_VIEWS:
+            reordered = True
+        elif v in _MATERIALISING_VIEWS and reordered:
+            return True
+    return False
+
+
 def edge_cost(
     model: CostModel, info: GraphInfo, g: nx.DiGraph, u: str, v: str, cu: Configuration, cv: Configuration
 ) -> Cost:
@@ -444,7 +476,15 @@ def edge_cost_table(
         layouts, il = _unique([tuple(c.inputs[i]) for c in confs_v])
         nbytes = np.array([_bytes(shape, lay, model.mesh, dtype) for lay in layouts], dtype=np.float64)[il]
         mv = moved[np.ix_(iu, iv)]
-        charge = np.where(mv, nbytes[None, :], 0.0 if charged_u else nbytes[None, :])
+        fused_sdpa = du.get("kind") == "sdpa" and sdpa_path(du, model.rules) == "fused"  # b,t,h,d-contiguous
+        if not fused_sdpa and copies_operand(entry.get("views") or (), str(du.get("out_dtype", "float32")),
+                                             dtype):
+            charge = np.broadcast_to(nbytes[None, :], mv.shape)  # its own storage, whatever u saves
+        else:  # a view of u's output: the saved storage is u's whole output (q, k, v of one split)
+            whole = np.array([_bytes(out_shape, src, model.mesh, du.get("out_dtype", "float32"))
+                              for src in srcs], dtype=np.float64)[iu]
+            kept = np.maximum(nbytes[None, :], whole[:, None])
+            charge = np.where(mv, nbytes[None, :], 0.0 if charged_u else kept)
         layout_ids = np.array([hash(lay) for lay in layouts], dtype=np.int64)[il]
         for prev_ids, prev_moved in charged:  # the same storage saved through two operands counts once
             charge = np.where((prev_ids == layout_ids)[None, :] & (prev_moved == mv), 0.0, charge)
