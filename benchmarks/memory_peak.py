@@ -12,11 +12,17 @@ per process:
   owns, counted once);
 * ``peak``: ``measured.peak_bytes``, the resident-set high-water mark of the training loop above
   the process's level before the model was built (:mod:`tensoropt.executor.peak_memory`);
-* ``peak - predicted`` (the runtime's own memory: gloo buffers, the interpreter, allocator slack)
-  and ``peak / 1-process peak``.
+* ``predicted peak``: the memory model's peak (:mod:`estimators.peak`: ``predicted`` plus the
+  optimizer step's temporaries beyond the saved activations plus the device profile's
+  ``runtime_overhead_bytes``) and its error against ``peak``; ``peak / 1-process peak``.
+
+``--calibrate`` measures ``runtime_overhead_bytes`` instead: the peak of a tiny model's training
+loop (a 2-layer MLP, 8 -> 16 -> 4, SGD) in a 1-process and a 2-process launch, the larger of the
+two; put it in the device profile (``configs/devices/cpu.yaml`` for this machine).
 
 Usage (one command; about 2 minutes on 2 cores):
-``.venv/bin/python benchmarks/memory_peak.py [--steps 3] [--json out/memory_peak.json]``.
+``.venv/bin/python benchmarks/memory_peak.py [--steps 3] [--mode replay|interpret]
+[--json out/memory_peak.json]`` (``--calibrate`` for the profile constant).
 The load average before and after is printed with the figures (RSS is not affected by load, but
 other processes' memory is not in it either).
 """
@@ -40,19 +46,44 @@ JOBS = {
 }
 
 
-def _run(spec, plan: dict, nproc: int, steps: int, out: Path, name: str) -> dict:
+TINY = {"model": {"name": "mlp", "input_shape": [8], "num_classes": 4,
+                  "kwargs": {"in_features": 8, "hidden": [16], "num_classes": 4}},
+        "training": {"global_batch_size": 8, "optimizer": "sgd", "learning_rate": 0.01}}
+
+
+def _run(spec, plan: dict, nproc: int, steps: int, out: Path, name: str, mode: str = "replay") -> dict:
     """Metrics of ``plan`` trained ``steps`` steps on ``nproc`` processes (a launch of its own)."""
     from tensoropt.launch import LaunchOptions, launch_workers
 
     metrics = out / f"{name}-{plan['id']}.json"
-    config = {"steps": steps, "runs": [{"spec": spec.to_json(), "plan": plan, "metrics": str(metrics)}]}
+    config = {"steps": steps, "executor": {"mode": mode},
+              "runs": [{"spec": spec.to_json(), "plan": plan, "metrics": str(metrics)}]}
     rc = launch_workers(config, LaunchOptions(nproc, timeout_s=600))
     if rc != 0:
         raise SystemExit(f"{name} {plan['id']} on {nproc} processes failed (exit {rc})")
     return json.loads(metrics.read_text())
 
 
-def measure(steps: int) -> list[dict]:
+def calibrate(steps: int, mode: str) -> int:
+    """``runtime_overhead_bytes``: the larger peak of a tiny model's 1- and 2-process training loops."""
+    from tensoropt.config import Job
+    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.planner import plan_job
+    from tensoropt.plans import plan_file_text
+
+    peaks = []
+    with tempfile.TemporaryDirectory(prefix="memory-peak-") as tmp:
+        job = Job.from_dict({**TINY, "cluster": "cpu-local", "devices": [1, 2]})
+        frontier_json = plan_job(job).to_json()
+        for f in frontier_json["frontiers"]:
+            plan = json.loads(plan_file_text(frontier_json, f["plans"][0]["id"]))
+            m = _run(TrainSpec.from_job(job), plan, f["devices"], steps, Path(tmp), "tiny", mode)
+            peaks.append(m["measured"]["peak_bytes"])
+            print(f"tiny MLP, {f['devices']} process(es): peak {peaks[-1] / 2**20:.1f} MiB")
+    return max(peaks)
+
+
+def measure(steps: int, mode: str = "replay") -> list[dict]:
     """One row per (model, plan) run: predicted, accounted and peak bytes per process."""
     from tensoropt.config import Job
     from tensoropt.executor.spec import TrainSpec
@@ -71,24 +102,27 @@ def measure(steps: int) -> list[dict]:
             single_peak = None
             for nproc, role, plan_id in picks:
                 plan = json.loads(plan_file_text(frontier_json, plan_id))
-                m = _run(spec, plan, nproc, steps, Path(tmp), name)
+                m = _run(spec, plan, nproc, steps, Path(tmp), name, mode)
                 peak, predicted = m["measured"]["peak_bytes"], m["predicted"]["memory_bytes"]
+                predicted_peak = m["predicted"].get("peak_bytes") or predicted
                 single_peak = single_peak or peak
                 rows.append({"model": name, "processes": nproc, "plan": f"{plan_id} ({role})",
                              "predicted_bytes": predicted, "memory_bytes": m["measured"]["memory_bytes"],
-                             "peak_bytes": peak, "overhead_bytes": peak - predicted,
+                             "peak_bytes": peak, "predicted_peak_bytes": predicted_peak,
+                             "peak_error": (predicted_peak - peak) / peak,
                              "peak_vs_single": peak / single_peak})
     return rows
 
 
 def _table(rows: list[dict]) -> str:
     mib = 2**20
-    lines = ["| model | processes | plan | predicted MiB | memory MiB | peak MiB | peak - predicted MiB "
-             "| peak / 1-process |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | processes | plan | predicted MiB | memory MiB | peak MiB | predicted peak MiB "
+             "| error | peak / 1-process |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['processes']} | {r['plan']} | {r['predicted_bytes'] / mib:.1f} | "
                      f"{r['memory_bytes'] / mib:.1f} | {r['peak_bytes'] / mib:.1f} | "
-                     f"{r['overhead_bytes'] / mib:.1f} | {r['peak_vs_single']:.2f} |")
+                     f"{r['predicted_peak_bytes'] / mib:.1f} | {r['peak_error']:+.1%} | "
+                     f"{r['peak_vs_single']:.2f} |")
     return "\n".join(lines)
 
 
@@ -97,9 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--mode", choices=("replay", "interpret"), default="replay",
+                        help="the executor's runtime (replay: the default)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure the device profile's runtime_overhead_bytes instead")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
-    rows = measure(args.steps)
+    if args.calibrate:
+        print(f"runtime_overhead_bytes: {calibrate(args.steps, args.mode)}  ({args.mode} executor)")
+        return 0
+    rows = measure(args.steps, args.mode)
     load_after = os.getloadavg()
     print(_table(rows))
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")

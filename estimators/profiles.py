@@ -75,6 +75,11 @@ class Device:
     redistribute_overhead_s: float = 0.0
     """Host time of one DTensor redistribution beyond its collective (``tensoropt calibrate
     --overhead``; 0 by default)."""
+    runtime_overhead_bytes: int = 0
+    """Memory a training process spends beyond the plan's tensors and the optimizer step's
+    temporaries (the exported program, autograd, the collective backend's buffers, allocator
+    slack): added to the predicted peak (:mod:`estimators.peak`); ``benchmarks/memory_peak.py
+    --calibrate`` measures it. 0 by default."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     """Citation of each constant."""
 
@@ -109,6 +114,7 @@ class Device:
                 "memory_efficiency",
                 "kernel_launch_s",
                 *OVERHEAD_KEYS,
+                "runtime_overhead_bytes",
                 "description",
             }
         )
@@ -136,6 +142,8 @@ class Device:
                 "kernel_launch_s", positive=False, default=5e-6, cited="kernel_launch_s" in data
             ),
             **{k: r.number(k, positive=False, default=0.0, cited=k in data) for k in OVERHEAD_KEYS},
+            runtime_overhead_bytes=int(r.number("runtime_overhead_bytes", positive=False, default=0,
+                                                cited="runtime_overhead_bytes" in data)),
             sources=dict(r.sources),
         )
         for k in ("matmul_efficiency", "memory_efficiency"):
@@ -378,7 +386,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             "memory_bytes": d.memory_bytes,
             **{
                 k: getattr(d, k)
-                for k in ("matmul_efficiency", "memory_efficiency", "kernel_launch_s", *OVERHEAD_KEYS)
+                for k in ("matmul_efficiency", "memory_efficiency", "kernel_launch_s", *OVERHEAD_KEYS,
+                          "runtime_overhead_bytes")
                 if k in d.sources
             },
             "sources": dict(d.sources),

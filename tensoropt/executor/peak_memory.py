@@ -124,3 +124,60 @@ class PeakMemory:
             hwm = _status_bytes("VmHWM")
             peak = hwm if hwm is not None else _maxrss_bytes()
         return max(0, peak - self.baseline_bytes)
+
+
+def predicted_peak_bytes(trainer) -> int | None:
+    """The memory model's peak for this process of ``trainer``'s run (None without a predicted memory).
+
+    The plan's predicted ``memory_bytes``, plus backward's activation gradients (twice the largest
+    local operator output, :func:`largest_activation_bytes`) or the optimizer step's temporaries
+    beyond the saved activations (the largest and the total local tensor the optimizer steps on
+    this rank), whichever is larger, and the
+    device profile's ``runtime_overhead_bytes`` (the job's cluster; 0 without a job):
+    :func:`estimators.peak.predicted_peak_bytes`. The parameter, gradient and optimizer-state bytes
+    are this rank's local storages, which the plan's shard shapes fix.
+
+    Example:
+        >>> predicted_peak_bytes(trainer)  # doctest: +SKIP
+        612368384
+    """
+    from estimators.peak import predicted_peak_bytes as formula
+    from tensoropt.executor.memory import local
+
+    memory_bytes = trainer.plan.predicted.get("memory_bytes")
+    if memory_bytes is None:
+        return None
+    stepped = [local(p) for group in trainer.optimizer.param_groups for p in group["params"]]
+    sizes = [t.numel() * t.element_size() for t in stepped] or [0]
+    overhead = 0
+    job = trainer.spec.job or {}
+    if job.get("cluster"):
+        from estimators.profiles import load_cluster
+
+        overhead = load_cluster(job["cluster"]).device.runtime_overhead_bytes
+    kind = "gpu" if trainer.device.type == "cuda" else "cpu"
+    return formula(memory_bytes, trainer.state_bytes(), trainer.spec.optimizer, max(sizes), sum(sizes),
+                   overhead, kind, largest_activation_bytes(trainer.ep.graph, trainer.plan))
+
+
+def largest_activation_bytes(graph, plan) -> int:
+    """The largest operator output of ``graph`` on one process: its bytes over the mesh axes the plan's
+    output layout of that node splits (replicated where the plan does not place the node).
+
+    Example:
+        >>> largest_activation_bytes(trainer.ep.graph, trainer.plan)  # doctest: +SKIP
+        33554432
+    """
+    mesh = list(plan.mesh.shape)
+    best = 0
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(val, torch.Tensor):
+            continue
+        config = plan.placements.get(node.name)
+        split = 1
+        for axis, placement in enumerate(config.output if config is not None else ()):
+            if str(placement).startswith("S"):
+                split *= mesh[axis]
+        best = max(best, val.numel() * val.element_size() // split)
+    return best

@@ -46,9 +46,6 @@ class RunResult:
     peak_bytes: int = 0
     """Peak memory of the training loop above the level before the model was built, maximum over
     ranks (:mod:`tensoropt.executor.peak_memory`: CUDA allocator, or resident set on the CPU)."""
-    peak_bytes: int = 0
-    """Peak memory of the training loop above the level before the model was built, maximum over
-    ranks (:mod:`tensoropt.executor.peak_memory`: CUDA allocator, or resident set on the CPU)."""
 
     @property
     def median_time_s(self) -> float:
@@ -288,7 +285,6 @@ class Trainer:
         result = RunResult(self.plan.plan_id, self.plan.devices)
         peak_act = 0
         self.memory_peak.start()
-        self.memory_peak.start()
         for step in range(start_step, start_step + steps):
             loss, time_s, act = self.step(step, measure_memory=step == start_step)
             peak_act = max(peak_act, act or 0)
@@ -296,9 +292,7 @@ class Trainer:
             if after_step is not None:
                 after_step(step + 1)
         peak_bytes = self.memory_peak.read()
-        peak_bytes = self.memory_peak.read()
         result.memory_bytes = _max_over_ranks(self.state_bytes() + peak_act)
-        result.peak_bytes = _max_over_ranks(peak_bytes)
         result.peak_bytes = _max_over_ranks(peak_bytes)
         return result
 

@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from estimators.files import write_text_atomic
 from tensoropt.executor import restart
+from tensoropt.executor.peak_memory import predicted_peak_bytes as peak_prediction
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
 from tensoropt.executor.trainer import RunResult, Trainer, device_type
@@ -64,7 +65,7 @@ def end_process_group() -> None:
         dist.destroy_process_group()
 
 
-def metrics_json(result: RunResult, plan: ExecPlan) -> dict:
+def metrics_json(result: RunResult, plan: ExecPlan, predicted_peak_bytes: int | None = None) -> dict:
     """The metrics document of issue 6.
 
     Example:
@@ -75,13 +76,16 @@ def metrics_json(result: RunResult, plan: ExecPlan) -> dict:
 
     ``measured.memory_bytes`` adds up the storages the plan owns (parameters, gradients, optimizer
     state, saved activations); ``measured.peak_bytes`` is the peak the process really spent in
-    the training loop (:mod:`tensoropt.executor.peak_memory`), both the maximum over ranks.
+    the training loop (:mod:`tensoropt.executor.peak_memory`), both the maximum over ranks;
+    ``predicted.peak_bytes``, when given, the memory model's figure for it
+    (:func:`tensoropt.executor.peak_memory.predicted_peak_bytes`).
     """
     return {
         "plan_id": result.plan_id,
         "devices": result.devices,
         "steps": result.steps,
-        "predicted": {k: plan.predicted.get(k) for k in ("time_s", "memory_bytes")},
+        "predicted": {**{k: plan.predicted.get(k) for k in ("time_s", "memory_bytes")},
+                      **({"peak_bytes": predicted_peak_bytes} if predicted_peak_bytes is not None else {})},
         "measured": {"time_s": result.median_time_s, "memory_bytes": result.memory_bytes,
                      "peak_bytes": result.peak_bytes},
     }
@@ -110,7 +114,8 @@ def run_all(config: dict) -> None:
         if rank == 0:
             if run.get("metrics"):
                 _write_json(Path(run["metrics"]),
-                            {**metrics_json(result, plan), "executor": trainer.runtime_info()})
+                            {**metrics_json(result, plan, peak_prediction(trainer)),
+                             "executor": trainer.runtime_info()})
             if params is not None:
                 torch.save({k: v.cpu() for k, v in params.items()}, run["params_out"])
             last = result.steps[-1] if result.steps else {}
