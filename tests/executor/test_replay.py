@@ -129,8 +129,9 @@ def test_replay_equals_interpreter_at_two_processes(tmp_path):
 
 @pytest.mark.slow
 def test_inductor_compiles_the_replayed_program():
+    """The CNN: batch norm updates its running statistics in place (Inductor functionalises them)."""
     pytest.importorskip("torch._inductor")
-    spec = SPECS["mlp"]
+    spec = SPECS["cnn"]
     plain = Trainer(spec, SINGLE, mode="replay", compile="none")
     compiled = Trainer(spec, SINGLE, mode="replay", compile="inductor")
     a = [s["loss"] for s in plain.train(3).steps]
@@ -140,6 +141,8 @@ def test_inductor_compiles_the_replayed_program():
     assert call is not next(iter(compiled.program.programs.values()))[0].gm  # the compiled callable ran
     assert b == pytest.approx(a, rel=1e-5)
     assert _max_diff(compiled.full_params(), plain.full_params()) < 1e-5
+    assert _max_diff(compiled.buffers, plain.buffers) < 1e-5  # running mean/var updated as in eager
+    assert float(compiled.buffers["bn.num_batches_tracked"]) == 3
 
 
 def test_run_refuses_a_compile_backend_that_cannot_run_before_any_worker(tmp_path, monkeypatch, capsys):
