@@ -404,6 +404,13 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
     try:
         graph = capture_job(job, (model, spec))
     except Exception as e:
+        from tensoropt.models.contract import ContractError
+
+        cause = e
+        while cause is not None and not isinstance(cause, ContractError):  # export wraps the model's errors
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None:  # the job's model contract is broken: say which key, not export's advice
+            raise PlanningError(str(cause)) from None
         raise PlanningError(f"capture of model {job.model.name or job.model.factory!r}: {e}") from e
     try:  # an op without a kernel or a backward: say so now, not in every worker
         check_runnable(graph.program, cluster.device.kind)

@@ -84,7 +84,8 @@ def fingerprint(graph, job: Any) -> dict:
             "nodes": rows, "job": fields}
 
 
-def mismatch(planned: dict | None, running: dict, plan_nodes: set[str] | None = None) -> str | None:
+def mismatch(planned: dict | None, running: dict, plan_nodes: set[str] | None = None,
+             dtypes: bool = True) -> str | None:
     """Why the graph being run is not the graph a plan was made for (None when they agree).
 
     Args:
@@ -92,6 +93,8 @@ def mismatch(planned: dict | None, running: dict, plan_nodes: set[str] | None = 
             only ``plan_nodes`` are checked against the running graph's node names).
         running: :func:`fingerprint` of the graph being run.
         plan_nodes: the node names the plan places (checked when ``planned`` is None).
+        dtypes: compare the nodes' dtypes (False for the executor's float64 numerical checks,
+            which run a float32 plan's layouts in float64).
 
     Returns:
         A message naming the first differing node; None if the graphs agree.
@@ -110,6 +113,9 @@ def mismatch(planned: dict | None, running: dict, plan_nodes: set[str] | None = 
     same_version = planned.get("version") == running.get("version")
     if same_version and planned.get("digest") == running.get("digest"):
         return None
+    if not dtypes:
+        planned = {**planned, "nodes": [_without_dtype(r) for r in planned.get("nodes", [])]}
+        running = {**running, "nodes": [_without_dtype(r) for r in running["nodes"]]}
     ours = {r[0]: r for r in running["nodes"]}
     theirs = {r[0] for r in planned.get("nodes", [])}
     for row in planned.get("nodes", []):
@@ -121,7 +127,8 @@ def mismatch(planned: dict | None, running: dict, plan_nodes: set[str] | None = 
     extra = [r for r in running["nodes"] if r[0] not in theirs]
     if extra:
         return f"node {extra[0][0]!r} ({extra[0][1]} {extra[0][2]}) of the model's graph is not in the plan"
-    return "the graphs differ in the order of their nodes" if same_version else None
+    order = [r[0] for r in planned.get("nodes", [])] != [r[0] for r in running["nodes"]]
+    return "the graphs differ in the order of their nodes" if same_version and order else None
 
 
 def job_difference(planned: dict | None, running: dict) -> list[str]:
@@ -140,6 +147,10 @@ def job_difference(planned: dict | None, running: dict) -> list[str]:
         sa, sb = a.get(section) or {}, b.get(section) or {}
         out += [f"{section}.{k}" for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k)]
     return out
+
+
+def _without_dtype(row: list) -> list:
+    return [*row[:3], "", *row[4:]]
 
 
 def _describe(row: list) -> str:

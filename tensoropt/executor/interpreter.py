@@ -25,12 +25,12 @@ then told, for the bucketed all-reduce), the batch-split cross entropy through
 
 In both modes a plain-mean cross entropy that is the graph's output returns the loss as a
 Partial(sum) DTensor (each rank's share of the global mean), summed only when read after the
-step; the count of valid labels comes from the step's global batch (:attr:`global_inputs`,
-which every rank holds) or else from an all-reduce launched when forward starts
-(:meth:`_launch_label_counts`). Forward then has no blocking collective for the loss; where the
-loss feeds further ops it is the replicated mean (:func:`local_ops.mean_cross_entropy`, one
-blocking all-reduce). DTensor's per-operator dispatch costs about as much as a small operator's
-compute on a CPU.
+step; the count of valid labels comes from an all-reduce launched when forward starts
+(:meth:`_launch_label_counts`: ranks hold only their rows of the batch), or from
+:attr:`global_inputs` where a caller holds a step's whole labels. Forward then has no blocking
+collective for the loss; where the loss feeds further ops it is the replicated mean
+(:func:`local_ops.mean_cross_entropy`, one blocking all-reduce). DTensor's per-operator dispatch
+costs about as much as a small operator's compute on a CPU.
 """
 
 from __future__ import annotations
@@ -155,8 +155,8 @@ class PlanInterpreter(fx.Interpreter):
         self.loss_scale: float | None = None
         """fp16-mixed: the loss's gradient is multiplied by this in backward (the loss itself unscaled)."""
         self.global_inputs: dict[str, torch.Tensor] = {}
-        """Graph input name -> the step's whole (global) value, where every rank holds it (the trainer
-        loads each step's global batch on every rank): label counts are then taken from it."""
+        """Graph input name -> the step's whole (global) value, where a caller holds it: label counts are
+        then taken from it. The trainer leaves it empty (each rank produces only its rows of a batch)."""
 
     def run(self, *args, **kwargs):
         out = self._forward(*args, **kwargs)
@@ -325,6 +325,8 @@ class PlanInterpreter(fx.Interpreter):
         work, count = counts.pop(n)
         if work is not None:
             work.wait()
+        if isinstance(count, funcol.AsyncCollectiveTensor):  # a plain tensor from here on: a wrapper
+            count = count.wait()  # has no storage (autograd may save it: a float64 loss's .to is a no-op)
         return count
 
     def _local_output(self, n: fx.Node, value):

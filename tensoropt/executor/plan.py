@@ -94,7 +94,8 @@ class PlanGraphMismatch(ValueError):
     """A plan was made for another graph than the model's: the message names the node and the fix."""
 
 
-def check_plan_graph(plan: ExecPlan, graph, job: dict | None = None, source: str = "the plan") -> list[str]:
+def check_plan_graph(plan: ExecPlan, graph, job: dict | None = None, source: str = "the plan",
+                     dtypes: bool = True) -> list[str]:
     """Refuse a plan made for another graph; return warnings (None of them is a silent replicate).
 
     Args:
@@ -102,6 +103,7 @@ def check_plan_graph(plan: ExecPlan, graph, job: dict | None = None, source: str
         graph: the OpGraph of the model being run (captured as ``plan`` captures it).
         job: the resolved job being run (its graph-shaping fields are compared too), or None.
         source: how to name the plan in messages (e.g. its file).
+        dtypes: compare dtypes too (False: a float64 numerical check of a float32 plan).
 
     Returns:
         Warnings: job fields that differ although the graph is the same; for a plan without a
@@ -125,7 +127,7 @@ def check_plan_graph(plan: ExecPlan, graph, job: dict | None = None, source: str
     if not plan.mesh.shape and not plan.placements:  # the plain 1-process run: nothing to bind
         return []
     running = fingerprint(graph, job or {})
-    problem = mismatch(plan.graph, running, set(plan.placements))
+    problem = mismatch(plan.graph, running, set(plan.placements), dtypes)
     replan = ("re-plan with `tensoropt plan JOB.yaml --out DIR` and run DIR/plan.json "
               "(a plan is made for one graph)")
     if problem:

@@ -111,7 +111,8 @@ class Trainer:
         # only this rank's shards: built on meta, exported on meta, materialised shard by shard
         local = build_local_state(spec, plan, self.mesh, self.device)
         self.ep, self.operands, self.sig = local.ep, local.operands, local.sig
-        _check_graph(plan, self.ep, spec.job)  # a plan made for another graph is refused, never guessed
+        # a plan made for another graph is refused, never guessed (float64: a numerical check of its layouts)
+        _check_graph(plan, self.ep, spec.job, dtypes=spec.dtype != "float64")
         self.param_of, self.layouts = local.param_of, local.layouts
         self.params, self.buffers, self.constants = local.params, local.buffers, local.constants
         if spec.mixed is not None:  # float32 master parameters, cast to the compute dtype where used
@@ -310,14 +311,14 @@ class Trainer:
                 for k, p in self.params.items()}
 
 
-def _check_graph(plan: ExecPlan, ep, job: dict | None) -> None:
+def _check_graph(plan: ExecPlan, ep, job: dict | None, dtypes: bool = True) -> None:
     """Refuse ``plan`` when the graph this rank exported is not the one it was made for; rank 0 prints
     the warnings (:func:`~tensoropt.executor.plan.check_plan_graph`)."""
     if not plan.mesh.shape and not plan.placements:
         return
     from tensoropt.capture.graph import build_graph
 
-    warnings = check_plan_graph(plan, build_graph(ep), job)
+    warnings = check_plan_graph(plan, build_graph(ep), job, dtypes=dtypes)
     if warnings and (not dist.is_initialized() or dist.get_rank() == 0):
         for warning in warnings:
             print(f"[tensoropt] warning: {warning}", flush=True)

@@ -132,3 +132,15 @@ def test_run_and_elastic_resolve_the_job_as_plan_does(planned):
 
     _, line = select_for_world_size(2, root / "frontier.json", job.to_dict())
     assert f"budget {format_size(frontier['job']['memory_budget'])}" in line
+
+
+def test_a_float64_check_compares_a_float32_plan_without_dtypes():
+    from tensoropt.capture.fingerprint import mismatch
+
+    row = ["images", "input", [4, 3], "float32", {}]
+    planned = {"version": 1, "digest": "a", "nodes": [row]}
+    running = {"version": 1, "digest": "b", "nodes": [[*row[:3], "float64", {}]]}
+    assert "node 'images'" in mismatch(planned, running)
+    assert mismatch(planned, running, dtypes=False) is None
+    running["nodes"][0][2] = [8, 3]  # a shape still differs
+    assert "node 'images'" in mismatch(planned, running, dtypes=False)
