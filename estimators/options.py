@@ -23,7 +23,8 @@ on :func:`~tensoropt.configspace.options.base_configuration`), so the objective 
 
 In a mixed precision (:mod:`tensoropt.precision`) each term is in its own dtype: b and s split
 into the float32 master (parameter, optimizer state), the gradient (reduced in its dtype) and the
-compute-dtype copy, which zero3 gathers (and reduce-scatters) in place of the master.
+compute-dtype copy, which zero3 gathers (and reduce-scatters) in place of the master; a
+recomputing node (without zero3) keeps every parameter's copy for its recipe.
 
 Executor host overhead (:mod:`estimators.overhead`; 0 on GPU profiles): a node with options runs
 through DTensor dispatch (never the local batch-split path), and each redistribution the option
@@ -99,6 +100,20 @@ def _recompute_delta(model: CostModel, info: GraphInfo, name: str, node: dict, b
     own = int(bool(spec.inputs or spec.output or extra or node["params"]))
     reruns = own + 1  # its own backward, and the recipe (cached: once per backward)
     return reruns * _forward_s(model, info, name, node, base), dropped
+
+
+def _copies_kept_for_recompute(model: CostModel, info: GraphInfo, node: dict, base: Configuration) -> int:
+    """Bytes of the compute-dtype parameter copies a recomputing node keeps beyond what the op keeps.
+
+    A recomputing node keeps every operand it reads for the recipe, so in a mixed precision every
+    parameter's cast copy (biases, a first layer's weight) lives until backward, not only the ones
+    the op itself saves (:func:`estimators.memory.keeps_param`).
+    """
+    params = dict(base.params)
+    need = [info.needs_grad.get(e["source"], False) for e in node["inputs"]]
+    dtype = str(node.get("out_dtype", "float32"))
+    return sum(param_bytes(model, shape, params.get(key, ("R",) * len(model.mesh.shape)), dtype).compute
+               for key, shape in node["params"].items() if not keeps_param(node, shape, need))
 
 
 def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configuration, base: Configuration):
@@ -190,6 +205,8 @@ def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, c
         extra_s, dropped = _recompute_delta(model, info, name, node, base)
         compute_s += extra_s
         memory -= dropped
+        if model.precision.mixed and "zero3" not in config.options:
+            memory += _copies_kept_for_recompute(model, info, node, base)
     zero = _zero3_delta if "zero3" in config.options else _zero12_delta
     if {"zero1", "zero2", "zero3"} & set(config.options):
         d_comm, d_opt, d_mem, d_buf, moves = zero(model, info, node, config, base)

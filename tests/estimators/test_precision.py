@@ -41,7 +41,7 @@ def graphs():
     for name in ("fp32", "bf16", "bf16-mixed", "fp16-mixed"):
         dtype = getattr(torch, get_precision(name).compute_dtype)
         out[name] = cost_graph(_graph(dtype), "h100x8", 2, precision=name,
-                               memory_options=("zero1", "zero2", "zero3"))
+                               memory_options=("recompute", "zero1", "zero2", "zero3"))
     return out
 
 
@@ -124,6 +124,23 @@ def test_zero_options_split_each_mixed_term(graphs):
     assert base - by_option[("zero1",)] == pytest.approx(half * 4 * adam, rel=0.02)
     assert base - by_option[("zero2",)] == pytest.approx(half * (4 * adam + 4), rel=0.02)
     assert base - by_option[("zero3",)] == pytest.approx(half * (4 * adam + 8) + 2 * HIDDEN * OUT, rel=0.02)
+
+
+def test_a_recomputing_node_keeps_every_parameter_copy(graphs):
+    # the recipe keeps every operand: the first linear's weight and bias copies (2 B each), which
+    # the op alone does not keep (its input needs no gradient); zero3 gathers them again instead
+    n = _param_elements(graphs["fp32"], "linear")
+    rows = {}
+    for name in ("bf16", "bf16-mixed"):
+        G = graphs[name]
+        labels = G.nodes["linear"]["configs"]
+        rows[name] = {label: G.nodes["linear"]["memory_bytes"][labels.index(label)]
+                      for label in ("batch=2", "batch=2,recompute", "batch=2,zero3,recompute")}
+    state = n * (4 - 2) * (2 + optimizer_factor("adamw"))  # fp32 against bf16 parameter, gradient, Adam
+    assert rows["bf16-mixed"]["batch=2"] - rows["bf16"]["batch=2"] == state
+    assert rows["bf16-mixed"]["batch=2,recompute"] - rows["bf16"]["batch=2,recompute"] == state + 2 * n
+    zero3 = rows["bf16-mixed"]["batch=2,zero3,recompute"] - rows["bf16"]["batch=2,zero3,recompute"]
+    assert zero3 == pytest.approx(state / 2, rel=0.01)
 
 
 # -- time -----------------------------------------------------------------------------------------------

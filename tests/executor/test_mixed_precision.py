@@ -1,12 +1,13 @@
 """Mixed precision in the executor (issue 17 part 5): bf16-mixed and fp16-mixed plans as users train them.
 
-The zoo GPT (2 layers, width 32) is planned in ``bf16-mixed`` with ``zero3`` offered, on 2 devices of
-cpu-local, by the real planner. A model-parallel plan (split heads / output features, no zero3) and
-a plan with zero3 train 3 steps on 2 processes (gloo) in bf16-mixed, the model-parallel plan also
-in fp16-mixed (dynamic loss scaling); each must match the 1-process run of the same precision
-within bf16 tolerance, and the executor's measured memory (float32 master parameters, gradients
-and optimizer state + saved activations, the bf16 parameter copies among them) must be within
-2 % of the cost model's prediction. In one process, bf16-mixed losses stay close to float32's.
+The zoo GPT (2 layers, width 32) is planned in ``bf16-mixed`` with ``recompute`` and ``zero3``
+offered, on 2 devices of cpu-local, by the real planner. A model-parallel plan (split heads /
+output features, no zero3) and a plan with zero3 and recompute train 3 steps on 2 processes
+(gloo) in bf16-mixed, the model-parallel plan also in fp16-mixed (dynamic loss scaling); each must
+match the 1-process run of the same precision within bf16 tolerance, and the executor's measured
+memory (float32 master parameters, gradients and optimizer state + saved activations, the bf16
+parameter copies among them) must be within 2 % of the cost model's prediction. In one process,
+bf16-mixed losses stay close to float32's.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 JOB = {"model": {"name": "gpt", "kwargs": {"layers": 2, "width": 32, "heads": 2, "dropout": 0.0},
                  "seq_len": 16, "vocab_size": 64},
        "training": {"global_batch_size": 4, "optimizer": "momentum", "learning_rate": 0.05,
-                    "precision": "bf16-mixed", "memory_options": ["zero3"]},
+                    "precision": "bf16-mixed", "memory_options": ["recompute", "zero3"]},
        "cluster": "cpu-local", "devices": [2], "planner": {"epsilon": 0.0}}
 """Momentum, not AdamW: AdamW turns rounding noise in near-zero gradients into lr-sized steps."""
 LOSS_RTOL, PARAM_RTOL, PARAM_ATOL = 1e-2, 2e-2, 1e-4
@@ -63,7 +64,7 @@ def _runs() -> list[tuple[str, TrainSpec, dict, float]]:
         plans = frontier["frontiers"][0]["plans"]
         for kind in kinds:
             plan = next(p for p in plans if (_parallel(p["summary"]) if kind == "parallel"
-                                             else "zero3" in p["summary"]))
+                                             else "zero3" in p["summary"] and "recompute" in p["summary"]))
             doc = json.loads(plan_file_text(frontier, plan["id"]))
             out.append((precision, _spec(precision), doc, plan["memory_bytes"]))
     return out
@@ -80,7 +81,7 @@ def launched(tmp_path_factory):
 def test_plans_are_model_parallel_and_zero3():
     summaries = [d["placements"] for _, _, d, _ in _runs()]
     assert any(any("heads" in json.dumps(c) or "out" in json.dumps(c) for c in s.values()) for s in summaries)
-    assert any("zero3" in json.dumps(s) for s in summaries)
+    assert any("zero3" in json.dumps(s) and "recompute" in json.dumps(s) for s in summaries)
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "fp16-mixed"])
