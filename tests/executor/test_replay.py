@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -104,7 +105,9 @@ def test_replay_equals_interpreter_at_two_processes(tmp_path):
     chosen = {"mlp-tp", "cnn-convout", "gpt-tp", "gpt-dp"}
     cases = [(SPECS[name], plan) for name, plan in all_plans(2) if plan["id"] in chosen]
     cases.append((WIDE, _data_parallel(WIDE, "wide-dp")))
-    chosen.add("wide-dp")
+    mlp_dp = next(plan for name, plan in all_plans(2) if plan["id"] == "mlp-dp")
+    cases.append((dataclasses.replace(SPECS["mlp"], global_batch_size=7), {**mlp_dp, "id": "mlp-dp-uneven"}))
+    chosen |= {"wide-dp", "mlp-dp-uneven"}  # 7 rows: 4 on rank 0, 3 on rank 1 (rank-specific programs)
     runs = []
     for spec, plan in cases:
         for mode in ("replay", "interpret"):
