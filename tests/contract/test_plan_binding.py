@@ -144,3 +144,14 @@ def test_a_float64_check_compares_a_float32_plan_without_dtypes():
     assert mismatch(planned, running, dtypes=False) is None
     running["nodes"][0][2] = [8, 3]  # a shape still differs
     assert "node 'images'" in mismatch(planned, running, dtypes=False)
+
+
+def test_a_trainer_refuses_a_plan_for_another_graph(planned):
+    # the worker's own check, in process: the 1-device plan of width 8 given a width-16 model
+    from tensoropt.executor.trainer import Trainer
+
+    plan = ExecPlan.from_json(plan_doc(planned[2], "d1-p0"))
+    with pytest.raises(PlanGraphMismatch, match=r"another graph: node 'linear'"):
+        Trainer(TrainSpec.from_job(Job.from_dict(job_dict(width=16))), plan)
+    trainer = Trainer(TrainSpec.from_job(Job.from_dict(job_dict())), plan)
+    assert len(trainer.train(1).steps) == 1
