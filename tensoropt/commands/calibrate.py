@@ -288,7 +288,7 @@ def measure(nproc: int, sizes: list[int], iters: int, backend: str, timeout_s: f
     rendezvous binds its own port, so two calibrations at once cannot race for one).
 
     Example:
-        >>> measure(2, [4096, 65536], 2, "gloo", 120)  # doctest: +SKIP
+        >>> measure(2, [4096, 65536], 2, "gloo", 120)  # starts torchrun worker processes  # doctest: +SKIP
     """
     from tensoropt.launch import LaunchOptions, launch_module
 

@@ -22,6 +22,7 @@ and shape-specialised; :mod:`tensoropt.executor.replay` keeps one per input shap
 traced on copies and the RNG state is restored, so tracing changes nothing the replay sees.
 
 Example:
+    >>> # not run here: needs a Trainer on a process group
     >>> lowered = lower_step(trainer, trainer._placeholder_values(trainer.batch(0)))  # doctest: +SKIP
     >>> outputs = lowered.gm(*lowered.flat_inputs(values))  # doctest: +SKIP
 """
@@ -74,6 +75,7 @@ class LoweredStep:
         """The graph's inputs: parameters' local tensors, placeholder values' local tensors, labels.
 
         Example:
+            >>> # not run here: needs a Trainer on a process group
             >>> lowered.flat_inputs(trainer.params, values, {"y": y})  # doctest: +SKIP
         """
         return ([_local(params[k]) for k in self.param_keys] + [_local(values[i]) for i in self.value_slots]
@@ -83,7 +85,7 @@ class LoweredStep:
         """Number of functional collectives in the program (each with its wait).
 
         Example:
-            >>> lowered.collectives()  # doctest: +SKIP
+            >>> lowered.collectives()  # needs a Trainer on a process group  # doctest: +SKIP
             3
         """
         return sum(1 for n in self.gm.graph.nodes
@@ -126,6 +128,7 @@ def lower_step(trainer, values: list) -> LoweredStep:
         and RNG state as they were.
 
     Example:
+        >>> # not run here: needs a Trainer on a process group
         >>> lowered = lower_step(trainer, trainer._placeholder_values(trainer.batch(0)))  # doctest: +SKIP
     """
     interp = trainer.interpreter

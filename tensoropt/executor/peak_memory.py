@@ -138,7 +138,7 @@ def predicted_peak_bytes(trainer) -> int | None:
     are this rank's local storages, which the plan's shard shapes fix.
 
     Example:
-        >>> predicted_peak_bytes(trainer)  # doctest: +SKIP
+        >>> predicted_peak_bytes(trainer)  # needs a Trainer on a process group  # doctest: +SKIP
         612368384
     """
     from estimators.peak import predicted_peak_bytes as formula
@@ -165,6 +165,7 @@ def largest_activation_bytes(graph, plan) -> int:
     output layout of that node splits (replicated where the plan does not place the node).
 
     Example:
+        >>> # not run here: needs a Trainer on a process group
         >>> largest_activation_bytes(trainer.ep.graph, trainer.plan)  # doctest: +SKIP
         33554432
     """

@@ -66,7 +66,7 @@ class ExecPlan:
         """Read a plan.json file.
 
         Example:
-            >>> ExecPlan.load("plan.json")  # doctest: +SKIP
+            >>> ExecPlan.load("plan.json")  # needs a plan.json from `tensoropt select`  # doctest: +SKIP
         """
         path = Path(path)
         try:

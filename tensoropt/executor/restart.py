@@ -77,6 +77,7 @@ def select_for_world_size(world_size: int, frontier: str | Path | None = None, j
         ElasticPlanError: no frontier file and no job, or no plan fits the budget at that count.
 
     Example:
+        >>> # not run here: needs out/frontier.json from `tensoropt plan` and a process group
         >>> plan, line = select_for_world_size(2, "out/frontier.json")  # doctest: +SKIP
         >>> line  # doctest: +SKIP
         'world size 2: plan d2-p1 (fc: out=2) from out/frontier.json (rule fastest, budget 64 MiB)'
@@ -126,6 +127,7 @@ def resolve_plan(select_options: dict) -> dict:
     worker's RUN.json ``select`` entry). Logs the choice.
 
     Example:
+        >>> # not run here: needs out/frontier.json from `tensoropt plan` and a process group
         >>> plan = resolve_plan({"frontier": "out/frontier.json", "job": None})  # doctest: +SKIP
     """
     rank, size = world()
@@ -159,6 +161,7 @@ def train_with_checkpoints(trainer, spec, total_steps: int, options: dict):
         The trainer's RunResult: only the global steps this start ran.
 
     Example:
+        >>> # not run here: needs out/frontier.json from `tensoropt plan` and a process group
         >>> train_with_checkpoints(trainer, spec, 100, {"dir": "ckpt", "every": 10})  # doctest: +SKIP
     """
     root = Path(options["dir"])

@@ -63,7 +63,7 @@ def build_mesh(plan: ExecPlan) -> DeviceMesh | None:
     """The DeviceMesh of a plan (axes ``a0``, ``a1``, ...), or None for a 1-device plan.
 
     Example:
-        >>> build_mesh(plan)  # doctest: +SKIP
+        >>> build_mesh(plan)  # needs a process group  # doctest: +SKIP
     """
     world = dist.get_world_size() if dist.is_initialized() else 1
     if not plan.mesh.shape and world == 1:
@@ -97,7 +97,7 @@ class Trainer:
     compiled).
 
     Example:
-        >>> result = Trainer(spec, plan).train(steps=3)  # doctest: +SKIP
+        >>> result = Trainer(spec, plan).train(steps=3)  # needs a process group  # doctest: +SKIP
     """
 
     def __init__(self, spec: TrainSpec, plan: ExecPlan, mode: str = "replay", compile: str = "none"):
@@ -221,7 +221,7 @@ class Trainer:
         """How this trainer ran its steps: mode, compile backend, traces, program nodes and collectives.
 
         Example:
-            >>> Trainer(spec, plan).runtime_info()["mode"]  # doctest: +SKIP
+            >>> Trainer(spec, plan).runtime_info()["mode"]  # needs a process group  # doctest: +SKIP
             'replay'
         """
         info = {"mode": self.mode, "compile": self.program.compile if self.program else "none"}
