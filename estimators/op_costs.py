@@ -410,6 +410,17 @@ def edge_cost(
     )
 
 
+def _chunk_factor(src, dim_map, rank: int, dst, mesh_shape) -> float:
+    """How many times larger than ``dst``'s local shard the storage behind it is, without all-to-all:
+    a shard moved to another dim on the same mesh axis is all-gathered, then chunked (a view)."""
+    _, translated = through_view(src, list(dim_map) if dim_map is not None else None, rank)
+    factor = 1.0
+    for axis, (a, b) in enumerate(zip(translated, dst)):
+        if a != b and str(a).startswith("S(") and str(b).startswith("S("):
+            factor *= mesh_shape[axis]
+    return factor
+
+
 def _unique(keys: list) -> tuple[list, np.ndarray]:
     """Distinct keys (first-seen order) and, per position, the index of its key."""
     index: dict = {}
@@ -476,18 +487,26 @@ def edge_cost_table(
         layouts, il = _unique([tuple(c.inputs[i]) for c in confs_v])
         nbytes = np.array([_bytes(shape, lay, model.mesh, dtype) for lay in layouts], dtype=np.float64)[il]
         mv = moved[np.ix_(iu, iv)]
+        if not model.cluster.has_all_to_all:  # Shard(i) -> Shard(j): all-gather, then a chunk (a view)
+            factor = np.array([[_chunk_factor(src, dim_map, len(out_shape), dst, model.mesh.shape)
+                                for dst in layouts] for src in srcs])[np.ix_(iu, il)]
+            nbytes_moved = nbytes[None, :] * factor
+        else:
+            nbytes_moved = np.broadcast_to(nbytes[None, :], mv.shape)
         fused_sdpa = du.get("kind") == "sdpa" and sdpa_path(du, model.rules) == "fused"  # b,t,h,d-contiguous
         if not fused_sdpa and copies_operand(entry.get("views") or (), str(du.get("out_dtype", "float32")),
                                              dtype):
-            charge = np.broadcast_to(nbytes[None, :], mv.shape)  # its own storage, whatever u saves
+            charge = np.where(mv, nbytes_moved, nbytes[None, :])  # its own storage, whatever u saves
         else:  # a view of u's output: the saved storage is u's whole output (q, k, v of one split)
             whole = np.array([_bytes(out_shape, src, model.mesh, du.get("out_dtype", "float32"))
                               for src in srcs], dtype=np.float64)[iu]
             kept = np.maximum(nbytes[None, :], whole[:, None])
-            charge = np.where(mv, nbytes[None, :], 0.0 if charged_u else kept)
+            charge = np.where(mv, nbytes_moved, 0.0 if charged_u else kept)
         layout_ids = np.array([hash(lay) for lay in layouts], dtype=np.int64)[il]
-        for prev_ids, prev_moved in charged:  # the same storage saved through two operands counts once
-            charge = np.where((prev_ids == layout_ids)[None, :] & (prev_moved == mv), 0.0, charge)
+        for prev_ids, prev_moved in charged:  # views of u's output saved twice: one storage, once;
+            # each redistributed operand is its own copy (q, k, v of one split: three storages)
+            same = (prev_ids == layout_ids)[None, :] & ~prev_moved & ~mv
+            charge = np.where(same, 0.0, charge)
         charged.append((layout_ids, mv))
         memory += charge
     return {"comm_s": comm, "memory_bytes": memory, "buffer_bytes": buffer}
