@@ -16,9 +16,9 @@ per process:
   optimizer step's temporaries beyond the saved activations plus the device profile's
   ``runtime_overhead_bytes``) and its error against ``peak``; ``peak / 1-process peak``.
 
-``--calibrate`` measures ``runtime_overhead_bytes`` instead: the peak of a tiny model's training
-loop (a 2-layer MLP, 8 -> 16 -> 4, SGD) in a 1-process and a 2-process launch, the larger of the
-two; put it in the device profile (``configs/devices/cpu.yaml`` for this machine).
+``--calibrate`` measures ``runtime_overhead_bytes`` instead, as ``tensoropt calibrate --memory``
+does: the peak of a tiny model's training loop (an MLP 8 -> 16 -> 4, SGD) in one worker process;
+put it in the device profile (``configs/devices/cpu.yaml`` for this machine).
 
 Usage (one command; about 2 minutes on 2 cores):
 ``.venv/bin/python benchmarks/memory_peak.py [--steps 3] [--mode replay|interpret]
@@ -46,11 +46,6 @@ JOBS = {
 }
 
 
-TINY = {"model": {"name": "mlp", "input_shape": [8], "num_classes": 4,
-                  "kwargs": {"in_features": 8, "hidden": [16], "num_classes": 4}},
-        "training": {"global_batch_size": 8, "optimizer": "sgd", "learning_rate": 0.01}}
-
-
 def _run(spec, plan: dict, nproc: int, steps: int, out: Path, name: str, mode: str = "replay") -> dict:
     """Metrics of ``plan`` trained ``steps`` steps on ``nproc`` processes (a launch of its own)."""
     from tensoropt.launch import LaunchOptions, launch_workers
@@ -64,23 +59,13 @@ def _run(spec, plan: dict, nproc: int, steps: int, out: Path, name: str, mode: s
     return json.loads(metrics.read_text())
 
 
-def calibrate(steps: int, mode: str) -> int:
-    """``runtime_overhead_bytes``: the larger peak of a tiny model's 1- and 2-process training loops."""
-    from tensoropt.config import Job
-    from tensoropt.executor.spec import TrainSpec
-    from tensoropt.planner import plan_job
-    from tensoropt.plans import plan_file_text
+def calibrate(steps: int) -> int:
+    """``runtime_overhead_bytes`` as ``tensoropt calibrate --memory`` measures it."""
+    from tensoropt.commands.calibrate import runtime_overhead_bytes
 
-    peaks = []
-    with tempfile.TemporaryDirectory(prefix="memory-peak-") as tmp:
-        job = Job.from_dict({**TINY, "cluster": "cpu-local", "devices": [1, 2]})
-        frontier_json = plan_job(job).to_json()
-        for f in frontier_json["frontiers"]:
-            plan = json.loads(plan_file_text(frontier_json, f["plans"][0]["id"]))
-            m = _run(TrainSpec.from_job(job), plan, f["devices"], steps, Path(tmp), "tiny", mode)
-            peaks.append(m["measured"]["peak_bytes"])
-            print(f"tiny MLP, {f['devices']} process(es): peak {peaks[-1] / 2**20:.1f} MiB")
-    return max(peaks)
+    value, why = runtime_overhead_bytes(steps)
+    print(why)
+    return value
 
 
 def measure(steps: int, mode: str = "replay") -> list[dict]:
@@ -138,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
     if args.calibrate:
-        print(f"runtime_overhead_bytes: {calibrate(args.steps, args.mode)}  ({args.mode} executor)")
+        print(f"runtime_overhead_bytes: {calibrate(args.steps)}")
         return 0
     rows = measure(args.steps, args.mode)
     load_after = os.getloadavg()

@@ -18,7 +18,7 @@ the gradients of activations alive at once when backward starts: twice the large
 activation (cross entropy's backward holds the gradient of the log-probabilities and of the
 logits beside the saved log-probabilities; COSTS.md: a peak, the largest one, added once),
 :func:`optimizer_step_transient_bytes` the step's temporaries and ``runtime_overhead_bytes`` the
-device profile's per-process constant (``benchmarks/memory_peak.py --calibrate`` measures it).
+device profile's per-process constant (``tensoropt calibrate --memory`` measures it).
 
 * The optimizer step's temporaries. torch.optim's single-tensor AdamW (what a CPU tensor gets: the
   foreach path is the default on CUDA only) computes ``(exp_avg_sq.sqrt() / bias_correction2_sqrt)``

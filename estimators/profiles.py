@@ -78,8 +78,8 @@ class Device:
     runtime_overhead_bytes: int = 0
     """Memory a training process spends beyond the plan's tensors and the optimizer step's
     temporaries (the exported program, autograd, the collective backend's buffers, allocator
-    slack): added to the predicted peak (:mod:`estimators.peak`); ``benchmarks/memory_peak.py
-    --calibrate`` measures it. 0 by default."""
+    slack): added to the predicted peak (:mod:`estimators.peak`); ``tensoropt calibrate --memory``
+    measures it. 0 by default."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     """Citation of each constant."""
 

@@ -1,5 +1,5 @@
-"""``tensoropt calibrate --nproc N [--out FILE] [--overhead]``: measure collectives (and the executor's
-per-operator overhead), fit, write a profile.
+"""``tensoropt calibrate --nproc N [--out FILE] [--overhead] [--memory]``: measure collectives (and the
+executor's per-operator overhead and memory), fit, write a profile.
 
 Starts N local processes with torchrun (:func:`tensoropt.launch.launch_module`; this module is
 their entry point, :func:`main`; gloo on CPU, nccl when N GPUs are visible), times all-reduce,
@@ -20,6 +20,10 @@ per operator; the profile prices the default runtime, so ``op_overhead_local_s``
 tensors), and ``redistribute_overhead_s`` the replay of a traced Replicate -> Shard
 redistribution (no communication). The interpreter's slopes are reported beside them. They go
 into the profile's device (see :mod:`estimators.overhead`).
+
+With ``--memory`` it also measures the device's ``runtime_overhead_bytes``
+(:func:`runtime_overhead_bytes`: a tiny model's training-loop peak in one worker process), which
+the predicted peak memory adds per process (:mod:`estimators.peak`).
 """
 
 from __future__ import annotations
@@ -74,6 +78,11 @@ def add_parser(subparsers) -> None:
         "--overhead",
         action="store_true",
         help="also measure the executor's per-operator and per-redistribution host overhead",
+    )
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="also measure the device's runtime_overhead_bytes (a tiny model's training-loop peak)",
     )
 
 
@@ -360,6 +369,42 @@ def overhead_profile_keys(points: dict, nproc: int, backend: str, statistic: str
     }
 
 
+def runtime_overhead_bytes(steps: int = 3, timeout_s: float = 300.0) -> tuple[int, str]:
+    """The device profile's ``runtime_overhead_bytes`` and its citation (:mod:`estimators.peak`).
+
+    ``measured.peak_bytes`` of a tiny model's training loop (an MLP 8 -> 16 -> 4, SGD, batch 8,
+    ``steps`` steps) in a 1-process launch of the executor's worker: what the runtime itself
+    spends beyond the plan's tensors.
+
+    Example:
+        >>> runtime_overhead_bytes()  # doctest: +SKIP
+        (55742464, 'tensoropt calibrate --memory (...)')
+    """
+    import datetime
+    import tempfile
+
+    from tensoropt.executor.data import InputSpec
+    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.launch import LaunchOptions, launch_workers
+
+    spec = TrainSpec("mlp", (InputSpec((8,)), InputSpec((), "int64", 4)), 8,
+                     {"in_features": 8, "hidden": [16], "num_classes": 4}, steps=steps)
+    plan = {"id": "runtime-overhead", "mesh": {"shape": [], "levels": []}, "placements": {}}
+    with tempfile.TemporaryDirectory(prefix="tensoropt-memory-") as tmp:
+        metrics = Path(tmp) / "metrics.json"
+        config = {"steps": steps, "runs": [{"spec": spec.to_json(), "plan": plan, "metrics": str(metrics)}]}
+        rc = launch_workers(config, LaunchOptions(1, timeout_s=timeout_s))
+        if rc != 0 or not metrics.exists():
+            raise CommandError(f"calibrate --memory: the tiny model's run failed (exit {rc})")
+        peak = int(json.loads(metrics.read_text())["measured"]["peak_bytes"])
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    why = (f"tensoropt calibrate --memory ({stamp}, load average {load:.1f}): measured.peak_bytes of an "
+           f"8-16-4 MLP trained {steps} steps with SGD in one worker process (the training loop's "
+           "peak above the level before the model was built; tensoropt/executor/peak_memory.py)")
+    return peak, why
+
+
 def run(args: argparse.Namespace) -> int:
     """Measure, fit, write the profile, print the fit errors."""
     from estimators.calibration import calibrated_profile
@@ -396,6 +441,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"{way:<9}" + "  ".join(f"{int(n)} ops {t * 1e3:.3f} ms" for n, t in extra[way]))
         print("executor overhead: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in fitted.items()
                                                  if k != "sources"))
+    if getattr(args, "memory", False):
+        overhead_bytes, why = runtime_overhead_bytes(timeout_s=args.timeout_s)
+        profile["device"]["runtime_overhead_bytes"] = overhead_bytes
+        profile["device"]["sources"]["runtime_overhead_bytes"] = why
+        print(f"runtime overhead: {overhead_bytes / 2**20:.1f} MiB per process", flush=True)
     cluster = Cluster.from_dict(profile, "<calibrated>")
     print(f"{'collective':<15}{'bytes':>12}{'measured ms':>14}{'fit ms':>10}{'error':>8}")
     for coll, pts in sorted(points.items()):

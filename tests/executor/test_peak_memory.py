@@ -90,3 +90,19 @@ def _single_plan():
     from tensoropt.executor.plan import ExecPlan
 
     return ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []}, "placements": {}})
+
+
+def test_calibrate_memory_measures_the_runtime_overhead():
+    from estimators.profiles import Device
+    from tensoropt.commands.calibrate import runtime_overhead_bytes
+
+    value, why = runtime_overhead_bytes(steps=2)
+    # a worker's own memory: more than nothing, far less than this test's big MLP state
+    assert 1 << 20 < value < 400 << 20, value
+    assert "tensoropt calibrate --memory" in why
+    sources = {"peak_tflops": "a", "memory_bandwidth_gbps": "b", "memory_bytes": "c",
+               "runtime_overhead_bytes": why}
+    device = Device.from_dict({"name": "x", "kind": "cpu", "peak_tflops": {"float32": 1}, "memory_bytes": 1,
+                               "memory_bandwidth_gbps": 1, "runtime_overhead_bytes": value,
+                               "sources": sources})
+    assert device.runtime_overhead_bytes == value
