@@ -76,6 +76,26 @@ def _model_parallel_plan(frontier_json: dict) -> dict:
     raise AssertionError("no model-parallel plan on the 2-device frontier")
 
 
+def _tied_copy_bytes(graph, plan: dict) -> int:
+    """Bytes of the tied parameters the executor redistributes for a consumer whose layout differs
+    from the first consumer's (GPT-2's and BERT's head reading the token embedding): the copy the
+    head saves for backward. The cost model does not price it yet (a term between two far-apart
+    nodes: not a node or edge cost); the memory check adds it explicitly."""
+    owner_layout, total = {}, 0
+    for node in graph.compute_nodes():
+        params = plan["placements"][node]["params"]
+        for key, shape in graph.nx.nodes[node]["params"].items():
+            layout = tuple(params.get(key, ()))
+            if key not in owner_layout:
+                owner_layout[key] = layout
+            elif layout != owner_layout[key]:
+                split = 1
+                for p in layout:
+                    split *= 2 if p.startswith("S(") else 1  # 2-device plans: one axis of 2
+                total += 4 * int(torch.tensor(shape).prod()) // split
+    return total
+
+
 def _param_errors(name: str, params: dict, reference: dict, rtol: float = 1e-5) -> list[str]:
     errors = []
     for key, ref in reference.items():
@@ -90,8 +110,10 @@ def _param_errors(name: str, params: dict, reference: dict, rtol: float = 1e-5) 
 @pytest.mark.timeout(900)
 def test_hf_model_parallel_plans_match_one_process_and_their_memory(tmp_path):
     """Each job with SGD + momentum (AdamW turns the exactly-zero gradient of a key bias into
-    noise-driven steps no tolerance holds): losses within 1e-5 of 1 process, parameters too."""
-    runs, specs = [], {}
+    noise-driven steps no tolerance holds): losses within 1e-5 of 1 process, parameters too, and the
+    measured memory within 2 % of the plan's prediction plus the unpriced tied copy (see
+    :func:`_tied_copy_bytes`; 0 for Llama and Mistral, whose head is not tied)."""
+    runs, specs, tied = [], {}, {}
     for model in MODELS:
         base = _job(model)
         job = dataclasses.replace(base, devices=[2], training=dataclasses.replace(
@@ -99,6 +121,7 @@ def test_hf_model_parallel_plans_match_one_process_and_their_memory(tmp_path):
         plan = _model_parallel_plan(plan_job(job).to_json())
         specs[model] = TrainSpec.from_job(job, steps=STEPS)
         runs.append((model, specs[model], plan))
+        tied[model] = _tied_copy_bytes(capture_job(job), plan)
     rc, _ = run_plans(runs, 2, tmp_path, timeout_s=800, steps=STEPS)
     errors = []
     for model, spec, plan in runs:
@@ -114,10 +137,12 @@ def test_hf_model_parallel_plans_match_one_process_and_their_memory(tmp_path):
             if abs(a - b) > 1e-5 * abs(b):
                 errors.append(f"{model} {plan['id']}: loss at step {i} is {a}, 1 process gives {b}")
         errors += _param_errors(f"{model} {plan['id']}", params, ref_params)
-        predicted, measured = plan["memory_bytes"], metrics["measured"]["memory_bytes"]
+        predicted = plan["memory_bytes"] + tied[model]
+        measured = metrics["measured"]["memory_bytes"]
+        assert tied[model] <= 0.05 * plan["memory_bytes"]
         if abs(measured - predicted) > 0.02 * predicted:
             errors.append(f"{model} {plan['id']}: measured memory {measured} B, predicted {predicted:.0f} B "
-                          f"({(measured / predicted - 1) * 100:+.1f} %)")
+                          f"(with {tied[model]} B of tied copy; {(measured / predicted - 1) * 100:+.1f} %)")
     assert not errors, "\n".join(errors)
     assert rc == 0
 
