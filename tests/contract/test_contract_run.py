@@ -21,6 +21,8 @@ from tensoropt.launch import LaunchOptions, launch_workers
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
 
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+
 HERE = Path(__file__).resolve().parent
 STEPS = 3
 BATCH = 8
