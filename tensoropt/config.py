@@ -180,6 +180,7 @@ class ModelConfig:
     """Vocabulary size of a language model; empty: the preset's."""
     inputs: dict | None = None
     """A factory model's forward keyword arguments, one sample each (the batch dim is added in
+    front): name -> ``{shape: [...], dtype: float32, high: N}`` (integers are drawn from [0, high)).
     Empty: the model's ``example_inputs(batch_size)`` method gives them."""
     targets: dict | None = None
     """What the loss compares against, one sample (``{shape, dtype, high}``); not passed to forward."""
@@ -282,6 +283,7 @@ def tensor_spec(value: Any, key: str) -> dict:
         >>> tensor_spec({"shape": [3, 32, 32]}, "inputs.pixel_values")["dtype"]
         'float32'
     """
+    form = "{shape: [...], dtype: float32 | int64 | ..., high: N (integers)}"
     if not isinstance(value, dict):
         raise FieldError(key, f"got {type(value).__name__} {value!r}", form)
     unknown = [k for k in value if k not in ("shape", "dtype", "high")]
