@@ -54,6 +54,7 @@ def test_yaml_contract_is_read_with_defaults(tmp_path):
      "float32"),
     ({"inputs": {"pixel_values": {"shape": [6], "hi": 3}}}, "model.inputs.pixel_values.hi", "shape, dtype"),
     ({"inputs": {"pixel_values": {"dtype": "float32"}}}, "model.inputs.pixel_values.shape", "shape of one"),
+    ({"inputs": {"pixel_values": [3, 8, 8]}}, "model.inputs.pixel_values", "{shape: [...]"),
     ({"inputs": {"2d": {"shape": [6]}}}, "model.inputs.2d", "identifier"),
     ({"targets": {"shape": [], "dtype": "int64"}}, "model.targets.high", "[0, high)"),
     ({"targets": None}, "model.targets", "targets: {shape"),
