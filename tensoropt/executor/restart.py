@@ -92,7 +92,7 @@ def select_for_world_size(world_size: int, frontier: str | Path | None = None, j
         raise ElasticPlanError(f"world size {world_size}: no frontier file"
                                f"{f' at {frontier}' if frontier else ''} and no job to plan; "
                                "run `tensoropt plan JOB.yaml --out DIR` or pass the job")
-    from tensoropt.planner import resolve_job
+    from tensoropt.job_model import resolve_job
 
     job_obj = resolve_job(Job.from_dict(job_data, "job"))  # as `plan` resolves it: same defaults and budget
     planned = ff.frontier(world_size) if ff is not None else None

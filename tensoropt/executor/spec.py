@@ -36,7 +36,7 @@ class TrainSpec:
             float inputs; with a mixed ``precision`` the parameters are kept in float32); ``float64``
             for numerical checks of ill-conditioned models.
         job: the planner's job (``Job.to_dict()``) when the model comes from a job: the model is
-            then built exactly as the planner built it (``tensoropt.planner.build_job_model``).
+            then built exactly as the planner built it (``tensoropt.job_model.build_job_model``).
         data: the job's ``data`` section (``{"factory", "kwargs"}``: a map-style dataset), or None.
         input_names: the graph inputs' names (keys of a dataset's samples), in ``inputs`` order.
     """
@@ -104,7 +104,7 @@ class TrainSpec:
         """
         if self.job is not None:
             from tensoropt.config import Job
-            from tensoropt.planner import build_job_model
+            from tensoropt.job_model import build_job_model
 
             model = build_job_model(Job.from_dict(self.job), device=None)[0]
         elif ":" in self.model:
@@ -120,7 +120,7 @@ class TrainSpec:
     def from_job(job, steps: int | None = None, dataset: str | None = None) -> TrainSpec:
         """The training run a planner job describes (model, inputs, data, optimizer, seed).
 
-        The job is resolved as ``tensoropt plan`` resolves it (:func:`tensoropt.planner.resolve_job`:
+        The job is resolved as ``tensoropt plan`` resolves it (:func:`tensoropt.job_model.resolve_job`:
         the same defaults, batch size and budget), so ``run`` trains the model ``plan`` planned.
 
         Example:
@@ -133,7 +133,7 @@ class TrainSpec:
             ([(8,), ()], 4, 4)
         """
         from tensoropt.config import Job
-        from tensoropt.planner import build_job_model, job_model_kwargs, resolve_job
+        from tensoropt.job_model import build_job_model, job_model_kwargs, resolve_job
 
         if isinstance(job, dict):
             job = Job.from_dict(job)
@@ -169,7 +169,7 @@ class TrainSpec:
         example_fn = None
         if any(s.from_model for s in self.inputs):
             from tensoropt.config import Job
-            from tensoropt.planner import build_job_model
+            from tensoropt.job_model import build_job_model
 
             user_model = build_job_model(Job.from_dict(self.job), device="meta")[0].model
             example_fn = _example_fn(user_model)
@@ -220,7 +220,7 @@ def job_inputs(job, model, mspec, dataset=None) -> tuple[tuple[InputSpec, ...], 
 
     Example:
         >>> from tensoropt.config import Job
-        >>> from tensoropt.planner import build_job_model
+        >>> from tensoropt.job_model import build_job_model
         >>> job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "cpu-local", "devices": [1]})
         >>> job_inputs(job, *build_job_model(job))[1]
         ('x', 'labels')
