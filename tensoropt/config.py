@@ -21,6 +21,7 @@ A job file is a 1:1 serialisation of :class:`Job`::
       seed: 0
       steps: 100
       memory_options: []          # recompute, zero1, zero2, zero3: offered per operator (empty: none)
+      batch_norm: synchronized    # synchronized | local: batch-norm statistics under a batch split
     cluster: h100x8               # a profile name or path, or an inline mapping
     devices: [1, 2, 4, 8]         # device counts to plan for
     memory_budget: 40GiB          # per device
@@ -53,6 +54,10 @@ __all__ = ["ConfigError", "DataConfig", "ExecutorConfig", "FieldError", "Job", "
 
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 """Optimizers the estimators and the executor know (they differ in optimizer-state memory)."""
+
+BATCH_NORM_MODES = ("synchronized", "local")
+"""``training.batch_norm``: a batch-split batch norm's statistics over the global batch (the model one
+process trains, as ``torch.nn.SyncBatchNorm``) or over each rank's rows (plain DDP's batch norm)."""
 
 DTYPES = ("float32", "bfloat16", "float16")
 """Training dtypes of parameters and activations."""
@@ -355,6 +360,10 @@ class TrainingConfig:
     """Learning rate of the optimizer."""
     memory_options: list = field(default_factory=list)
     """Memory options the planner may give each operator: recompute, zero1, zero2, zero3 (empty: none)."""
+    batch_norm: str = "synchronized"
+    """synchronized | local: where a plan splits a batch norm's batch, its statistics are summed over the
+    ranks (one all-reduce of 2 x channels numbers in forward and one in backward, priced by the planner;
+    training equals one process's) or taken over each rank's rows (no collective; plain DDP's batch norm)."""
 
     def __post_init__(self):
         _int(self.global_batch_size, "global_batch_size", optional=True)
@@ -364,6 +373,7 @@ class TrainingConfig:
         _int(self.steps, "steps")
         self.learning_rate = _positive_float(self.learning_rate, "learning_rate")
         self.memory_options = _memory_options(self.memory_options)
+        _choice(self.batch_norm, "batch_norm", BATCH_NORM_MODES)
 
 
 def _precision(precision: Any, dtype: Any) -> tuple[str, str | None]:

@@ -4,8 +4,8 @@
   through ``local_map`` with the output and gradient placements worked out per mesh axis.
 * scaled_dot_product_attention: DTensor has no CPU strategy with gradients and ``is_causal``
   builds plain tensors. Batch and head splits are local, so ``local_map`` runs the local op.
-* batch_norm in training: DTensor silently replicates a batch-sharded input. We compute the
-  batch statistics with DTensor reductions (partial sums, then an all-reduce) instead.
+* batch_norm in training: DTensor silently replicates a batch-sharded input. We run it on local
+  shards with the statistics summed across the batch split (:mod:`tensoropt.executor.batch_norm`).
 
 Each function takes DTensor operands already laid out as the plan says and returns the raw
 output (with Partial where the configuration's ``partial_axes`` say).
@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.experimental import local_map
+
+from tensoropt.executor.batch_norm import batch_norm as sync_batch_norm
 
 
 class UnsupportedConfiguration(RuntimeError):
@@ -324,36 +326,18 @@ def _mask_like(mask, q: DTensor) -> DTensor:
     return mask
 
 
-def batch_norm(node_name: str, x: DTensor, weight, bias, running_mean, running_var, training: bool,
-               momentum: float, eps: float, *_unused):
-    """Training-mode batch norm whose statistics span every shard (a synchronised BatchNorm).
+def batch_norm(node_name: str, x, weight, bias, running_mean, running_var, training: bool,
+               momentum: float, eps: float, *_unused, stats: str = "synchronized"):
+    """Training-mode batch norm on a mesh: :func:`tensoropt.executor.batch_norm.batch_norm` (one
+    all-reduce of packed per-channel sums in each direction when synchronised, none when ``local``).
 
     Example:
-        >>> # not run here: needs DTensors on a process group's mesh
-        >>> batch_norm("batch_norm", x, w, b, rm, rv, True, 0.1, 1e-5)  # doctest: +SKIP
+        >>> out = batch_norm("bn", torch.randn(4, 3), None, None, None, None, True, 0.1, 1e-5)
+        >>> tuple(out.shape)
+        (4, 3)
     """
-    if not training:
-        return torch.ops.aten.batch_norm.default(
-            x, weight, bias, running_mean, running_var, False, momentum, eps, False
-        )
-    dims = [0] + list(range(2, x.dim()))
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    count = x.numel() // x.shape[1]
-    # sums, not means: DTensor cannot turn the gradient of a Partial(avg) back into Partial(sum)
-    mean = _reduced(x.sum(dim=dims)) / count
-    centred = x - mean.view(shape)
-    var = _reduced((centred * centred).sum(dim=dims)) / count
-    out = centred * torch.rsqrt(var + eps).view(shape)
-    if weight is not None:
-        out = out * weight.view(shape)
-    if bias is not None:
-        out = out + bias.view(shape)
-    if running_mean is not None:
-        with torch.no_grad():
-            unbiased = var.detach() * (count / max(count - 1, 1))
-            _update(running_mean, mean.detach(), momentum)
-            _update(running_var, unbiased, momentum)
-    return out
+    return sync_batch_norm(node_name, x, weight, bias, running_mean, running_var, training, momentum, eps,
+                           stats)
 
 
 def cross_entropy(node_name: str, op, logits, labels, weight=None, reduction: int = 1,
@@ -398,9 +382,3 @@ def _reduced(t: DTensor) -> DTensor:
     if any(p.is_partial() for p in t.placements):
         return t.redistribute(placements=[Replicate() if p.is_partial() else p for p in t.placements])
     return t
-
-
-def _update(buffer, value, momentum: float) -> None:
-    if isinstance(buffer, DTensor) and isinstance(value, DTensor) and buffer.placements != value.placements:
-        value = value.redistribute(placements=buffer.placements)
-    buffer.mul_(1.0 - momentum).add_(value * momentum)

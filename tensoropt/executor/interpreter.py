@@ -154,6 +154,9 @@ class PlanInterpreter(fx.Interpreter):
         flows back through the cast to the float32 master; :mod:`tensoropt.executor.mixed_precision`)."""
         self.loss_scale: float | None = None
         """fp16-mixed: the loss's gradient is multiplied by this in backward (the loss itself unscaled)."""
+        self.batch_norm_stats = "synchronized"
+        """``training.batch_norm``: statistics of a batch-split batch norm over the global batch
+        (``synchronized``) or over each rank's rows (``local``; :mod:`tensoropt.executor.batch_norm`)."""
         self.global_inputs: dict[str, torch.Tensor] = {}
         """Graph input name -> the step's whole (global) value, where a caller holds it: label counts are
         then taken from it. The trainer leaves it empty (each rank produces only its rows of a batch)."""
@@ -527,7 +530,7 @@ class PlanInterpreter(fx.Interpreter):
         if name == "scaled_dot_product_attention":
             return explicit_ops.sdpa(n.name, *args, **kwargs), None
         if name == "batch_norm":
-            return explicit_ops.batch_norm(n.name, *args, **kwargs), None
+            return explicit_ops.batch_norm(n.name, *args, **kwargs, stats=self.batch_norm_stats), None
         if name == "cross_entropy_loss":
             return explicit_ops.cross_entropy(n.name, n.target, *args, **kwargs), None
         if name in _POOLS and isinstance(args[0], DTensor):

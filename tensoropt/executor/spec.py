@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from tensoropt.config import BATCH_NORM_MODES
 from tensoropt.executor.data import _DTYPES, BatchSource, InputSpec, load_factory
 from tensoropt.precision import get_precision
 
@@ -39,6 +40,8 @@ class TrainSpec:
             then built exactly as the planner built it (``tensoropt.job_model.build_job_model``).
         data: the job's ``data`` section (``{"factory", "kwargs"}``: a map-style dataset), or None.
         input_names: the graph inputs' names (keys of a dataset's samples), in ``inputs`` order.
+        batch_norm: ``synchronized`` or ``local``: a batch-split batch norm's statistics over the global
+            batch or over each rank's rows (the job's ``training.batch_norm``).
     """
 
     model: str
@@ -57,6 +60,7 @@ class TrainSpec:
     parameters cast to ``dtype`` (its compute dtype) where used; None or a pure one: all in ``dtype``."""
     data: dict | None = None
     input_names: tuple[str, ...] = ()
+    batch_norm: str = "synchronized"
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -71,6 +75,8 @@ class TrainSpec:
                              f"TrainSpec.dtype is {self.dtype!r}")
         if self.steps < 0:
             raise ValueError(f"TrainSpec.steps must be >= 0, got {self.steps}")
+        if self.batch_norm not in BATCH_NORM_MODES:
+            raise ValueError(f"TrainSpec.batch_norm: {self.batch_norm!r} is not one of {BATCH_NORM_MODES}")
 
     def build_model(self) -> torch.nn.Module:
         """The whole model with the executor's initial weights (the 1-process reference).
@@ -148,7 +154,7 @@ class TrainSpec:
             steps=steps if steps is not None else t.steps, dataset=dataset,
             dtype=get_precision(t.precision).compute_dtype, precision=t.precision,
             job=job.to_dict(), data=dataclasses.asdict(job.data) if job.data is not None else None,
-            input_names=names,
+            input_names=names, batch_norm=t.batch_norm,
         )
 
     def batch_source(self) -> BatchSource:

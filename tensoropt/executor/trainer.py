@@ -127,6 +127,7 @@ class Trainer:
         # after zero's hooks (a zero2 gradient is reduce-scattered there, not all-reduced here)
         self.grad_sync = GradSync(self.params.values())
         self.interpreter.on_grad = self.grad_sync.add  # the whole-graph local mode's gradients
+        self.interpreter.batch_norm_stats = spec.batch_norm
         self.scaler = LossScaler() if spec.mixed is not None and spec.mixed.loss_scaling else None
         if spec.mixed is not None:
             self.interpreter.compute_dtype = getattr(torch, spec.mixed.compute_dtype)

@@ -1,0 +1,180 @@
+"""Training-mode batch norm on a mesh: synchronised statistics with one collective per direction.
+
+A batch norm whose batch dim (0) is split over some mesh axes (its "statistics axes") computes,
+per channel, over the whole global batch when the job's ``training.batch_norm`` is
+``synchronized`` (the default: the model one process trains), as ``torch.nn.SyncBatchNorm``
+does, with one all-reduce per statistics axis in each direction:
+
+    forward:   each rank: n_i, mean_i, var_i = var_mean of its rows (per channel, numerically stable)
+               all-reduce [n_i (mean_i - K), n_i var_i + n_i (mean_i - K)^2]      (2 C numbers)
+               mean = K + S1 / N,  var = S2 / N - (S1 / N)^2                       (N: global count)
+               out = (x - mean) / sqrt(var + eps) * weight + bias                  (one fused kernel)
+    backward:  each rank: sum dy, sum dy * xhat (and dy * weight / std) in one fused kernel
+               all-reduce [sum dy, sum dy * xhat]                                  (2 C numbers)
+               dx = weight / std * (dy - sum dy / N - xhat * sum dy*xhat / N)
+
+``K`` is the running mean (identical on every rank; the statistics are shifted by it so that
+``S2 / N - (S1 / N)^2`` does not cancel), the packed sums are float64. The weight and bias
+gradients leave as this rank's partial sums (``Partial`` over the statistics axes), reduced by
+the data-parallel gradient all-reduce like every replicated parameter's. With ``local``, every
+rank normalises its own rows (per-rank statistics and running statistics, plain DDP's batch
+norm): no collective. A channel split (dim 1) is local in both modes: each rank owns its
+channels' statistics, weight and bias.
+
+Under the replayed program (:mod:`tensoropt.executor.lowering`) the collectives are functional
+(``_c10d_functional.all_reduce`` + ``wait_tensor``), traced inside the autograd function's
+forward and backward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed._functional_collectives as funcol
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+from tensoropt.config import BATCH_NORM_MODES
+
+__all__ = ["BATCH_NORM_MODES", "UnsupportedBatchNorm", "batch_norm"]
+
+_NO_TRAINING = torch.ops.aten._native_batch_norm_legit_no_training.default
+_BACKWARD = torch.ops.aten.native_batch_norm_backward.default
+
+
+class UnsupportedBatchNorm(RuntimeError):
+    """A batch-norm layout the executor cannot run (a spatial split, a partial input)."""
+
+
+def _reduce(t: torch.Tensor, groups: list) -> torch.Tensor:
+    for group in groups:
+        t = funcol.all_reduce(t, "sum", group)  # waited for where it is read
+    return t
+
+
+def _per_channel(t: torch.Tensor, ndim: int) -> torch.Tensor:
+    return t.view([1, -1] + [1] * (ndim - 2))
+
+
+class _SyncBatchNorm(torch.autograd.Function):
+    """Batch norm of local rows whose statistics are summed over ``groups`` (see the module)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps, count, groups):
+        dims = [0] + list(range(2, x.dim()))
+        channels = x.shape[1]
+        wide = torch.float64
+        shift = running_mean.detach().to(wide) if running_mean is not None else \
+            torch.zeros(channels, dtype=wide, device=x.device)
+        n_local = x.numel() // max(channels, 1)
+        if n_local:
+            var_l, mean_l = torch.var_mean(x, dims, correction=0)
+            d = mean_l.to(wide) - shift
+            packed = torch.cat([d * n_local, (var_l.to(wide) + d * d) * n_local])
+        else:  # an empty shard (uneven batch split) still takes part in the collective
+            packed = torch.zeros(2 * channels, dtype=wide, device=x.device)
+        s1, s2 = _reduce(packed, groups).chunk(2)
+        m = s1 / count
+        stat_dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+        mean = (shift + m).to(stat_dtype)
+        var = (s2 / count - m * m).clamp_min(0).to(stat_dtype)
+        out = _NO_TRAINING(x, weight, bias, mean, var, momentum, eps)[0]
+        if running_mean is not None:
+            running_mean.mul_(1.0 - momentum).add_(mean.to(running_mean.dtype) * momentum)
+        if running_var is not None:
+            unbiased = var * (count / max(count - 1, 1))
+            running_var.mul_(1.0 - momentum).add_(unbiased.to(running_var.dtype) * momentum)
+        ctx.save_for_backward(x, weight, mean, var)
+        ctx.eps, ctx.count, ctx.groups = eps, count, groups
+        ctx.has_bias = bias is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, var = ctx.saved_tensors
+        w = weight if weight is not None else torch.ones_like(mean)
+        # eval-mode backward with the global statistics: dy * w / std and the local sums
+        partial_dx, sum_dy_xhat, sum_dy = _BACKWARD(dy, x, w, mean, var, None, None, False, ctx.eps,
+                                                    [True, True, True])
+        reduced = _reduce(torch.cat([sum_dy, sum_dy_xhat]), ctx.groups)
+        total_dy, total_dy_xhat = reduced.chunk(2)
+        invstd = torch.rsqrt(var + ctx.eps)
+        scale = w * invstd / ctx.count
+        slope = scale * invstd * total_dy_xhat  # per channel: dx -= slope * x + offset
+        offset = scale * total_dy - slope * mean
+        dx = partial_dx - _per_channel(slope, x.dim()) * x - _per_channel(offset, x.dim())
+        grad_w = sum_dy_xhat if weight is not None and ctx.needs_input_grad[1] else None
+        grad_b = sum_dy if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return dx, grad_w, grad_b, None, None, None, None, None, None
+
+
+def _local(t):
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def batch_norm(node_name: str, x, weight, bias, running_mean, running_var, training: bool,
+               momentum: float, eps: float, stats: str = "synchronized"):
+    """Training-mode batch norm of ``x`` (a DTensor split on batch and/or channels, or a plain tensor).
+
+    Args:
+        node_name: the graph node (named in errors).
+        x: the input, ``N x C x ...``; its placements may be ``Shard(0)`` (batch), ``Shard(1)``
+            (channels) or ``Replicate`` per mesh axis.
+        weight, bias, running_mean, running_var: per-channel tensors (any may be None); laid out
+            to ``x``'s channel split here when they are not.
+        training, momentum, eps: as ``aten.batch_norm``.
+        stats: ``"synchronized"`` (statistics over the global batch) or ``"local"`` (over this
+            rank's rows: per-rank statistics, as plain DDP).
+
+    Returns:
+        The normalised output, laid out as ``x``.
+
+    Example:
+        >>> x = torch.randn(4, 3, 2, 2)
+        >>> out = batch_norm("bn", x, None, None, None, None, True, 0.1, 1e-5)
+        >>> round(float(out.mean()), 6), tuple(out.shape)
+        (0.0, (4, 3, 2, 2))
+    """
+    if stats not in BATCH_NORM_MODES:
+        raise ValueError(f"training.batch_norm: {stats!r} is not one of {BATCH_NORM_MODES}")
+    if not training or not isinstance(x, DTensor):
+        return torch.ops.aten.batch_norm.default(x, weight, bias, running_mean, running_var, training,
+                                                 momentum, eps, False)
+    mesh = x.device_mesh
+    for p in x.placements:
+        if p.is_partial() or (isinstance(p, Shard) and p.dim not in (0, 1)):
+            raise UnsupportedBatchNorm(
+                f"node {node_name!r} (aten.batch_norm): input placement {p} is not a batch or channel "
+                "split; the executor's batch norm supports Shard(0), Shard(1) and Replicate")
+    channel = tuple(Shard(0) if isinstance(p, Shard) and p.dim == 1 else Replicate() for p in x.placements)
+    stat_axes = [a for a, p in enumerate(x.placements) if isinstance(p, Shard) and p.dim == 0]
+    grad_channel = tuple(Partial() if a in stat_axes else p for a, p in enumerate(channel))
+
+    def laid_out(t):
+        if not isinstance(t, DTensor):
+            return t
+        if tuple(t.placements) != channel:
+            t = t.redistribute(mesh, channel)
+        return t.to_local(grad_placements=grad_channel)
+
+    xl = x.to_local(grad_placements=x.placements)
+    w, b = laid_out(weight), laid_out(bias)
+    # running statistics: updated in place on this rank's channels; a buffer laid out otherwise
+    # (replicated while the channels are split) is updated on a copy, then gathered back
+    copies = {}
+    for key, buf in (("mean", running_mean), ("var", running_var)):
+        if isinstance(buf, DTensor) and tuple(buf.placements) != channel:
+            copies[key] = buf.redistribute(mesh, channel).to_local().clone()
+    rm = copies.get("mean", _local(running_mean))
+    rv = copies.get("var", _local(running_var))
+    if stats == "local" or not stat_axes:
+        out = torch.ops.aten.batch_norm.default(xl, w, b, rm, rv, True, momentum, eps, False)
+    else:
+        count = x.numel() // x.shape[1]
+        groups = [mesh.get_group(a) for a in stat_axes]
+        out = _SyncBatchNorm.apply(xl, w, b, rm, rv, momentum, eps, count, groups)
+    for key, buf in (("mean", running_mean), ("var", running_var)):
+        if key in copies:
+            updated = DTensor.from_local(copies[key], mesh, channel, run_check=False, shape=buf.shape,
+                                         stride=buf.stride())
+            with torch.no_grad():
+                buf.copy_(updated.redistribute(mesh, buf.placements))
+    return DTensor.from_local(out, mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
