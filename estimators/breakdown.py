@@ -57,6 +57,19 @@ def _node_costs(cg: nx.DiGraph, d: dict, i: int) -> tuple[float, float, float, f
     return float(d["cost"][i][t]), 0.0, float(d["cost"][i][m]), 0.0
 
 
+_PARTS = ("param_bytes", "grad_bytes", "optimizer_bytes", "recompute_bytes")
+
+
+def _memory_parts(d: dict, i: int, memory_bytes: float) -> dict[str, float]:
+    """Parts of a node configuration's memory (:class:`estimators.op_costs.Cost`): parameters,
+    gradients, optimizer state, the saved activations (the rest) and what a recomputing
+    configuration rebuilds in backward (0 when the cost graph does not carry the parts)."""
+    parts = {k: float(d[k][i]) if k in d else 0.0 for k in _PARTS}
+    state = parts["param_bytes"] + parts["grad_bytes"] + parts["optimizer_bytes"]
+    parts["activation_bytes"] = memory_bytes - state if any(k in d for k in _PARTS) else 0.0
+    return parts
+
+
 def _edge_costs(cg: nx.DiGraph, e: dict, i: int, j: int) -> tuple[float, float, float]:
     """(comm_s, memory_bytes, buffer_bytes) of an edge between configurations ``i`` and ``j``."""
     if "comm_s" in e:
@@ -88,8 +101,10 @@ def plan_breakdown(cg: nx.DiGraph, assignment: dict) -> dict:
         "to_layout", "comm_s", "memory_bytes"}, ...]`` (the edges that move data, cost time, hold
         memory or change layout), ``"time_s"``, ``"memory_bytes"`` (the additive objective) and
         ``"peak_memory_bytes"`` (memory plus the largest transient communication buffer, added
-        once)}. A layer's ``memory_bytes`` is its node's own; the memory charged to its incoming
-        edges is in the redistributions.
+        once)}. A layer's ``memory_bytes`` is its node's own (split into ``param_bytes``,
+        ``grad_bytes``, ``optimizer_bytes`` and ``activation_bytes``, with ``recompute_bytes``
+        rebuilt in backward); the memory charged to its incoming edges (saved activations) is in
+        the redistributions.
 
     Example:
         >>> import torch
@@ -118,7 +133,7 @@ def plan_breakdown(cg: nx.DiGraph, assignment: dict) -> dict:
         if kind != "input" or mem:
             layers.append({"node": n, "op": str(d.get("op", "")), "module": str(d.get("module", "")),
                            "kind": kind, "config": str(d["configs"][i]), "compute_s": compute,
-                           "comm_s": comm, "memory_bytes": mem})
+                           "comm_s": comm, "memory_bytes": mem, **_memory_parts(d, i, mem)})
     for u, v, e, operand, cu, cv in edge_order:
         i, j = idx[u], idx[v]
         comm, mem, buf = _edge_costs(cg, e, i, j)

@@ -218,6 +218,81 @@ def saved_spec(node: dict, rules: SavingRules = SavingRules()) -> SavedSpec:
     return SavedSpec(at(0))
 
 
+_COPYING_VIEWS = frozenset({"aten.clone.default", "aten._to_copy.default", "aten.lift_fresh_copy.default"})
+_CASTING_VIEWS = frozenset({"aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout",
+                            "aten.to.device", "aten.type_as.default"})
+_REORDERING_VIEWS = frozenset({"aten.expand.default", "aten.expand_as.default", "aten.transpose.int",
+                               "aten.permute.default", "aten.t.default", "aten.movedim.int",
+                               "aten.swapaxes.default"})
+_MATERIALISING_VIEWS = frozenset({"aten.reshape.default", "aten.contiguous.default",
+                                  "aten.flatten.using_ints"})
+
+
+def copy_key(views, src_dtype: str, dtype: str) -> tuple[str, ...] | None:
+    """The part of a folded view chain that makes a new storage (up to its last copying op), or
+    None when the chain hands its consumer a view of the producer's output.
+
+    Copying ops: a clone or copy, a dtype cast (when the dtypes differ), a reshape/contiguous
+    after an expand or a transpose (HF's ``repeat_kv``: ``expand`` then ``reshape`` materialises
+    the repeated heads). Two operands of one producer with the same key read one storage (the
+    exported program computes the cast once and hands it to every consumer; the executor
+    memoises it the same way), so it is charged once (:class:`estimators.op_costs.GraphInfo`).
+
+    Example:
+        >>> copy_key(["aten.view.default"], "float32", "float32") is None
+        True
+        >>> copy_key(["aten.to.dtype", "aten.view.default"], "bfloat16", "float32")
+        ('aten.to.dtype',)
+        >>> copy_key(["aten.unsqueeze.default", "aten.expand.default", "aten.reshape.default"],
+        ...          "float32", "float32")
+        ('aten.unsqueeze.default', 'aten.expand.default', 'aten.reshape.default')
+    """
+    views = tuple(views)
+    last, reordered = -1, False
+    for i, v in enumerate(views):
+        if v in _COPYING_VIEWS or (src_dtype != dtype and v in _CASTING_VIEWS):
+            last, reordered = i, False
+        elif v in _REORDERING_VIEWS:
+            reordered = True
+        elif v in _MATERIALISING_VIEWS and reordered:
+            last, reordered = i, False
+    if last < 0:
+        return views if src_dtype != dtype else None  # a cast the chain does not name
+    return views[: last + 1]
+
+
+def copies_operand(views, src_dtype: str, dtype: str) -> bool:
+    """Whether a folded view chain hands its consumer a new storage rather than a view of the
+    producer's (see :func:`copy_key`).
+
+    Example:
+        >>> copies_operand(["aten.view.default", "aten.split.Tensor"], "float32", "float32")
+        False
+        >>> copies_operand(["aten.unsqueeze.default", "aten.expand.default", "aten.reshape.default"],
+        ...                "float32", "float32")
+        True
+    """
+    return copy_key(views, src_dtype, dtype) is not None
+
+
+def saved_operand_key(producer: dict, entry: dict, rules: SavingRules) -> tuple[str, ...] | None:
+    """Which storage a saved operand ``entry`` (an ``inputs`` entry reading ``producer``) is:
+    None for the producer's output itself (a view of it), else the :func:`copy_key` of the copy.
+
+    A fused attention kernel's output is allocated b,t,h,d-contiguous, so the usual transpose +
+    contiguous + reshape after it is a view, not a copy.
+
+    Example:
+        >>> p = {"kind": "elementwise", "op": "aten.add.Tensor", "out_dtype": "bfloat16"}
+        >>> saved_operand_key(p, {"views": ["aten.to.dtype"], "dtype": "float32"}, SavingRules())
+        ('aten.to.dtype',)
+    """
+    if producer.get("kind") == "sdpa" and sdpa_path(producer, rules) == "fused":
+        return None
+    return copy_key(entry.get("views") or (), str(producer.get("out_dtype", "float32")),
+                    str(entry.get("dtype", "float32")))
+
+
 def keeps_param(node: dict, shape, inputs_need_grad) -> bool:
     """Whether an operator saves its parameter of ``shape`` for backward (the tensor it computes with).
 

@@ -44,13 +44,16 @@ import numpy as np
 from estimators.collectives import CommModel, grad_all_reduce_time_s
 from estimators.compute import LocalOp, cast_time_s, optimizer_time_s, roofline_time_s
 from estimators.configuration import Configuration, Mesh
-from estimators.memory import (
+from estimators.memory import (  # noqa: F401 - copies_operand re-exported (was defined here)
     SavingRules,
+    copies_operand,
+    copy_key,
     extra_saved_bytes,
     itemsize,
     keeps_param,
     numel,
     optimizer_factor,
+    saved_operand_key,
     saved_spec,
     sdpa_path,
 )
@@ -78,6 +81,14 @@ class Cost:
     memory_bytes: float = 0.0
     buffer_bytes: float = 0.0
     """Largest transient communication buffer (not part of the additive objective)."""
+    param_bytes: float = 0.0
+    """Part of ``memory_bytes``: stored parameters and the compute-dtype copies kept for backward."""
+    grad_bytes: float = 0.0
+    """Part of ``memory_bytes``: parameter gradients."""
+    optimizer_bytes: float = 0.0
+    """Part of ``memory_bytes``: optimizer state. The rest of ``memory_bytes`` is saved activations."""
+    recompute_bytes: float = 0.0
+    """What a recomputing configuration rebuilds in backward (a transient, not in the objective)."""
 
     @property
     def time_s(self) -> float:
@@ -127,13 +138,24 @@ class GraphInfo:
     computes_grad: dict[str, bool]
     """Node -> whether it takes part in backward (has parameters or an operand needing grad)."""
     saving_consumers: dict[str, int]
-    """Node -> number of distinct consumers that save its output as an operand."""
+    """Node -> number of distinct consumers that save its output itself (or a view of it)."""
     output_charged: dict[str, bool]
     """Node -> whether its output storage is charged at the node."""
+    copy_savers: dict[tuple, int] = field(default_factory=dict)
+    """(node, copy key) -> number of distinct consumers that save that copy of its output (a cast
+    or a materialised view, :func:`estimators.memory.saved_operand_key`)."""
+    shared_copies: dict[str, tuple] = field(default_factory=dict)
+    """Node -> ``(operand shape, dtype)`` of each copy of its output that two or more consumers
+    save: one storage, charged once at the node (in its output layout)."""
 
     @staticmethod
     def of(g: nx.DiGraph, rules: SavingRules = DEFAULT_RULES) -> GraphInfo:
         """Derive the facts from an OpGraph's networkx graph (under the executor's ``rules``).
+
+        A storage is charged once, and only where some backward saves it: the output of a node
+        whose consumers save only casts or materialised copies of it (HF's residual stream, read
+        by the next RMSNorm through ``.to(float32)``) is not charged; a copy saved by two
+        consumers (that RMSNorm's pow and mul) is charged once, at the producer.
 
         Example:
             >>> g = nx.DiGraph()
@@ -148,18 +170,47 @@ class GraphInfo:
             computes[n] = d["kind"] != "input" and (bool(d["params"]) or any(needs[s] for s in srcs))
             needs[n] = computes[n] and str(d.get("out_dtype", "float32")).startswith(FLOATING)
         saving = {n: 0 for n in g.nodes}
+        copies: dict[tuple, set] = {}
+        shapes: dict[tuple, tuple] = {}
         for v in g.nodes:
             d = g.nodes[v]
             if not computes[v]:
                 continue
-            for u in {d["inputs"][i]["source"] for i in saved_spec(d, rules).inputs}:
+            views_of: set[str] = set()
+            for i in saved_spec(d, rules).inputs:
+                entry = d["inputs"][i]
+                u = entry["source"]
+                key = saved_operand_key(g.nodes[u], entry, rules)
+                if key is None:
+                    views_of.add(u)
+                else:
+                    copies.setdefault((u, key), set()).add(v)
+                    shapes[(u, key)] = (tuple(entry["shape"]), str(entry.get("dtype", "float32")))
+            for u in views_of:
                 saving[u] += 1
         charged = {
             n: computes[n] and (saved_spec(g.nodes[n], rules).output or saving[n] >= 2) for n in g.nodes
         }
         # A consumer-saved output of a node outside backward (e.g. an input) is still stored.
         charged.update({n: saving[n] >= 2 for n in g.nodes if not computes[n]})
-        return GraphInfo(needs, computes, saving, charged)
+        savers = {k: len(vs) for k, vs in copies.items()}
+        shared: dict[str, tuple] = {}
+        for (u, key), count in sorted(savers.items(), key=lambda kv: repr(kv[0])):
+            if count >= 2:
+                shared[u] = (*shared.get(u, ()), shapes[(u, key)])
+        return GraphInfo(needs, computes, saving, charged, savers, shared)
+
+    def copy_charged(self, u: str, key: tuple | None) -> bool:
+        """Whether the storage ``key`` of ``u``'s output (None: the output itself) is charged at ``u``.
+
+        Example:
+            >>> info = GraphInfo({}, {}, {}, {"u": False}, {("u", ("aten.to.dtype",)): 2})
+            >>> info.copy_charged("u", ("aten.to.dtype",)), info.copy_charged("u", None)
+            (True, False)
+        """
+        if key is None:
+            return bool(self.output_charged.get(u, False))
+        return self.copy_savers.get((u, key), 0) >= 2
 
 
 def _bytes(shape, layout, mesh: Mesh, dtype: str) -> int:
@@ -214,6 +265,25 @@ def _check(name: str, node: dict, config: Configuration, mesh: Mesh) -> None:
             f"node {name!r} configuration {config.label!r}: output layout {config.output} does not "
             f"match mesh {mesh.shape}"
         )
+
+
+def shared_copy_bytes(info: GraphInfo, name: str, node: dict, config: Configuration, mesh: Mesh) -> int:
+    """Local bytes of the copies of ``name``'s output that two or more consumers save
+    (:attr:`GraphInfo.shared_copies`), each once, split as the node's output is.
+
+    Example:
+        >>> from tensoropt.configspace.configuration import Configuration, Mesh
+        >>> info = GraphInfo({}, {}, {}, {}, shared_copies={"a": (((4, 8), "float32"),)})
+        >>> c = Configuration("batch=2", (("batch", (0,)),), (), (), ("S(0)",))
+        >>> shared_copy_bytes(info, "a", {"out_shape": (4, 8)}, c, Mesh((2,), ("gpu",)))
+        64
+    """
+    copies = info.shared_copies.get(name)
+    if not copies:
+        return 0
+    full = numel(tuple(node["out_shape"]))
+    local = numel(local_shape(tuple(node["out_shape"]), tuple(config.output), mesh.shape))
+    return sum(numel(shape) * local // max(1, full) * itemsize(dtype) for shape, dtype in copies)
 
 
 def local_op(node: dict, config: Configuration, mesh: Mesh, info: GraphInfo) -> LocalOp:
@@ -276,7 +346,8 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
     mesh, comm = model.mesh, model.comm
     if node["kind"] == "input":
         out_bytes = _bytes(node["out_shape"], config.output, mesh, node.get("out_dtype", "float32"))
-        return Cost(memory_bytes=float(out_bytes if info.output_charged.get(name) else 0))
+        return Cost(memory_bytes=float((out_bytes if info.output_charged.get(name) else 0)
+                                       + shared_copy_bytes(info, name, node, config, mesh)))
     op = local_op(node, config, mesh, info)
     timed = model.compute_time(name, node, config, op) if model.compute_time else None
     fwd_s, bwd_s = timed if timed is not None else roofline_time_s(model.cluster.device, op)
@@ -333,13 +404,17 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
         out_bytes = _bytes(node["out_shape"], config.output, mesh, out_dtype)
         if info.output_charged.get(name):
             memory += out_bytes
+        memory += shared_copy_bytes(info, name, node, config, mesh)
         memory += extra_saved_bytes(
             node,
             list(op.in_shapes),
             local_shape(tuple(node["out_shape"]), config.output, mesh.shape),
             model.rules,
         )
-    return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer))
+    factor = optimizer_factor(model.optimizer)
+    return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer),
+                param_bytes=float(own_param_bytes + copy_bytes), grad_bytes=float(own_grad_bytes),
+                optimizer_bytes=float(own_param_bytes * factor))
 
 
 def _operand_move(model: CostModel, out_shape, size, src, dim_map, shape, dst, split_axes, grad):
@@ -359,37 +434,6 @@ def _operand_move(model: CostModel, out_shape, size, src, dim_map, shape, dst, s
             [0.0] + [n for _, n, _ in redistribution_steps(shape, size, translated, dst, model.mesh.shape)]
         )
     return t + fwd + bwd, buf, moved
-
-
-_COPYING_VIEWS = frozenset({"aten.clone.default", "aten._to_copy.default", "aten.lift_fresh_copy.default"})
-_REORDERING_VIEWS = frozenset({"aten.expand.default", "aten.expand_as.default", "aten.transpose.int",
-                               "aten.permute.default", "aten.t.default", "aten.movedim.int",
-                               "aten.swapaxes.default"})
-_MATERIALISING_VIEWS = frozenset({"aten.reshape.default", "aten.contiguous.default",
-                                  "aten.flatten.using_ints"})
-
-
-def copies_operand(views, src_dtype: str, dtype: str) -> bool:
-    """Whether a folded view chain hands its consumer a new storage rather than a view of the
-    producer's: a clone or copy, a dtype cast, or a reshape/contiguous after an expand or a
-    transpose (HF's ``repeat_kv``: ``expand`` then ``reshape`` materialises the repeated heads).
-
-    Example:
-        >>> copies_operand(["aten.view.default", "aten.split.Tensor"], "float32", "float32")
-        False
-        >>> copies_operand(["aten.unsqueeze.default", "aten.expand.default", "aten.reshape.default"],
-        ...                "float32", "float32")
-        True
-    """
-    if src_dtype != dtype or any(v in _COPYING_VIEWS for v in views):
-        return True
-    reordered = False
-    for v in views:
-        if v in _REORDERING_VIEWS:
-            reordered = True
-        elif v in _MATERIALISING_VIEWS and reordered:
-            return True
-    return False
 
 
 def edge_cost(
@@ -462,7 +506,7 @@ def edge_cost_table(
     buffer = np.zeros(shape_uv)
     memory = np.zeros(shape_uv)
     srcs, iu = _unique([tuple(c.output) for c in confs_u])
-    charged: list[tuple[np.ndarray, np.ndarray]] = []  # (dst index per v, moved matrix) of charged operands
+    charged: list[tuple] = []  # (dst layout ids, moved matrix, storage key) of charged operands
     for i in operands:
         entry = dv["inputs"][i]
         dim_map = entry.get("dim_map")
@@ -493,20 +537,22 @@ def edge_cost_table(
             nbytes_moved = nbytes[None, :] * factor
         else:
             nbytes_moved = np.broadcast_to(nbytes[None, :], mv.shape)
-        fused_sdpa = du.get("kind") == "sdpa" and sdpa_path(du, model.rules) == "fused"  # b,t,h,d-contiguous
-        if not fused_sdpa and copies_operand(entry.get("views") or (), str(du.get("out_dtype", "float32")),
-                                             dtype):
-            charge = np.where(mv, nbytes_moved, nbytes[None, :])  # its own storage, whatever u saves
+        storage = saved_operand_key(du, entry, model.rules)  # None: u's output itself (a view of it)
+        if storage is not None:  # a copy (cast, materialised view): its own storage, whatever u saves,
+            # charged at u when two or more consumers save it (GraphInfo.shared_copies)
+            charge = np.where(mv, nbytes_moved, 0.0 if info.copy_charged(u, storage) else nbytes[None, :])
         else:  # a view of u's output: the saved storage is u's whole output (q, k, v of one split)
             whole = np.array([_bytes(out_shape, src, model.mesh, du.get("out_dtype", "float32"))
                               for src in srcs], dtype=np.float64)[iu]
             kept = np.maximum(nbytes[None, :], whole[:, None])
             charge = np.where(mv, nbytes_moved, 0.0 if charged_u else kept)
         layout_ids = np.array([hash(lay) for lay in layouts], dtype=np.int64)[il]
-        for prev_ids, prev_moved in charged:  # views of u's output saved twice: one storage, once;
+        for prev_ids, prev_moved, prev_storage in charged:  # one storage saved twice: charged once;
             # each redistributed operand is its own copy (q, k, v of one split: three storages)
+            if prev_storage != storage:
+                continue
             same = (prev_ids == layout_ids)[None, :] & ~prev_moved & ~mv
             charge = np.where(same, 0.0, charge)
-        charged.append((layout_ids, mv))
+        charged.append((layout_ids, mv, storage))
         memory += charge
     return {"comm_s": comm, "memory_bytes": memory, "buffer_bytes": buffer}

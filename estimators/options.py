@@ -117,7 +117,8 @@ def _copies_kept_for_recompute(model: CostModel, info: GraphInfo, node: dict, ba
 
 
 def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configuration, base: Configuration):
-    """(communication s, optimizer s, memory bytes, buffer bytes, redistributions) changes of zero3.
+    """(communication s, optimizer s, [parameter, gradient, optimizer-state bytes], buffer bytes,
+    redistributions) changes of zero3.
 
     Per parameter (``ParamBytes`` b computed with, s stored): parameter, gradient and optimizer
     state shrink to the shard. In a mixed precision the shard is cast to the compute dtype before
@@ -130,16 +131,19 @@ def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configur
     stored, computed, sync = dict(config.params), dict(base.params), dict(config.grad_sync_axes)
     need = [info.needs_grad.get(e["source"], False) for e in node["inputs"]]
     mixed = model.precision.mixed
-    comm_s, full_total, shard_total, memory, buffer = 0.0, 0, 0, 0, 0.0
+    comm_s, full_total, shard_total, buffer = 0.0, 0, 0, 0.0
+    memory = [0, 0, 0]  # parameters (and kept copies), gradients, optimizer state
     for key, shape in node["params"].items():
         if key in shared:
             continue
         b = param_bytes(model, shape, computed[key], dtype)
         s = param_bytes(model, shape, stored[key], dtype)
         full_total, shard_total = full_total + b.stored, shard_total + s.stored
-        memory -= (b.stored - s.stored) * (1 + optimizer_factor(model.optimizer)) + (b.grad - s.grad)
+        memory[0] -= b.stored - s.stored
+        memory[1] -= b.grad - s.grad
+        memory[2] -= (b.stored - s.stored) * optimizer_factor(model.optimizer)
         if mixed and keeps_param(node, shape, need):  # the gathered copy is a recipe: not kept
-            memory -= b.compute
+            memory[0] -= b.compute
         axes = sync.get(key, ())
         if axes:
             comm_s += (
@@ -157,7 +161,8 @@ def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configur
 
 
 def _zero12_delta(model: CostModel, info: GraphInfo, node: dict, config: Configuration, base: Configuration):
-    """(communication s, optimizer s, memory bytes, buffer bytes, redistributions) changes of zero1/zero2.
+    """(communication s, optimizer s, [parameter, gradient, optimizer-state bytes], buffer bytes,
+    redistributions) changes of zero1/zero2.
 
     The updated (master) shards are all-gathered in the stored dtype, zero2's gradients
     reduce-scattered in the gradient dtype.
@@ -166,16 +171,17 @@ def _zero12_delta(model: CostModel, info: GraphInfo, node: dict, config: Configu
     dtype = str(node.get("out_dtype", "float32"))
     shapes, computed, sync = node["params"], dict(base.params), dict(config.grad_sync_axes)
     grads_too = "zero2" in config.options
-    comm_s, full_total, shard_total, memory, buffer = 0.0, 0, 0, 0, 0.0
+    comm_s, full_total, shard_total, buffer = 0.0, 0, 0, 0.0
+    memory = [0, 0, 0]  # parameters, gradients, optimizer state
     for key, layout in state_layouts(config, shapes, mesh).items():
         b = param_bytes(model, shapes[key], computed[key], dtype)
         s = param_bytes(model, shapes[key], layout, dtype)
         full_total, shard_total = full_total + b.stored, shard_total + s.stored
-        memory -= (b.stored - s.stored) * optimizer_factor(model.optimizer)
+        memory[2] -= (b.stored - s.stored) * optimizer_factor(model.optimizer)
         axes = sync[key]
         comm_s += comm.time_s("all_gather", b.stored, axes)
         if grads_too:
-            memory -= b.grad - s.grad
+            memory[1] -= b.grad - s.grad
             comm_s += comm.time_s("reduce_scatter", b.grad, axes) - grad_all_reduce_time_s(comm, b.grad, axes)
         buffer = max(buffer, b.stored, b.grad if grads_too else 0)
     device, n = model.cluster.device, len(shapes)
@@ -199,21 +205,29 @@ def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, c
     if not config.options:
         return cost
     compute_s, comm_s, memory, buffer = cost.compute_s, cost.comm_s, cost.memory_bytes, cost.buffer_bytes
+    parts = [cost.param_bytes, cost.grad_bytes, cost.optimizer_bytes]
+    rebuilt = 0.0
     device = model.cluster.device
     compute_s += node_overhead_s(device, node, config) - node_overhead_s(device, node, base)
     if "recompute" in config.options:
         extra_s, dropped = _recompute_delta(model, info, name, node, base)
         compute_s += extra_s
         memory -= dropped
+        rebuilt = float(dropped)
         if model.precision.mixed and "zero3" not in config.options:
-            memory += _copies_kept_for_recompute(model, info, node, base)
+            kept = _copies_kept_for_recompute(model, info, node, base)
+            memory += kept
+            parts[0] += kept
     zero = _zero3_delta if "zero3" in config.options else _zero12_delta
     if {"zero1", "zero2", "zero3"} & set(config.options):
         d_comm, d_opt, d_mem, d_buf, moves = zero(model, info, node, config, base)
         d_comm += moves * device.redistribute_overhead_s
-        comm_s, compute_s, memory = comm_s + d_comm, compute_s + d_opt, memory + d_mem
+        comm_s, compute_s, memory = comm_s + d_comm, compute_s + d_opt, memory + sum(d_mem)
+        parts = [p + d for p, d in zip(parts, d_mem)]
         buffer = max(buffer, d_buf)
-    return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer))
+    return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer),
+                param_bytes=float(parts[0]), grad_bytes=float(parts[1]), optimizer_bytes=float(parts[2]),
+                recompute_bytes=rebuilt)
 
 
 def option_edge_table(

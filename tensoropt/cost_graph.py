@@ -10,7 +10,9 @@ in bytes (parameters, gradients, optimizer state, saved activations; see
 Node attributes added: ``cost``, ``configs`` (labels, index-aligned with the rows),
 ``configurations`` (the :class:`Configuration` objects), ``op``, ``kind``, ``module`` and the
 per-configuration components ``compute_s``, ``comm_s``, ``memory_bytes``, ``buffer_bytes``
-(1-D arrays). Edge attributes: ``cost`` and the components ``comm_s``, ``memory_bytes``,
+and the parts of ``memory_bytes`` ``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` (the rest
+is saved activations), with ``recompute_bytes`` (rebuilt in backward; a transient) (1-D arrays).
+Edge attributes: ``cost`` and the components ``comm_s``, ``memory_bytes``,
 ``buffer_bytes`` (C_u x C_v). Graph attributes: ``mesh``, ``num_devices``, ``cluster`` (the
 :class:`estimators.profiles.Cluster`), ``objectives``, ``optimizer``, ``compute_mode``.
 """
@@ -68,6 +70,7 @@ def _node_key(name: str, node: dict, info: GraphInfo) -> tuple:
         info.computes_grad.get(name),
         info.needs_grad.get(name),
         info.output_charged.get(name),
+        info.shared_copies.get(name),
     )
 
 
@@ -249,7 +252,8 @@ def _components(costs) -> dict[str, np.ndarray]:
         k: np.vectorize(lambda c, k=k: getattr(c, k), otypes=[np.float64])(arr)
         if arr.size
         else np.zeros(arr.shape)
-        for k in ("compute_s", "comm_s", "memory_bytes", "buffer_bytes")
+        for k in ("compute_s", "comm_s", "memory_bytes", "buffer_bytes", "param_bytes", "grad_bytes",
+                  "optimizer_bytes", "recompute_bytes")
     }
 
 
