@@ -8,6 +8,8 @@ Node cost c(v, s) (shared/guide/ALGORITHM.md):
   (``Configuration.partial_axes``: all-reduce to R, or reduce-scatter to S with an all-gather
   backward) and the weight-gradient all-reduce over ``grad_sync_axes``, bucketed
   (:func:`estimators.collectives.grad_all_reduce_time_s`);
+* a training batch norm whose batch is split, with synchronised statistics: one all-reduce of
+  its packed per-channel sums per direction (:mod:`estimators.batch_norm`);
 * memory: local parameters x (1 + 1 gradient + optimizer state factor) (in a mixed precision,
   :mod:`tensoropt.precision`: float32 master, gradient and state, plus the compute-dtype copy of
   each parameter the operator keeps for backward, :func:`estimators.memory.keeps_param`), the
@@ -41,6 +43,9 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
+from estimators.batch_norm import SYNC_EXTRA_OPERATORS
+from estimators.batch_norm import stats_time_s as bn_stats_time_s
+from estimators.batch_norm import synchronized as bn_synchronized
 from estimators.collectives import CommModel, grad_all_reduce_time_s
 from estimators.compute import LocalOp, cast_time_s, optimizer_time_s, roofline_time_s
 from estimators.configuration import Configuration, Mesh
@@ -119,6 +124,9 @@ class CostModel:
     compute_time: Callable | None = None
     rules: SavingRules = field(default_factory=SavingRules)
     precision: Precision = field(default_factory=lambda: get_precision("fp32"))
+    batch_norm_stats: str = "synchronized"
+    """``training.batch_norm``: a batch-split batch norm's statistics summed across ranks (priced:
+    :mod:`estimators.batch_norm`) or per rank (``local``, free)."""
     comm: CommModel = field(init=False)
     operand_cache: dict = field(init=False, default_factory=dict, repr=False)
     """Memo of per-operand redistribution costs (identical layers and configurations repeat)."""
@@ -382,6 +390,10 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
         + cast_time_s(device, cast_bytes, 2 * len(node["params"]) if mixed else 0)
     )
     out_dtype = str(node.get("out_dtype", "float32"))
+    if bn_synchronized(node, config, model.batch_norm_stats):  # cross-rank statistics, both ways
+        comm_s += bn_stats_time_s(comm, node, config, info.computes_grad.get(name, True),
+                                  model.batch_norm_stats, itemsize(out_dtype))
+        compute_s += SYNC_EXTRA_OPERATORS * device.op_overhead_dtensor_s
     if config.partial_axes:
         src = tuple("P" if a in config.partial_axes else p for a, p in enumerate(config.output))
         # a batch-split cross entropy the executor runs on local shards leaves the loss a partial

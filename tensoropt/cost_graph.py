@@ -102,6 +102,7 @@ def cost_graph(
     cache_dir: str | os.PathLike | None = None,
     sdpa_backend: str = "auto",
     batch_norm: str = "auto",
+    batch_norm_stats: str = "synchronized",
     progress: Callable[[int, int], None] | None = None,
     memory_options: Sequence[str] = (),
     precision: str = "fp32",
@@ -123,8 +124,12 @@ def cost_graph(
         cache_dir: profiled-mode cache directory.
         sdpa_backend: the attention kernel the executor will use ("auto": torch's choice on the
             cluster's device; "math"; "fused"): it decides what attention saves for backward.
-        batch_norm: "native", "decomposed" (tensoropt's executor's synchronised batch norm, which
-            saves more) or "auto" (decomposed on more than one device, as the executor runs it).
+        batch_norm: what a batch norm saves: "native" (aten's: input + per-channel statistics),
+            "decomposed" (a batch norm written with tensor ops: the centred and normalised input too)
+            or "auto" (native: tensoropt's executor saves what aten does, synchronised or not).
+        batch_norm_stats: the job's ``training.batch_norm``: "synchronized" (a batch-split batch
+            norm's statistics all-reduced across ranks, priced by :mod:`estimators.batch_norm`) or
+            "local" (per-rank statistics, as plain DDP: no collective).
         progress: called as ``progress(done, total)`` while nodes and edges are priced.
         memory_options: some of ``"recompute"``, ``"zero1"``, ``"zero2"``, ``"zero3"``: multiply the
             configurations with these options (:mod:`tensoropt.configspace.options`, priced by
@@ -170,10 +175,10 @@ def cost_graph(
         timer = ProfiledCompute(cl.device, program=getattr(graph, "program", None), cache_dir=cache_dir,
                                 co_runners=co_runners)
     if batch_norm == "auto":
-        batch_norm = "decomposed" if mesh.num_devices > 1 else "native"
+        batch_norm = "native"
     rules = SavingRules(cl.device.kind, sdpa_backend, batch_norm)
     model = CostModel(cl, mesh, optimizer, compute_time=timer, rules=rules,
-                      precision=get_precision(precision))
+                      precision=get_precision(precision), batch_norm_stats=batch_norm_stats)
     info = GraphInfo.of(g, rules)
     if memory_options:
         from tensoropt.configspace.options import with_options

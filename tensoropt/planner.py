@@ -106,7 +106,8 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         G = cost_graph(graph, cluster, num_devices, batch_size=job.training.global_batch_size,
                        optimizer=job.training.optimizer, compute_mode=job.planner.compute,
                        progress=graph_progress, memory_options=job.training.memory_options,
-                       configurations=configs, precision=job.training.precision)
+                       configurations=configs, precision=job.training.precision,
+                       batch_norm_stats=job.training.batch_norm)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
     timing["cost_graph"] = time.perf_counter() - start

@@ -34,7 +34,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
 from tensoropt.config import BATCH_NORM_MODES
 
-__all__ = ["BATCH_NORM_MODES", "UnsupportedBatchNorm", "batch_norm"]
+__all__ = ["BATCH_NORM_MODES", "UnsupportedBatchNorm", "batch_norm", "synchronized_batch_norm"]
 
 _NO_TRAINING = torch.ops.aten._native_batch_norm_legit_no_training.default
 _BACKWARD = torch.ops.aten.native_batch_norm_backward.default
@@ -106,6 +106,30 @@ class _SyncBatchNorm(torch.autograd.Function):
         return dx, grad_w, grad_b, None, None, None, None, None, None
 
 
+def synchronized_batch_norm(x: torch.Tensor, weight, bias, running_mean, running_var, momentum: float,
+                            eps: float, count: int, groups: list) -> torch.Tensor:
+    """Training batch norm of this rank's rows ``x`` (plain tensors) with statistics summed over ``groups``.
+
+    The local-tensor kernel of :func:`batch_norm` (one all-reduce per group in each direction);
+    usable in eager code too, e.g. as a CPU stand-in for ``torch.nn.SyncBatchNorm``, which runs
+    on GPUs only.
+
+    Args:
+        x: this rank's rows, ``n x C x ...``; weight, bias, running_mean, running_var: ``C`` each
+            or None (the running statistics are updated in place).
+        momentum, eps: as ``aten.batch_norm``.
+        count: elements per channel over every rank (``N x H x W`` of the global batch).
+        groups: the process groups whose ranks hold the other rows (summed one after the other).
+
+    Example:
+        >>> x = torch.randn(4, 3, 2, 2)
+        >>> out = synchronized_batch_norm(x, None, None, None, None, 0.1, 1e-5, 16, [])  # no group: local
+        >>> torch.allclose(out, torch.nn.functional.batch_norm(x, None, None, training=True), atol=1e-5)
+        True
+    """
+    return _SyncBatchNorm.apply(x, weight, bias, running_mean, running_var, momentum, eps, count, groups)
+
+
 def _local(t):
     return t.to_local() if isinstance(t, DTensor) else t
 
@@ -130,8 +154,8 @@ def batch_norm(node_name: str, x, weight, bias, running_mean, running_var, train
     Example:
         >>> x = torch.randn(4, 3, 2, 2)
         >>> out = batch_norm("bn", x, None, None, None, None, True, 0.1, 1e-5)
-        >>> round(float(out.mean()), 6), tuple(out.shape)
-        (0.0, (4, 3, 2, 2))
+        >>> abs(float(out.mean())) < 1e-6, tuple(out.shape)
+        (True, (4, 3, 2, 2))
     """
     if stats not in BATCH_NORM_MODES:
         raise ValueError(f"training.batch_norm: {stats!r} is not one of {BATCH_NORM_MODES}")
@@ -170,7 +194,7 @@ def batch_norm(node_name: str, x, weight, bias, running_mean, running_var, train
     else:
         count = x.numel() // x.shape[1]
         groups = [mesh.get_group(a) for a in stat_axes]
-        out = _SyncBatchNorm.apply(xl, w, b, rm, rv, momentum, eps, count, groups)
+        out = synchronized_batch_norm(xl, w, b, rm, rv, momentum, eps, count, groups)
     for key, buf in (("mean", running_mean), ("var", running_var)):
         if key in copies:
             updated = DTensor.from_local(copies[key], mesh, channel, run_check=False, shape=buf.shape,

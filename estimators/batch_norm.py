@@ -1,0 +1,109 @@
+"""Time of a batch norm's cross-rank statistics when its batch is split (torch-free).
+
+tensoropt's executor runs a training-mode batch norm whose batch dim is split over some mesh
+axes (its statistics axes) as ``torch.nn.SyncBatchNorm`` does when the job's
+``training.batch_norm`` is ``synchronized`` (:mod:`tensoropt.executor.batch_norm`): per
+statistics axis, one all-reduce in forward of the packed per-channel ``[sum, sum of squares]``
+(``2 C_local`` float64 numbers) and, when the node takes part in backward, one in backward of
+``[sum dy, sum dy * xhat]`` (``2 C_local`` numbers of the activation dtype); ``C_local`` is the
+channel count over the node's channel split. Each is priced by
+:meth:`estimators.collectives.CommModel.time_s` (latency and bytes; on the 2-process gloo
+profile a small all-reduce is ~1.1 ms, so the toy CNN's two batch norms add ~4.5 ms to a
+data-parallel step). The per-channel arithmetic around the collectives runs as extra program
+nodes: :data:`SYNC_EXTRA_OPERATORS` operators' host overhead (``op_overhead_dtensor_s`` each).
+``local`` statistics (DDP's per-rank batch norm) cost nothing beyond the op.
+"""
+
+from __future__ import annotations
+
+from estimators.collectives import CommModel
+
+BATCH_NORM_STATS = ("synchronized", "local")
+"""``training.batch_norm`` (see tensoropt.config.BATCH_NORM_MODES, the same names)."""
+
+STATS_ITEMSIZE = 8
+"""Forward statistics are packed as float64 (their combination cancels in float32)."""
+
+SYNC_EXTRA_OPERATORS = 4
+"""Host overhead of the synchronised batch norm's per-channel arithmetic, in graph operators: its
+replayed program has ~45 nodes (forward: var_mean, shift, pack, all-reduce, combine, casts, the
+fused normalisation, running-statistics updates; backward: the fused local sums, pack,
+all-reduce, the input gradient) where the native op has ~6, and one graph operator replays as
+~9 nodes (``op_overhead_dtensor_s``, estimators/overhead.py)."""
+
+
+def _shard_dim(p: str) -> int | None:
+    return int(p[2:-1]) if str(p).startswith("S(") else None
+
+
+def stats_axes(config) -> tuple[int, ...]:
+    """Mesh axes over which a batch norm under ``config`` splits its batch (its input's dim 0).
+
+    Example:
+        >>> from estimators.configuration import Configuration
+        >>> c = Configuration("batch=2", (("batch", (0,)),), (("S(0)", "S(1)"),), (), ("S(0)", "S(1)"))
+        >>> stats_axes(c)
+        (0,)
+    """
+    if config is None or not config.inputs:
+        return ()
+    return tuple(a for a, p in enumerate(config.inputs[0]) if _shard_dim(p) == 0)
+
+
+def synchronized(node: dict, config, mode: str) -> bool:
+    """Whether the executor sums ``node``'s statistics across ranks (a training batch norm whose batch
+    is split, ``mode`` synchronized).
+
+    Example:
+        >>> from estimators.configuration import Configuration
+        >>> bn = {"kind": "batch_norm", "attrs": {"training": True}, "inputs": [{"shape": (8, 4, 2, 2)}]}
+        >>> c = Configuration("batch=2", (("batch", (0,)),), (("S(0)",),), (), ("S(0)",))
+        >>> synchronized(bn, c, "synchronized"), synchronized(bn, c, "local")
+        (True, False)
+    """
+    if mode not in BATCH_NORM_STATS:
+        raise ValueError(f"batch_norm statistics must be one of {BATCH_NORM_STATS}, got {mode!r}")
+    if node.get("kind") != "batch_norm" or not (node.get("attrs") or {}).get("training", True):
+        return False
+    return mode == "synchronized" and bool(stats_axes(config))
+
+
+def stats_time_s(comm: CommModel, node: dict, config, backward: bool, mode: str = "synchronized",
+                 itemsize: int = 4) -> float:
+    """Seconds of the statistics' all-reduces of one batch norm under ``config`` (0 when not synchronised).
+
+    Args:
+        comm: the mesh's collective model.
+        node: the OpGraph node (``kind``, ``attrs.training``, ``inputs[0].shape``: N x C x ...).
+        config: its configuration (input 0's layout gives the batch and channel splits).
+        backward: whether the node takes part in backward (its backward all-reduce).
+        mode: ``training.batch_norm``: ``synchronized`` or ``local``.
+        itemsize: bytes per element of the activation (the backward sums).
+
+    Example:
+        >>> from estimators.configuration import Configuration, Mesh
+        >>> from estimators.profiles import load_cluster
+        >>> comm = CommModel(load_cluster("cpu-local"), Mesh((2,), ("gpu",)))
+        >>> bn = {"kind": "batch_norm", "attrs": {"training": True}, "inputs": [{"shape": (8, 4, 2, 2)}]}
+        >>> c = Configuration("batch=2", (("batch", (0,)),), (("S(0)",),), (), ("S(0)",))
+        >>> both = stats_time_s(comm, bn, c, backward=True)
+        >>> both == comm.time_s("all_reduce", 64, (0,)) + comm.time_s("all_reduce", 32, (0,))
+        True
+        >>> stats_time_s(comm, bn, c, backward=True, mode="local")
+        0.0
+    """
+    if not synchronized(node, config, mode):
+        return 0.0
+    shape = node["inputs"][0]["shape"]
+    channels = shape[1] if len(shape) > 1 else 1
+    split = 1
+    for axis, p in enumerate(config.inputs[0]):
+        if _shard_dim(p) == 1:
+            split *= comm.mesh.shape[axis]
+    local = -(-channels // split)
+    total = 0.0
+    for axis in stats_axes(config):
+        total += comm.time_s("all_reduce", 2 * local * STATS_ITEMSIZE, (axis,))
+        if backward:
+            total += comm.time_s("all_reduce", 2 * local * itemsize, (axis,))
+    return total
