@@ -84,9 +84,10 @@ def spec_of(name: str, steps: int = 5):
                      optimizer="adamw", lr=LR, steps=steps)
 
 
-def plan_model(name: str, cluster: str, compute: str) -> dict[str, dict]:
+def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchronized") -> dict[str, dict]:
     """Plan documents of model ``name`` at 2 devices: ``dp`` (all ``batch=2``) and ``fast`` (the
-    frontier's fastest), each with its predicted ``time_s`` / ``memory_bytes``, and the frontier size."""
+    frontier's fastest), each with its predicted ``time_s`` / ``memory_bytes``, and the frontier size.
+    ``batch_norm``: the job's ``training.batch_norm`` the plans are priced for."""
     import frontier
     from tensoropt.capture import capture
     from tensoropt.cost_graph import cost_graph
@@ -96,7 +97,7 @@ def plan_model(name: str, cluster: str, compute: str) -> dict[str, dict]:
     batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
     graph = capture(spec.build_model(), batch)
     cg = cost_graph(graph, cluster, NPROC, batch_size=spec.global_batch_size, optimizer="adamw",
-                    compute_mode=compute)
+                    compute_mode=compute, batch_norm_stats=batch_norm)
     points = frontier.solve(cg)
 
     def doc(plan_id: str, assignment: dict) -> dict:
