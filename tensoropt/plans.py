@@ -67,15 +67,37 @@ class Layer:
     """Communication inside the operator (partial-sum reduction, gradient sync)."""
     memory_bytes: float
     """Per-device memory the operator holds (parameters, gradients, optimizer state, activations)."""
+    param_bytes: float = 0.0
+    """Part of ``memory_bytes``: its parameters (and the compute-dtype copies it keeps)."""
+    grad_bytes: float = 0.0
+    """Part of ``memory_bytes``: its parameters' gradients."""
+    optimizer_bytes: float = 0.0
+    """Part of ``memory_bytes``: its optimizer state."""
+    activation_bytes: float = 0.0
+    """Part of ``memory_bytes``: what it saves for backward (its operands in its layout included)."""
+    recompute_bytes: float = 0.0
+    """Transient, not in ``memory_bytes``: what a recomputing configuration rebuilds in backward."""
+    buffer_bytes: float = 0.0
+    """Transient, not in ``memory_bytes``: its largest communication buffer."""
 
     def to_json(self) -> dict:
-        """JSON form (a flat dict)."""
-        return dict(self.__dict__)
+        """JSON form (a flat dict; memory parts that are 0 are left out).
+
+        Example:
+            >>> layer = Layer("fc", "aten.linear.default", "fc", "replicate", 0.5, 0.0, 8, param_bytes=8)
+            >>> layer.to_json()["param_bytes"], "grad_bytes" in layer.to_json()
+            (8, False)
+        """
+        return {k: v for k, v in self.__dict__.items() if k not in _LAYER_PARTS or v}
 
     @staticmethod
     def from_json(data: dict) -> Layer:
-        """Inverse of :meth:`to_json`."""
-        return Layer(**{k: data[k] for k in Layer.__dataclass_fields__})
+        """Inverse of :meth:`to_json` (plan files without the memory parts read them as 0)."""
+        return Layer(**{k: data[k] for k in Layer.__dataclass_fields__ if k in data})
+
+
+_LAYER_PARTS = frozenset({"param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes",
+                          "recompute_bytes", "buffer_bytes"})
 
 
 @dataclass

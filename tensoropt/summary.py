@@ -61,6 +61,11 @@ def summarize_split(ops: dict[str, str], nx_graph: nx.DiGraph, max_labels: int =
     return "; ".join(parts)
 
 
+def _config_index(G: nx.DiGraph, node: str, choice) -> int:
+    """Row of ``choice`` (an index or a label) among ``node``'s configurations."""
+    return G.nodes[node]["configs"].index(choice) if isinstance(choice, str) else int(choice)
+
+
 def plan_summary(graph, ops: dict[str, str]) -> str:
     """:func:`summarize_split` of an OpGraph (or a networkx graph)."""
     return summarize_split(ops, getattr(graph, "nx", graph))
@@ -90,6 +95,8 @@ def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> tuple[list[
     edge_memory: dict[str, float] = {}
     for r in b["redistributions"]:
         edge_memory[r["dst"]] = edge_memory.get(r["dst"], 0.0) + r["memory_bytes"]
+    buffers = {n: float(G.nodes[n]["buffer_bytes"][_config_index(G, n, assignment[n])])
+               for n in G if "buffer_bytes" in G.nodes[n]}
     layers = []
     for row in b["layers"]:
         node, kind, op, module = row["node"], row["kind"], row["op"], row["module"]
@@ -99,9 +106,15 @@ def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> tuple[list[
             op, module = op or str(attrs.get("op", "")), module or str(attrs.get("module", ""))
         if kind == "input":
             continue
+        saved_operands = edge_memory.get(node, 0.0)
         layers.append(Layer(node=node, op=op, module=module, config=row["config"],
                             compute_s=row["compute_s"], comm_s=row["comm_s"],
-                            memory_bytes=row["memory_bytes"] + edge_memory.get(node, 0.0)))
+                            memory_bytes=row["memory_bytes"] + saved_operands,
+                            param_bytes=row.get("param_bytes", 0.0), grad_bytes=row.get("grad_bytes", 0.0),
+                            optimizer_bytes=row.get("optimizer_bytes", 0.0),
+                            activation_bytes=row.get("activation_bytes", 0.0) + saved_operands,
+                            recompute_bytes=row.get("recompute_bytes", 0.0),
+                            buffer_bytes=buffers.get(node, 0.0)))
     moves = [Redistribution(r["src"], r["dst"], r["from_layout"], r["to_layout"], r["comm_s"],
                             r["memory_bytes"])
              for r in b["redistributions"] if r["comm_s"] > 0 or r["from_layout"] != r["to_layout"]]

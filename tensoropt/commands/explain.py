@@ -1,4 +1,5 @@
-"""``tensoropt explain PLAN.json``: the per-operator table of a plan and its redistributions.
+"""``tensoropt explain PLAN.json``: the per-operator table of a plan, its memory per device layer by
+layer (:mod:`tensoropt.commands.explain_memory`) and its redistributions.
 
 Also ``tensoropt explain DIR/frontier.json --id d8-p3`` for any plan of a frontier file.
 """
@@ -11,6 +12,7 @@ import json
 from pathlib import Path
 
 from tensoropt.commands import CommandError, command_parser
+from tensoropt.commands.explain_memory import memory_table
 from tensoropt.config import format_size
 from tensoropt.plans import FrontierFile, PlanFile, PlanFileError, plan_file_text
 from tensoropt.tables import format_time, layers_table, redistributions_table
@@ -70,6 +72,8 @@ def explain_text(plan_file: PlanFile, sort: str = "graph") -> str:
         memory = sum(x.memory_bytes for x in plan.layers)
         lines.append(f"operators: {len(plan.layers)}; compute {format_time(compute)}, communication inside "
                      f"operators {format_time(comm)}, memory {format_size(memory)}")
+        lines.append("")
+        lines.append(memory_table(plan_file))
     else:
         lines.append("(this plan has no per-operator breakdown)")
     lines.append("")

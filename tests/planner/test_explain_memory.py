@@ -1,0 +1,81 @@
+"""`tensoropt explain`: the chosen plan's memory per device, layer by layer (issue 18)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tensoropt import cli
+from tensoropt.commands.explain import load_plan
+from tensoropt.commands.explain_memory import memory_by_layer
+from tensoropt.config import load_job
+from tensoropt.planner import capture_job
+
+GPT_JOB = textwrap.dedent("""\
+    model:
+      name: gpt
+      kwargs: {layers: 2, width: 32, heads: 2}
+      seq_len: 16
+      vocab_size: 64
+    training: {global_batch_size: 4, optimizer: adamw, memory_options: [recompute, zero3]}
+    cluster: cpu-local
+    devices: [2]
+""")
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("explain")
+    job = folder / "job.yaml"
+    job.write_text(GPT_JOB)
+    assert cli.main(["plan", str(job), "--out", str(folder / "out"), "--quiet", "--no-plot"]) == 0
+    return job, folder / "out"
+
+
+def test_every_operator_memory_splits_into_its_parts(planned):
+    _, out = planned
+    for plan_id in ("d2-p0", None):  # the fastest plan and the selected one
+        plan = load_plan(str(out / "frontier.json") if plan_id else str(out / "plan.json"), plan_id).plan
+        assert sum(x.memory_bytes for x in plan.layers) == pytest.approx(plan.memory_bytes, rel=1e-9)
+        for x in plan.layers:
+            parts = x.param_bytes + x.grad_bytes + x.optimizer_bytes + x.activation_bytes
+            assert parts == pytest.approx(x.memory_bytes, rel=1e-9, abs=1e-6), x
+
+
+def test_identical_blocks_get_identical_rows_and_parameters_add_up(planned):
+    job, out = planned
+    plan_file = load_plan(str(out / "frontier.json"), "d2-p0")
+    rows = {m.layer: m for m in memory_by_layer(plan_file.plan.layers)}
+    blocks = sorted(name for name in rows if name.split(".")[-1].isdigit())
+    assert len(blocks) == 2
+    a, b = (rows[name] for name in blocks)
+    assert (a.operators, a.memory_bytes, a.activation_bytes) == (
+        b.operators, b.memory_bytes, b.activation_bytes)
+    # AdamW: the optimizer keeps two parameter-sized tensors of every parameter it steps
+    assert sum(m.optimizer_bytes for m in rows.values()) == pytest.approx(
+        2 * sum(m.param_bytes for m in rows.values()))
+    # on 2 devices no parameter is held more than whole, and every one is held at least halved
+    graph = capture_job(load_job(job))
+    whole = 4 * sum(n for _, d in graph.nx.nodes(data=True) for k, s in d["params"].items()
+                    if k not in (d.get("shared_params") or ()) for n in [_numel(s)])
+    held = sum(m.param_bytes for m in rows.values())
+    assert whole / 2 <= held <= whole
+
+
+def test_explain_prints_the_layer_table(planned, capsys):
+    _, out = planned
+    assert cli.main(["explain", str(out / "plan.json")]) == 0
+    text = capsys.readouterr().out
+    table = text[text.index("memory per device by layer:"):]
+    for column in ("parameters", "gradients", "optimizer", "activations", "recompute transient",
+                   "largest transient"):
+        assert column in table.splitlines()[1]
+    assert "blocks.0" in table and "blocks.1" in table and "\ntotal " in table
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
