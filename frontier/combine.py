@@ -73,6 +73,9 @@ class Combiner:
     """Configurations per variable."""
     box_eps: float = 0.0
     """Epsilon-box factor applied when a variable is dropped (0 = exact)."""
+    box_min_candidates: float = 0.0
+    """Only combines generating more candidates than this are boxed (the sweep steps of a deep
+    model); the others stay exact and add no boxing step to the tracked depth."""
     reuse: bool = True
     """Memoise results of identical combines."""
     bounded: bool = True
@@ -91,7 +94,8 @@ class Combiner:
         pos = {v: i for i, v in enumerate(full)}
         arranged = sorted(tables, key=lambda t: (tuple(pos[v] for v in t.scope), t.digest))
         h = hashlib.blake2b(digest_size=16)
-        h.update(repr((tuple(self.sizes[v] for v in full), drop is None, self.box_eps)).encode())
+        h.update(repr((tuple(self.sizes[v] for v in full), drop is None, self.box_eps,
+                       self.box_min_candidates)).encode())
         for t in arranged:
             h.update(t.digest)
             h.update(repr(tuple(pos[v] for v in t.scope)).encode())
@@ -108,13 +112,12 @@ class Combiner:
         hit = self._memo.get(digest) if self.reuse else None
         if hit is None:
             hit = self._compute(arranged, out_scope, drop)
-            self._count_kept(hit)
+            self._count_kept(hit[:4])
             if self.reuse:
                 self._memo[digest] = hit
         else:
             self.stats.reused += 1
-        cost, start, rows, vals = hit
-        boxed = int(drop is not None and self.box_eps > 0)
+        cost, start, rows, vals, boxed = hit
         return Table(
             scope=out_scope,
             shape=tuple(self.sizes[v] for v in out_scope),
@@ -135,7 +138,7 @@ class Combiner:
             raise SolverMemoryError(limit_message(self.stats.kept_bytes, self.memory_limit_bytes))
 
     def _compute(self, tables: list[Table], out_scope: tuple[int, ...], drop: int | None):
-        """The vectorised sum-and-union; returns (cost, start, rows, vals)."""
+        """The vectorised sum-and-union; returns (cost, start, rows, vals, boxed: 0 or 1)."""
         full = out_scope + (() if drop is None else (drop,))
         shape = tuple(self.sizes[v] for v in full)
         n_full = int(np.prod(shape, dtype=np.int64))
@@ -145,6 +148,7 @@ class Combiner:
         per_x = np.prod(np.stack(counts).astype(np.float64), axis=0)
         per_out = per_x.reshape(-1, width).sum(axis=1)
         self.stats.candidates += int(per_out.sum())
+        boxed = int(drop is not None and self.box_eps > 0 and per_out.sum() > self.box_min_candidates)
         if self.compiled and COMPILED_KERNEL and staircase.AVAILABLE and tables[0].cost.shape[1] == 2:
             cost, out_group, rows, vals = staircase.sum_union_2d(
                 [t.cost for t in tables],
@@ -154,17 +158,17 @@ class Combiner:
                 width,
                 work=float(per_out.sum()),
             )
-            if drop is not None and self.box_eps > 0:
+            if boxed:
                 keep = pareto_select(cost, out_group, self.box_eps)
                 cost, out_group, rows, vals = cost[keep], out_group[keep], rows[keep], vals[keep]
             start = np.r_[0, np.cumsum(np.bincount(out_group, minlength=n_full // width))].astype(np.int64)
             self.stats.kept += len(cost)
-            return cost, start, rows, (vals if drop is not None else None)
+            return cost, start, rows, (vals if drop is not None else None), boxed
         parts = []
         for lo, hi in _chunks(per_out):
             parts.append(
                 self._compute_range(
-                    tables, groups, counts, lo * width, hi * width, width, lo, drop is not None
+                    tables, groups, counts, lo * width, hi * width, width, lo, bool(boxed)
                 )
             )
         cost = np.concatenate([p[0] for p in parts])
@@ -173,7 +177,7 @@ class Combiner:
         vals = np.concatenate([p[3] for p in parts]) if drop is not None else None
         start = np.r_[0, np.cumsum(np.bincount(out_group, minlength=n_full // width))].astype(np.int64)
         self.stats.kept += len(cost)
-        return cost, start, rows, vals
+        return cost, start, rows, vals, boxed
 
     def _compute_range(self, tables, groups, counts, x_lo, x_hi, width, out_lo, boxed):
         """Sum and prune the candidates of the joint configurations x_lo <= x < x_hi."""

@@ -79,6 +79,7 @@ def solve(
     report: SolveReport | None = None,
     memory_limit_bytes: float | None | str = "auto",
     step_epsilon: float | None = None,
+    box_min_candidates: float = 0.0,
     merge: bool = True,
 ) -> list[Point]:
     """The Pareto frontier of the cost graph ``G`` (see the module docstring).
@@ -96,6 +97,9 @@ def solve(
         step_epsilon: instead of ``epsilon``, the box factor of each elimination (``e`` in
             docs/algorithm.md); the bound it guarantees is then measured on the derivation paths
             actually taken and given in ``report.bound``.
+        box_min_candidates: with ``step_epsilon``, box only the eliminations generating more
+            candidate points than this (the sweep steps of a deep model; block interiors stay
+            exact and add nothing to the bound); 0 boxes every elimination.
         merge: solve over classes of configurations with equal edge costs
             (:mod:`frontier.classes`); off only for comparisons.
         memory_limit_bytes: most bytes the kept tables may take; ``"auto"``:
@@ -137,7 +141,8 @@ def solve(
     if memory_limit_bytes == "auto":
         memory_limit_bytes = default_limit_bytes()
     combiner = Combiner(sizes=problem.sizes, box_eps=box_eps, reuse=reuse,
-                        memory_limit_bytes=memory_limit_bytes)
+                        memory_limit_bytes=memory_limit_bytes,
+                        box_min_candidates=box_min_candidates if step_epsilon is not None else 0.0)
     done = [0]
 
     def tick() -> None:

@@ -37,6 +37,14 @@ from frontier.table import Table
 BOTH_ENDS = True
 #: Most candidates a local (non-sweep) elimination may generate before the sweep goes first.
 LOCAL_LIMIT = 1_000_000
+#: A local elimination up to this many candidates still goes before a sweep step that would
+#: generate at least ``1 / SWEEP_SHARE`` times fewer: a block interior is reduced once and reused
+#: for every identical block (memo), while a sweep run through an unreduced block spreads its
+#: accumulated frontier over a two-variable table (one group per pair of the block's inner and
+#: outer configurations) at every block. Llama-3-8B's shape, 8 layers on 16 GPUs: 96 s -> 9 s.
+LOCAL_MAX = 100_000_000
+#: See ``LOCAL_MAX``.
+SWEEP_SHARE = 0.01
 
 
 class Reducer:
@@ -133,7 +141,8 @@ class Reducer:
 
         Order: memoised eliminations first (free), then *local* ones -- not touching a swept
         table and generating at most ``LOCAL_LIMIT`` candidates (block interiors, reused
-        across identical blocks) -- then sweep steps. A *swept* table carries an accumulated
+        across identical blocks; up to ``LOCAL_MAX`` while the cheapest sweep step would generate
+        at least ``SWEEP_SHARE`` of it) -- then sweep steps. A *swept* table carries an accumulated
         frontier (a one-variable table with several points per configuration, or anything
         computed from one). A degree-one sink with a swept table waits while anything else
         is reducible, so the graph is swept from its sources and two large frontiers never
@@ -146,10 +155,12 @@ class Reducer:
         hits = [v for v in est if est[v] == 0.0]
         if hits:
             return min(hits)
-        local = [v for v in est if est[v] <= LOCAL_LIMIT and not self._touches_swept(v)]
-        if local:
-            return best(local)
+        local = [v for v in est if est[v] <= LOCAL_MAX and not self._touches_swept(v)]
         sweep = [v for v in est if self._touches_swept(v) and (BOTH_ENDS or not self._waits(v))]
+        if local:
+            v = best(local)
+            if est[v] <= LOCAL_LIMIT or not sweep or SWEEP_SHARE * est[v] <= min(est[u] for u in sweep):
+                return v
         if sweep:
             return best(sweep)
         allowed = [v for v in est if not self._waits(v)]

@@ -415,9 +415,11 @@ class PlannerConfig:
     """
 
     epsilon: float | str = "auto"
-    """auto: the exact frontier thinned to at most ``max_plans`` plans by the least epsilon that
-    allows it (the proven bound is printed and kept in frontier.json); 0: the exact frontier, every
-    plan; > 0: a (1+epsilon)-approximate frontier (boxes in the solver, faster on huge models)."""
+    """auto: the frontier thinned to at most ``max_plans`` plans by the least epsilon that allows it
+    (exact before thinning, except the largest eliminations of deep models, boxed at 0.1 % with their
+    bound tracked; the proven bound of both is printed and kept in frontier.json); 0: the exact
+    frontier, every plan; > 0: a (1+epsilon)-approximate frontier (boxes in the solver, faster on
+    huge models)."""
     max_plans: int = 50
     """With ``epsilon: auto``, the most plans kept per device count."""
     compute: str = "roofline"
