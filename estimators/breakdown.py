@@ -99,12 +99,14 @@ def plan_breakdown(cg: nx.DiGraph, assignment: dict) -> dict:
         "memory_bytes"}, ...]`` (every operator, and the inputs that hold memory),
         ``"redistributions": [{"src", "dst", "src_config", "dst_config", "from_layout",
         "to_layout", "comm_s", "memory_bytes"}, ...]`` (the edges that move data, cost time, hold
-        memory or change layout), ``"time_s"``, ``"memory_bytes"`` (the additive objective) and
-        ``"peak_memory_bytes"`` (memory plus the largest transient communication buffer, added
-        once)}. A layer's ``memory_bytes`` is its node's own (split into ``param_bytes``,
-        ``grad_bytes``, ``optimizer_bytes`` and ``activation_bytes``, with ``recompute_bytes``
-        rebuilt in backward); the memory charged to its incoming edges (saved activations) is in
-        the redistributions.
+        memory or change layout), ``"time_s"``, ``"memory_bytes"`` (the additive objective),
+        ``"recompute_transient_bytes"`` (the largest recompute chain's rebuilt tensors,
+        :func:`recompute_chains`) and ``"peak_memory_bytes"`` (memory plus the largest transient
+        communication buffer plus that chain, each added once)}. A layer's ``memory_bytes`` is its
+        node's own (split into ``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` and
+        ``activation_bytes``, with ``recompute_bytes`` rebuilt in backward and
+        ``recompute_chain_bytes`` by its chain); the memory charged to its incoming edges (saved
+        activations) is in the redistributions.
 
     Example:
         >>> import torch
@@ -145,10 +147,51 @@ def plan_breakdown(cg: nx.DiGraph, assignment: dict) -> dict:
             edges.append({"src": u, "dst": v, "src_config": cg.nodes[u]["configs"][i],
                           "dst_config": cg.nodes[v]["configs"][j], "from_layout": list(src),
                           "to_layout": list(dst), "comm_s": comm, "memory_bytes": mem})
+    chains = recompute_chains(cg, idx, edge_order)
+    for row in layers:
+        row["recompute_chain_bytes"] = chains.get(row["node"], 0.0)
+    transient = max(chains.values(), default=0.0)
     return {
         "layers": layers,
         "redistributions": edges,
         "time_s": time_s,
         "memory_bytes": memory,
-        "peak_memory_bytes": memory + buffer,
+        "recompute_transient_bytes": transient,
+        "peak_memory_bytes": memory + buffer + transient,
     }
+
+
+def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> dict[str, float]:
+    """Node -> bytes its recompute chain rebuilds in backward, for every recomputing node.
+
+    A chain is a connected set of recomputing nodes (an edge between two of them joins them): the
+    executor rebuilds a recomputed value from its producer's recipe, itself rebuilt from its own
+    producer's, and keeps each result until every consumer's backward has read it, so the whole
+    chain's rebuilt tensors (each node's ``recompute_bytes``) are alive at once during its
+    backward: a transient, the largest chain added once to the plan's peak.
+
+    Example:
+        >>> # worked case: tests/estimators/test_options.py (test_recompute_chain_transient)
+        >>> True
+        True
+    """
+    def recomputes(n: str) -> bool:
+        return "recompute" in str(cg.nodes[n]["configs"][idx[n]]).split(",")
+
+    parent = {n: n for n in cg if recomputes(n)}
+
+    def find(n: str) -> str:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for u, v, *_ in edge_order:
+        if u in parent and v in parent:
+            parent[find(u)] = find(v)
+    totals: dict[str, float] = {}
+    for n in parent:
+        d = cg.nodes[n]
+        rebuilt = float(d["recompute_bytes"][idx[n]]) if "recompute_bytes" in d else 0.0
+        totals[find(n)] = totals.get(find(n), 0.0) + rebuilt
+    return {n: totals[find(n)] for n in parent}

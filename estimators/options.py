@@ -8,7 +8,9 @@ on :func:`~tensoropt.configspace.options.base_configuration`), so the objective 
   memory - its extra saved tensors and its output storage wherever it was charged (at the node, or
   on the edges of consumers that save or keep it in the same layout: they keep the recipe); the
   edges into it then charge every operand it reads (it keeps them) unless the producer recomputes
-  too.
+  too. What it rebuilds in backward (its output and the new tensors its backward saves) is
+  ``Cost.recompute_bytes``, a transient: a chain of recomputing operators is alive at once
+  (:func:`estimators.breakdown.recompute_chains` adds the largest chain to a plan's peak).
 * ``zero3`` (per parameter with gradient-sync axes A, b its local bytes as computed with, s its
   stored shard): memory - (b - s) x (2 + optimizer state factor); communication - all-reduce(b, A)
   + 2 all-gather(b, A) (forward, and again in backward) + reduce-scatter(b, A); the optimizer
@@ -88,18 +90,21 @@ def _forward_s(model: CostModel, info: GraphInfo, name: str, node: dict, config:
 
 
 def _recompute_delta(model: CostModel, info: GraphInfo, name: str, node: dict, base: Configuration):
-    """(extra seconds, bytes no longer kept) of recomputing ``node`` in ``base``'s layout."""
+    """(extra seconds, bytes no longer kept, bytes rebuilt in backward) of recomputing ``node`` in
+    ``base``'s layout. Rebuilt: its output (the recipe's result, cached until every consumer's
+    backward has read it) and the new tensors its own backward saves."""
     mesh, rules = model.mesh, model.rules
     op = local_op(node, base, mesh, info)
     out_local = local_shape(tuple(node["out_shape"]), base.output, mesh.shape)
     extra = extra_saved_bytes(node, list(op.in_shapes), out_local, rules)
+    out_bytes = numel(out_local) * itemsize(str(node.get("out_dtype", "float32")))
     dropped = extra
     if info.output_charged.get(name):
-        dropped += numel(out_local) * itemsize(str(node.get("out_dtype", "float32")))
+        dropped += out_bytes
     spec = saved_spec(node, rules)
     own = int(bool(spec.inputs or spec.output or extra or node["params"]))
     reruns = own + 1  # its own backward, and the recipe (cached: once per backward)
-    return reruns * _forward_s(model, info, name, node, base), dropped
+    return reruns * _forward_s(model, info, name, node, base), dropped, extra + out_bytes
 
 
 def _copies_kept_for_recompute(model: CostModel, info: GraphInfo, node: dict, base: Configuration) -> int:
@@ -210,10 +215,9 @@ def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, c
     device = model.cluster.device
     compute_s += node_overhead_s(device, node, config) - node_overhead_s(device, node, base)
     if "recompute" in config.options:
-        extra_s, dropped = _recompute_delta(model, info, name, node, base)
+        extra_s, dropped, rebuilt = _recompute_delta(model, info, name, node, base)
         compute_s += extra_s
         memory -= dropped
-        rebuilt = float(dropped)
         if model.precision.mixed and "zero3" not in config.options:
             kept = _copies_kept_for_recompute(model, info, node, base)
             memory += kept

@@ -77,6 +77,8 @@ class Layer:
     """Part of ``memory_bytes``: what it saves for backward (its operands in its layout included)."""
     recompute_bytes: float = 0.0
     """Transient, not in ``memory_bytes``: what a recomputing configuration rebuilds in backward."""
+    recompute_chain_bytes: float = 0.0
+    """Transient: what its chain of recomputing operators rebuilds, alive at once in backward."""
     buffer_bytes: float = 0.0
     """Transient, not in ``memory_bytes``: its largest communication buffer."""
 
@@ -97,7 +99,7 @@ class Layer:
 
 
 _LAYER_PARTS = frozenset({"param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes",
-                          "recompute_bytes", "buffer_bytes"})
+                          "recompute_bytes", "recompute_chain_bytes", "buffer_bytes"})
 
 
 @dataclass

@@ -114,6 +114,7 @@ def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> tuple[list[
                             optimizer_bytes=row.get("optimizer_bytes", 0.0),
                             activation_bytes=row.get("activation_bytes", 0.0) + saved_operands,
                             recompute_bytes=row.get("recompute_bytes", 0.0),
+                            recompute_chain_bytes=row.get("recompute_chain_bytes", 0.0),
                             buffer_bytes=buffers.get(node, 0.0)))
     moves = [Redistribution(r["src"], r["dst"], r["from_layout"], r["to_layout"], r["comm_s"],
                             r["memory_bytes"])

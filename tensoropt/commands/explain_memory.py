@@ -8,8 +8,10 @@ module (``model.embed_tokens``, ``lm_head``, the loss). Columns, per device:
 * parameters (in a mixed precision the float32 masters and the compute-dtype copies kept for
   backward), gradients, optimizer state, saved activations (what backward keeps, each storage
   once: :mod:`estimators.op_costs`): these add up to the plan's memory;
-* recompute transient: what the layer's recomputing operators rebuild during its backward (alive
-  at once while that layer's backward runs; not in the plan's memory);
+* recompute transient: what the chain of recomputing operators its operators belong to rebuilds
+  during backward (alive at once: each rebuilt value is kept until every consumer's backward has
+  read it; a chain may span layers; :func:`estimators.breakdown.recompute_chains`); not in the
+  plan's memory;
 * largest transient: the largest single transient of the layer (a communication buffer, or the
   recompute transient).
 
@@ -67,7 +69,7 @@ class LayerMemory:
     activation_bytes: float = 0.0
     """Saved activations."""
     recompute_bytes: float = 0.0
-    """Rebuilt during its backward by recomputing operators (transient)."""
+    """Rebuilt during its backward by the recompute chain of its operators (transient)."""
     largest_transient_bytes: float = 0.0
     """Its largest transient: a communication buffer or the recompute transient."""
 
@@ -82,10 +84,10 @@ def memory_by_layer(layers: list[Layer]) -> list[LayerMemory]:
 
     Example:
         >>> rows = [Layer("a", "aten.relu.default", "blocks.1.act", "batch=2", 0, 0, 8, activation_bytes=8,
-        ...               recompute_bytes=8)]
+        ...               recompute_bytes=8, recompute_chain_bytes=8)]
         >>> m = memory_by_layer(rows)[0]
         >>> m.layer, m.recompute_bytes, m.largest_transient_bytes
-        ('blocks.1', 8.0, 8.0)
+        ('blocks.1', 8, 8)
     """
     out: dict[str, LayerMemory] = {}
     for x in layers:
@@ -96,7 +98,7 @@ def memory_by_layer(layers: list[Layer]) -> list[LayerMemory]:
         m.grad_bytes += x.grad_bytes
         m.optimizer_bytes += x.optimizer_bytes
         m.activation_bytes += x.activation_bytes
-        m.recompute_bytes += x.recompute_bytes
+        m.recompute_bytes = max(m.recompute_bytes, x.recompute_chain_bytes)
         m.largest_transient_bytes = max(m.largest_transient_bytes, x.buffer_bytes)
     for m in out.values():
         m.largest_transient_bytes = max(m.largest_transient_bytes, m.recompute_bytes)
