@@ -58,11 +58,11 @@ class _SyncBatchNorm(torch.autograd.Function):
     """Batch norm of local rows whose statistics are summed over ``groups`` (see the module)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps, count, groups):
+    def forward(ctx, x, weight, bias, shift, momentum, eps, count, groups):
         dims = [0] + list(range(2, x.dim()))
         channels = x.shape[1]
         wide = torch.float64
-        shift = running_mean.detach().to(wide) if running_mean is not None else \
+        shift = shift.detach().to(wide) if shift is not None else \
             torch.zeros(channels, dtype=wide, device=x.device)
         n_local = x.numel() // max(channels, 1)
         if n_local:
@@ -77,18 +77,14 @@ class _SyncBatchNorm(torch.autograd.Function):
         mean = (shift + m).to(stat_dtype)
         var = (s2 / count - m * m).clamp_min(0).to(stat_dtype)
         out = _NO_TRAINING(x, weight, bias, mean, var, momentum, eps)[0]
-        if running_mean is not None:
-            running_mean.mul_(1.0 - momentum).add_(mean.to(running_mean.dtype) * momentum)
-        if running_var is not None:
-            unbiased = var * (count / max(count - 1, 1))
-            running_var.mul_(1.0 - momentum).add_(unbiased.to(running_var.dtype) * momentum)
         ctx.save_for_backward(x, weight, mean, var)
         ctx.eps, ctx.count, ctx.groups = eps, count, groups
         ctx.has_bias = bias is not None
-        return out
+        ctx.mark_non_differentiable(mean, var)
+        return out, mean, var
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx, dy, _mean, _var):
         x, weight, mean, var = ctx.saved_tensors
         w = weight if weight is not None else torch.ones_like(mean)
         # eval-mode backward with the global statistics: dy * w / std and the local sums
@@ -103,7 +99,7 @@ class _SyncBatchNorm(torch.autograd.Function):
         dx = partial_dx - _per_channel(slope, x.dim()) * x - _per_channel(offset, x.dim())
         grad_w = sum_dy_xhat if weight is not None and ctx.needs_input_grad[1] else None
         grad_b = sum_dy if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return dx, grad_w, grad_b, None, None, None, None, None, None
+        return dx, grad_w, grad_b, None, None, None, None, None
 
 
 def synchronized_batch_norm(x: torch.Tensor, weight, bias, running_mean, running_var, momentum: float,
@@ -127,7 +123,38 @@ def synchronized_batch_norm(x: torch.Tensor, weight, bias, running_mean, running
         >>> torch.allclose(out, torch.nn.functional.batch_norm(x, None, None, training=True), atol=1e-5)
         True
     """
-    return _SyncBatchNorm.apply(x, weight, bias, running_mean, running_var, momentum, eps, count, groups)
+    out, mean, var = _SyncBatchNorm.apply(x, weight, bias, running_mean, momentum, eps, count, groups)
+    _running_update(running_mean, mean, momentum, in_place=True)
+    _running_update(running_var, var * (count / max(count - 1, 1)), momentum, in_place=True)
+    return out
+
+
+def _running_update(buffer, value, momentum: float, in_place: bool):
+    """``buffer * (1 - momentum) + value * momentum``: into ``buffer``, or as a new tensor (None: None)."""
+    if buffer is None:
+        return None
+    if in_place:
+        return buffer.mul_(1.0 - momentum).add_(value.to(buffer.dtype) * momentum)
+    return buffer * (1.0 - momentum) + value.to(buffer.dtype) * momentum
+
+
+def _gather_back(buffers: list, locals_: list, mesh, channel: tuple) -> None:
+    """Write each buffer's updated channels (``locals_``, laid out as ``channel``) back into ``buffers``
+    (DTensors of one shape laid out otherwise), stacked into one redistribution per placement group."""
+    groups: dict[tuple, list[int]] = {}
+    for i, t in enumerate(buffers):
+        groups.setdefault(tuple(t.placements), []).append(i)
+    rows = tuple(Shard(1) if isinstance(p, Shard) else p for p in channel)
+    for placements, members in groups.items():
+        stacked = torch.stack([locals_[i] for i in members])
+        shape = (len(members), *buffers[members[0]].shape)
+        full = DTensor.from_local(stacked, mesh, rows, run_check=False, shape=torch.Size(shape),
+                                  stride=(shape[1], 1))
+        target = tuple(Shard(p.dim + 1) if isinstance(p, Shard) else p for p in placements)
+        full = full.redistribute(mesh, target)
+        with torch.no_grad():
+            for row, i in enumerate(members):
+                buffers[i].copy_(full[row])
 
 
 def _local(t):
@@ -181,24 +208,30 @@ def batch_norm(node_name: str, x, weight, bias, running_mean, running_var, train
 
     xl = x.to_local(grad_placements=x.placements)
     w, b = laid_out(weight), laid_out(bias)
-    # running statistics: updated in place on this rank's channels; a buffer laid out otherwise
-    # (replicated while the channels are split) is updated on a copy, then gathered back
-    copies = {}
-    for key, buf in (("mean", running_mean), ("var", running_var)):
-        if isinstance(buf, DTensor) and tuple(buf.placements) != channel:
-            copies[key] = buf.redistribute(mesh, channel).to_local().clone()
-    rm = copies.get("mean", _local(running_mean))
-    rv = copies.get("var", _local(running_var))
+    # running statistics: updated in place on this rank's channels; buffers laid out otherwise
+    # (replicated while the channels are split) are updated as new tensors of this rank's channels
+    # (data dependences a scheduling pass cannot reorder), then gathered back together: one
+    # all-gather of [mean; var] per channel-split axis
+    mean_moved, var_moved = (isinstance(t, DTensor) and tuple(t.placements) != channel
+                             for t in (running_mean, running_var))
+    rm = running_mean.redistribute(mesh, channel).to_local() if mean_moved else _local(running_mean)
+    rv = running_var.redistribute(mesh, channel).to_local() if var_moved else _local(running_var)
+    if (stats == "local" or not stat_axes) and not (mean_moved or var_moved):
+        out = torch.ops.aten.batch_norm.default(xl, w, b, rm, rv, True, momentum, eps, False)  # in place
+        return DTensor.from_local(out, mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
     if stats == "local" or not stat_axes:
-        out = torch.ops.aten.batch_norm.default(xl, w, b, rm, rv, True, momentum, eps, False)
+        out, mean, invstd = torch.ops.aten.native_batch_norm.default(xl, w, b, None, None, True, momentum,
+                                                                     eps)
+        n = xl.numel() // max(xl.shape[1], 1)
+        mean, var = mean.detach(), invstd.detach().reciprocal().square() - eps
     else:
-        count = x.numel() // x.shape[1]
-        groups = [mesh.get_group(a) for a in stat_axes]
-        out = synchronized_batch_norm(xl, w, b, rm, rv, momentum, eps, count, groups)
-    for key, buf in (("mean", running_mean), ("var", running_var)):
-        if key in copies:
-            updated = DTensor.from_local(copies[key], mesh, channel, run_check=False, shape=buf.shape,
-                                         stride=buf.stride())
-            with torch.no_grad():
-                buf.copy_(updated.redistribute(mesh, buf.placements))
+        n = x.numel() // x.shape[1]
+        out, mean, var = _SyncBatchNorm.apply(xl, w, b, rm, momentum, eps, n,
+                                              [mesh.get_group(a) for a in stat_axes])
+    new_rm = _running_update(rm, mean, momentum, in_place=not mean_moved)
+    new_rv = _running_update(rv, var * (n / max(n - 1, 1)), momentum, in_place=not var_moved)
+    moved = [(t, new) for t, new, m in ((running_mean, new_rm, mean_moved), (running_var, new_rv, var_moved))
+             if m]
+    if moved:
+        _gather_back([t for t, _ in moved], [new for _, new in moved], mesh, channel)
     return DTensor.from_local(out, mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())

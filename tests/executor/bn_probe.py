@@ -43,6 +43,26 @@ def ddp_run(spec, rank: int, world: int) -> tuple[list[float], torch.nn.Module]:
     return losses, model.module
 
 
+def one_process_buffers(spec) -> dict[str, torch.Tensor]:
+    """Running statistics of the plain module trained on the whole global batch (every rank alike)."""
+    model = spec.build_model()
+    opt = spec.make_optimizer(list(model.parameters()))
+    for step in range(STEPS):
+        loss = model(*synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return dict(model.named_buffers())
+
+
+def buffer_errors(trainer, reference: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Largest difference of each of ``trainer``'s buffers (its whole value) from ``reference``'s."""
+    def whole(t):
+        return t.full_tensor() if hasattr(t, "full_tensor") else t
+    return {k: float((whole(trainer.buffers[k]).float() - v.float()).abs().max())
+            for k, v in reference.items()}
+
+
 def main(out: str) -> None:
     init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -53,6 +73,12 @@ def main(out: str) -> None:
     params = local.full_params()
     synced = Trainer(SPECS["cnn"], plan)
     synced_result = synced.train(STEPS)
+    channels = Trainer(SPECS["cnn"], ExecPlan.from_json(next(p for p in cnn_plans(world)
+                                                             if "convout" in p["id"] or "out2" in p["id"])))
+    channels.train(STEPS)
+    reference_buffers = one_process_buffers(SPECS["cnn"])
+    synced_buffers = {"dp": buffer_errors(synced, reference_buffers),
+                      "channels": buffer_errors(channels, reference_buffers)}
     ddp_losses, module = ddp_run(local_spec, rank, world)
     reference = dict(module.named_parameters())
     mine = {k: v.to_local() if hasattr(v, "to_local") else v for k, v in local.buffers.items()}
@@ -63,6 +89,7 @@ def main(out: str) -> None:
         "param_diff": {k: float((params[k] - reference[k]).abs().max()) for k in reference},
         "param_scale": {k: float(reference[k].abs().max()) for k in reference},
         "buffer_diff": buffers,
+        "synchronized_buffer_diff": synced_buffers,
         "collectives": {"local": local.runtime_info()["collectives"],
                         "synchronized": synced.runtime_info()["collectives"]},
     }

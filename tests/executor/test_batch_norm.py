@@ -3,8 +3,9 @@
 The synchronised batch norm's parity with one process is in test_parity.py and test_zoo_parity.py
 (the toy CNN and ResNet-50 plans at 2 and 4 processes). Here, at 2 processes on the toy CNN's
 data-parallel plan: ``local`` trains exactly as DistributedDataParallel on the same module and
-rows (losses, parameters, rank 0's running statistics), and ``synchronized`` adds exactly two
-collectives per batch norm (one all-reduce in forward, one in backward) to the replayed program.
+rows (losses, parameters, rank 0's running statistics), ``synchronized`` adds exactly two
+collectives per batch norm (one all-reduce in forward, one in backward) to the replayed program,
+and its running statistics equal the one-process model's under a batch and a channel split.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def test_local_statistics_train_as_ddp_and_synchronised_adds_two_collectives(tmp
     # the comparison can tell the two modes apart: global statistics train another model
     assert max(abs(a - b) / abs(b) for a, b in zip(got["synchronized"][1:], got["ddp"][1:])) > 1e-4, got
     assert got["collectives"]["synchronized"] - got["collectives"]["local"] == 2, got["collectives"]
+    # synchronised running statistics (batch split; channel split, replicated buffers gathered
+    # back) equal the one-process model's
+    for plan, diffs in got["synchronized_buffer_diff"].items():
+        assert max(diffs.values()) <= 1e-5, (plan, diffs)
 
 
 def test_plain_tensors_run_the_native_op():
