@@ -33,15 +33,20 @@ _R = Replicate()
 
 
 class _GlobalMean(torch.autograd.Function):
-    """sum over ranks of ``local_sum`` / sum over ranks of ``count`` (one all-reduce per group)."""
+    """sum over ranks of ``local_sum`` / sum over ranks of ``count`` (two all-reduces per group, both
+    in flight at once: the count, which depends on the labels only, and the sum, which only the
+    loss's value reads; in the replayed program the first runs while forward does and the second
+    while backward does, :mod:`tensoropt.executor.graph_passes`)."""
 
     @staticmethod
     def forward(ctx, local_sum, count, groups):
-        buf = torch.stack([local_sum.detach().to(torch.float64), count.to(torch.float64)])
+        count = count.to(torch.float64).reshape(1)
+        total = local_sum.detach().to(torch.float64).reshape(1)
         for group in groups:  # functional: traceable into the replayed program (no .item() either)
-            buf = funcol.all_reduce(buf, "sum", group)
-        ctx.count = buf[1].to(local_sum.dtype)
-        return (buf[0] / buf[1]).to(local_sum.dtype)
+            count = funcol.all_reduce(count, "sum", group)
+            total = funcol.all_reduce(total, "sum", group)
+        ctx.count = count.reshape(()).to(local_sum.dtype)
+        return (total.reshape(()) / count.reshape(())).to(local_sum.dtype)
 
     @staticmethod
     def backward(ctx, grad):

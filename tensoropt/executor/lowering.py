@@ -38,6 +38,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tensoropt.executor.gradsync import GradSync
+from tensoropt.executor.graph_passes import hoist_collectives, reinplace_collectives, sink_waits
 
 _WAIT = torch.ops._c10d_functional.wait_tensor.default
 
@@ -115,13 +116,16 @@ def overlapped_nodes(gm: fx.GraphModule) -> int:
     return count
 
 
-def lower_step(trainer, values: list) -> LoweredStep:
+def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
     """Trace one training step of ``trainer`` (a :class:`~tensoropt.executor.trainer.Trainer`).
 
     Args:
         trainer: the rank's trainer (its interpreter, parameters, ZeRO state and mesh).
         values: the interpreter's placeholder values of one step (``trainer._placeholder_values``):
             they give the shapes the program is specialised to and the non-parameter inputs.
+        reinplace: write each gradient bucket's all-reduce into its ``cat`` (no copy per step:
+            :func:`~tensoropt.executor.graph_passes.reinplace_collectives`); False for a program
+            Inductor compiles.
 
     Returns:
         The traced step; tracing leaves the trainer's parameters, buffers, gradients, optimizer
@@ -207,6 +211,10 @@ def lower_step(trainer, values: list) -> LoweredStep:
         interp.on_grad, interp.global_inputs, interp._leaves = saved
         torch.random.set_rng_state(rng)
     defer_waits(gm)
+    hoist_collectives(gm)  # the label count's all-reduce runs while forward does
+    sink_waits(gm)  # the loss value's all-reduce is waited at the end, not at the loss
+    if reinplace:
+        reinplace_collectives(gm)
     return LoweredStep(gm, param_keys, value_slots, label_inputs, outputs["grad_keys"],
                        outputs["shard_grad_keys"], outputs["loss_spec"])
 

@@ -94,7 +94,7 @@ class ReplayProgram:
         key = self._key(values)
         entry = self.programs.get(key)
         if entry is None:
-            lowered = lower_step(self.trainer, values)
+            lowered = lower_step(self.trainer, values, reinplace=self.compile == "none")
             self.traces += 1
             call = lowered.gm
             if self.compile == "inductor":
