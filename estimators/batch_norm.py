@@ -12,6 +12,11 @@ profile a small all-reduce is ~1.1 ms, so the toy CNN's two batch norms add ~4.5
 data-parallel step). The per-channel arithmetic around the collectives runs as extra program
 nodes: :data:`SYNC_EXTRA_OPERATORS` operators' host overhead (``op_overhead_dtensor_s`` each).
 ``local`` statistics (DDP's per-rank batch norm) cost nothing beyond the op.
+
+A channel split (in either mode) keeps each rank's channels' running statistics; the executor
+keeps the running-statistics buffers replicated, so it gathers them back after the update: one
+all-gather of the packed ``[running_mean; running_var]`` (``2 C`` float32 numbers) per
+channel-split axis in forward (:func:`running_stats_time_s`).
 """
 
 from __future__ import annotations
@@ -66,6 +71,29 @@ def synchronized(node: dict, config, mode: str) -> bool:
     if node.get("kind") != "batch_norm" or not (node.get("attrs") or {}).get("training", True):
         return False
     return mode == "synchronized" and bool(stats_axes(config))
+
+
+def running_stats_time_s(comm: CommModel, node: dict, config) -> float:
+    """Seconds of gathering a channel-split training batch norm's updated running statistics.
+
+    Example:
+        >>> from estimators.configuration import Configuration, Mesh
+        >>> from estimators.profiles import load_cluster
+        >>> comm = CommModel(load_cluster("cpu-local"), Mesh((2,), ("gpu",)))
+        >>> bn = {"kind": "batch_norm", "attrs": {"training": True}, "inputs": [{"shape": (8, 4, 2, 2)}],
+        ...       "buffers": {"running_mean": (4,), "running_var": (4,)}}
+        >>> c = Configuration("out=2", (("out", (0,)),), (("S(1)",),), (), ("S(1)",))
+        >>> running_stats_time_s(comm, bn, c) == comm.time_s("all_gather", 32, (0,))
+        True
+    """
+    if node.get("kind") != "batch_norm" or not (node.get("attrs") or {}).get("training", True):
+        return 0.0
+    if not node.get("buffers") or config is None or not config.inputs:
+        return 0.0
+    shape = node["inputs"][0]["shape"]
+    channels = shape[1] if len(shape) > 1 else 1
+    return sum(comm.time_s("all_gather", 2 * channels * 4, (axis,))
+               for axis, p in enumerate(config.inputs[0]) if _shard_dim(p) == 1)
 
 
 def stats_time_s(comm: CommModel, node: dict, config, backward: bool, mode: str = "synchronized",

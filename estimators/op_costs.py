@@ -9,7 +9,8 @@ Node cost c(v, s) (shared/guide/ALGORITHM.md):
   backward) and the weight-gradient all-reduce over ``grad_sync_axes``, bucketed
   (:func:`estimators.collectives.grad_all_reduce_time_s`);
 * a training batch norm whose batch is split, with synchronised statistics: one all-reduce of
-  its packed per-channel sums per direction (:mod:`estimators.batch_norm`);
+  its packed per-channel sums per direction; whose channels are split: the all-gather of its
+  updated running statistics (:mod:`estimators.batch_norm`);
 * memory: local parameters x (1 + 1 gradient + optimizer state factor) (in a mixed precision,
   :mod:`tensoropt.precision`: float32 master, gradient and state, plus the compute-dtype copy of
   each parameter the operator keeps for backward, :func:`estimators.memory.keeps_param`), the
@@ -44,6 +45,7 @@ import networkx as nx
 import numpy as np
 
 from estimators.batch_norm import SYNC_EXTRA_OPERATORS
+from estimators.batch_norm import running_stats_time_s as bn_running_stats_time_s
 from estimators.batch_norm import stats_time_s as bn_stats_time_s
 from estimators.batch_norm import synchronized as bn_synchronized
 from estimators.collectives import CommModel, grad_all_reduce_time_s
@@ -390,10 +392,12 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
         + cast_time_s(device, cast_bytes, 2 * len(node["params"]) if mixed else 0)
     )
     out_dtype = str(node.get("out_dtype", "float32"))
-    if bn_synchronized(node, config, model.batch_norm_stats):  # cross-rank statistics, both ways
+    if node["kind"] == "batch_norm":  # cross-rank statistics; running statistics gathered back
         comm_s += bn_stats_time_s(comm, node, config, info.computes_grad.get(name, True),
                                   model.batch_norm_stats, itemsize(out_dtype))
-        compute_s += SYNC_EXTRA_OPERATORS * device.op_overhead_dtensor_s
+        comm_s += bn_running_stats_time_s(comm, node, config)
+        if bn_synchronized(node, config, model.batch_norm_stats):
+            compute_s += SYNC_EXTRA_OPERATORS * device.op_overhead_dtensor_s
     if config.partial_axes:
         src = tuple("P" if a in config.partial_axes else p for a, p in enumerate(config.output))
         # a batch-split cross entropy the executor runs on local shards leaves the loss a partial

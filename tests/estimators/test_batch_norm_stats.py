@@ -3,7 +3,8 @@
 On the 2-process gloo profile each statistics all-reduce costs ~1.1 ms: the data-parallel plan of
 a CNN with one batch norm is priced two all-reduces (forward, backward) and the per-channel
 arithmetic's host overhead dearer with ``training.batch_norm: synchronized`` than with ``local``;
-a channel split (each rank owns its channels' statistics) costs the same in both modes.
+a channel split (each rank owns its channels' statistics) costs the same in both modes: the
+all-gather of the updated running statistics into the replicated buffers.
 """
 
 from __future__ import annotations
@@ -52,12 +53,15 @@ def test_synchronised_statistics_cost_two_all_reduces_on_a_batch_split():
         pytest.approx(expected)
 
 
-def test_a_channel_split_needs_no_statistics_collective():
+def test_a_channel_split_needs_no_statistics_collective_only_the_running_statistics_gather():
     torch.manual_seed(0)
     plan = cnn_plans(capture(CNN(), cnn_inputs()).nx)["conv-out+fc-row"]
-    synced, _ = _priced(plan, "synchronized")
+    synced, g = _priced(plan, "synchronized")
     local, _ = _priced(plan, "local")
     assert synced.nodes["batch_norm"]["cost"][0, 0] == local.nodes["batch_norm"]["cost"][0, 0]
+    channels = g.nx.nodes["batch_norm"]["inputs"][0]["shape"][1]
+    gather = CommModel(load_cluster("cpu-local"), MESH).time_s("all_gather", 2 * channels * 4, (0,))
+    assert synced.nodes["batch_norm"]["comm_s"][0] == pytest.approx(gather)  # [running mean; var]
 
 
 def test_an_unknown_mode_is_refused():
