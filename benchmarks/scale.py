@@ -17,10 +17,11 @@ Cases (all: global batch 64 x 2048 tokens, AdamW, bf16-mixed, cluster h100-128x8
   256, 512 GPUs; target: < 5 minutes, a plan within 80 GiB at 512.
 * ``8b-small``: the 8B shape with 4 layers (a quick check of the pipeline).
 
-``--memory`` prints instead the memory model's components of the 8B shape (two layers, one
-device, batch 1 x 2048, bf16-mixed, AdamW): each parameter-holding operator, each layer's total
-with and without recompute, and the largest items outside the layers; docs/results.md compares
-them with a hand derivation.
+``--memory`` prints instead the memory model's components of the 8B shape
+(benchmarks/memory_scale.py: two layers, one device, batch 1 x 2048, bf16-mixed, AdamW): per
+layer parameters, gradients, optimizer state, saved activations and the recompute transient,
+with and without recompute, and the largest items; docs/results.md compares them with a hand
+derivation.
 
 Usage (one command; ``--case`` repeats)::
 
@@ -150,56 +151,11 @@ def print_result(r: dict) -> None:
         print(f"  {line}")
 
 
-def _choice(configs: list[str], recompute: bool) -> int:
-    """Index of ``replicate`` (or ``replicate,recompute`` where offered and asked for)."""
-    if recompute and "replicate,recompute" in configs:
-        return configs.index("replicate,recompute")
-    return configs.index("replicate")
-
-
 def memory_check() -> None:
-    """Print the memory model's components of the 8B shape (see the module docstring)."""
-    from tensoropt.config import Job
-    from tensoropt.cost_graph import cost_graph
-    from tensoropt.planner import capture_job, resolve_job
+    """Print the memory model's components of the 8B shape (:mod:`memory_scale`, beside this file)."""
+    from memory_scale import memory_check as check
 
-    job = job_dict(dict(LLAMA_8B, num_hidden_layers=2), [1])
-    job.update(cluster="h100x8",
-               training=dict(job["training"], global_batch_size=1, memory_options=["recompute"]))
-    graph = capture_job(resolve_job(Job.from_dict(job)))
-    G = cost_graph(graph, "h100x8", 1, batch_size=1, optimizer="adamw", memory_options=["recompute"],
-                   precision="bf16-mixed")
-    mib = 2.0**20
-
-    def where(node: str) -> str:
-        module = G.nodes[node].get("module") or ""
-        return next((f"layer {i}" for i in (0, 1) if f"layers.{i}" in module), "outside the layers")
-
-    totals: dict[str, list[float]] = {}
-    items = []
-    for n, a in G.nodes(data=True):
-        plain, rc = (a["memory_bytes"][_choice(a["configs"], r)] for r in (False, True))
-        totals.setdefault(where(n), [0.0, 0.0])
-        totals[where(n)][0] += plain
-        totals[where(n)][1] += rc
-        items.append((plain, rc, n, a["op"], where(n)))
-    for u, v, a in G.edges(data=True):
-        cu, cv = G.nodes[u]["configs"], G.nodes[v]["configs"]
-        plain = a["memory_bytes"][_choice(cu, False), _choice(cv, False)]
-        rc = a["memory_bytes"][_choice(cu, True), _choice(cv, True)]
-        totals.setdefault(where(v), [0.0, 0.0])
-        totals[where(v)][0] += plain
-        totals[where(v)][1] += rc
-        items.append((plain, rc, f"{u} -> {v}", G.nodes[v]["op"], where(v)))
-    print("| part | memory, no recompute | every operator recomputed |")
-    print("|---|---|---|")
-    for part, (plain, rc) in sorted(totals.items()):
-        print(f"| {part} | {plain / mib:.1f} MiB | {rc / mib:.1f} MiB |")
-    print("\n| node or edge | where | op | no recompute MiB | recomputed MiB |")
-    print("|---|---|---|---|---|")
-    for plain, rc, name, op, part in sorted(items, key=lambda r: -r[0]):
-        if part != "layer 1" and plain >= 0.05 * mib:
-            print(f"| {name} | {part} | {op} | {plain / mib:.1f} | {rc / mib:.1f} |")
+    check()
 
 
 def main() -> int:
