@@ -101,7 +101,8 @@ def run_case(name: str, out: Path, timeout_s: float, overrides: list[str]) -> di
     path.write_text(yaml.safe_dump(job, sort_keys=False))
     cmd = [sys.executable, "-m", "tensoropt.cli", "plan", str(path), "--out", str(folder),
            "--rows", "1", "--no-plot", "--quiet"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu_before = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
@@ -110,8 +111,9 @@ def run_case(name: str, out: Path, timeout_s: float, overrides: list[str]) -> di
     except subprocess.TimeoutExpired:
         rc, text = None, ""
     wall_s = time.perf_counter() - start
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    result = {"case": name, "wall_s": wall_s, "rc": rc, "counts": [],
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak_kib, cpu_s = usage.ru_maxrss, usage.ru_utime + usage.ru_stime - cpu_before
+    result = {"case": name, "wall_s": wall_s, "cpu_s": cpu_s, "rc": rc, "counts": [],
               "peak_gib": peak_kib / 2**20 if peak_kib > before else None}
     frontier = folder / "frontier.json"
     if rc in (0, 2) and frontier.exists():
@@ -134,7 +136,8 @@ def print_result(r: dict) -> None:
     """One case as a table."""
     status = "timed out" if r["rc"] is None else f"exit {r['rc']}"
     peak = f"{r['peak_gib']:.1f} GiB" if r["peak_gib"] else "-"
-    print(f"case {r['case']}: {r['wall_s']:.1f} s wall, {status}, peak memory of the planner {peak}")
+    print(f"case {r['case']}: {r['wall_s']:.1f} s wall ({r['cpu_s']:.1f} s CPU), {status}, "
+          f"peak memory of the planner {peak}")
     if r.get("bound_line"):
         print(f"  {r['bound_line']}")
     if r["counts"]:

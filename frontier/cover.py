@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from frontier.staircase import njit
+
 
 def epsilon_cover(cost: np.ndarray, epsilon: float) -> np.ndarray:
     """Indices of a smallest subset of ``cost`` that (1+epsilon)-covers every row (see the module).
@@ -103,3 +105,49 @@ def cover_to_count(cost: np.ndarray, max_points: int, precision: float = 0.01) -
         else:
             lo = mid
     return keep, hi
+
+
+def grouped_cover(cost: np.ndarray, start: np.ndarray, epsilon: float) -> np.ndarray:
+    """Indices of a smallest (1+epsilon)-cover of every group's Pareto set (the solver's boxing step).
+
+    The greedy of :func:`epsilon_cover` on each group ``start[g]:start[g + 1]`` without keeping the
+    fastest and the leanest point for themselves: a least cover, which gives the same guarantee as
+    one point per (1+epsilon)-box (every point ``p`` of the group has a kept ``q <= (1+epsilon) p``)
+    with fewer points.
+
+    Args:
+        cost: ``(N, 2)`` non-negative costs, each group a Pareto set sorted by objective 0.
+        start: ``(G + 1,)`` group row offsets.
+        epsilon: the cover's factor minus one (> 0).
+
+    Returns:
+        Ascending indices of the kept rows.
+
+    Example:
+        >>> import numpy as np
+        >>> cost = np.array([[1.0, 3.0], [1.001, 2.999], [3.0, 1.0], [1.0, 1.0]])
+        >>> grouped_cover(cost, np.array([0, 3, 4]), 0.01).tolist()
+        [1, 2, 3]
+    """
+    cost = np.asarray(cost, dtype=np.float64)
+    return _grouped_cover(np.ascontiguousarray(cost[:, 0]), np.ascontiguousarray(cost[:, 1]),
+                          np.asarray(start, dtype=np.int64), 1.0 + float(epsilon))
+
+
+@njit(cache=True)
+def _grouped_cover(t, m, start, f):  # pragma: no cover - compiled (its Python form runs without numba)
+    keep = np.empty(len(t), dtype=np.int64)
+    k = 0
+    for g in range(len(start) - 1):
+        i, hi = start[g], start[g + 1]
+        while i < hi:
+            q = i  # the last q with t_q <= f t_i: it covers p_i and everything between
+            while q + 1 < hi and t[q + 1] <= f * t[i]:
+                q += 1
+            keep[k] = q
+            k += 1
+            j = q + 1  # and the later points it covers in memory
+            while j < hi and m[q] <= f * m[j]:
+                j += 1
+            i = j
+    return keep[:k]

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import frontier
-from frontier.cover import cover_to_count, epsilon_cover
+from frontier.cover import cover_to_count, epsilon_cover, grouped_cover
 from frontier.reference import brute_force
 
 
@@ -87,3 +87,22 @@ def test_exact_solve_reports_no_bound():
     report = frontier.SolveReport()
     frontier.solve(G, report=report)
     assert report.bound == 0.0 and report.box_depth == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_grouped_cover_is_a_least_cover_of_each_group(seed):
+    """The solver's boxing step: per group, a cover (every point within 1+e of a kept one of its
+    group) with the least number of points (brute force)."""
+    rng = np.random.default_rng(300 + seed)
+    groups = [_staircase(rng, n) if n else np.zeros((0, 2)) for n in rng.integers(0, 9, 4)]
+    cost = np.concatenate(groups)
+    start = np.r_[0, np.cumsum([len(g) for g in groups])]
+    eps = float(rng.choice([0.01, 0.05, 0.2]))
+    kept = grouped_cover(cost, start, eps)
+    assert (np.diff(kept) > 0).all()
+    for g, part in enumerate(groups):
+        mine = kept[(kept >= start[g]) & (kept < start[g + 1])] - start[g]
+        assert _covers(part, mine, eps)
+        least = next(r for r in range(len(part) + 1)
+                     for sub in itertools.combinations(range(len(part)), r) if _covers(part, list(sub), eps))
+        assert len(mine) == least
