@@ -29,12 +29,13 @@ BATCH_NORM_STATS = ("synchronized", "local")
 STATS_ITEMSIZE = 8
 """Forward statistics are packed as float64 (their combination cancels in float32)."""
 
-SYNC_EXTRA_OPERATORS = 4
-"""Host overhead of the synchronised batch norm's per-channel arithmetic, in graph operators: its
-replayed program has ~45 nodes (forward: var_mean, shift, pack, all-reduce, combine, casts, the
-fused normalisation, running-statistics updates; backward: the fused local sums, pack,
-all-reduce, the input gradient) where the native op has ~6, and one graph operator replays as
-~9 nodes (``op_overhead_dtensor_s``, estimators/overhead.py)."""
+SYNC_EXTRA_OPERATORS = 6
+"""Host overhead of the synchronised batch norm's per-channel arithmetic, in graph operators: the
+replayed program of runtime.py's CNN data-parallel plan has 286 nodes with ``synchronized`` and 178
+with ``local``, 54 more per batch norm (forward: var_mean, shift, pack, all-reduce and wait,
+combine, casts, the fused normalisation, running-statistics updates; backward: the fused local
+sums, pack, all-reduce and wait, the input gradient), and one graph operator replays as ~9 nodes
+(``op_overhead_dtensor_s``, estimators/overhead.py)."""
 
 
 def _shard_dim(p: str) -> int | None:
