@@ -5,7 +5,8 @@ axes (its statistics axes) as ``torch.nn.SyncBatchNorm`` does when the job's
 ``training.batch_norm`` is ``synchronized`` (:mod:`tensoropt.executor.batch_norm`): per
 statistics axis, one all-reduce in forward of the packed per-channel ``[sum, sum of squares]``
 (``2 C_local`` float64 numbers) and, when the node takes part in backward, one in backward of
-``[sum dy, sum dy * xhat]`` (``2 C_local`` numbers of the activation dtype); ``C_local`` is the
+``[sum dy, sum dy * xhat]`` (``2 C_local`` numbers of the activation dtype, float32 for a 16-bit
+one); ``C_local`` is the
 channel count over the node's channel split. Each is priced by
 :meth:`estimators.collectives.CommModel.time_s` (latency and bytes; on the 2-process gloo
 profile a small all-reduce is ~1.1 ms, so the toy CNN's two batch norms add ~4.5 ms to a
@@ -134,5 +135,5 @@ def stats_time_s(comm: CommModel, node: dict, config, backward: bool, mode: str 
     for axis in stats_axes(config):
         total += comm.time_s("all_reduce", 2 * local * STATS_ITEMSIZE, (axis,))
         if backward:
-            total += comm.time_s("all_reduce", 2 * local * itemsize, (axis,))
+            total += comm.time_s("all_reduce", 2 * local * max(itemsize, 4), (axis,))  # 16-bit: float32
     return total

@@ -76,8 +76,10 @@ class _SyncBatchNorm(torch.autograd.Function):
         stat_dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
         mean = (shift + m).to(stat_dtype)
         var = (s2 / count - m * m).clamp_min(0).to(stat_dtype)
-        out = _NO_TRAINING(x, weight, bias, mean, var, momentum, eps)[0]
-        ctx.save_for_backward(x, weight, mean, var)
+        kernel = weight.dtype if weight is not None else x.dtype  # the native kernels' stats dtype
+        mean_k, var_k = mean.to(kernel), var.to(kernel)
+        out = _NO_TRAINING(x, weight, bias, mean_k, var_k, momentum, eps)[0]
+        ctx.save_for_backward(x, weight, mean_k, var_k)
         ctx.eps, ctx.count, ctx.groups = eps, count, groups
         ctx.has_bias = bias is not None
         ctx.mark_non_differentiable(mean, var)
@@ -90,13 +92,17 @@ class _SyncBatchNorm(torch.autograd.Function):
         # eval-mode backward with the global statistics: dy * w / std and the local sums
         partial_dx, sum_dy_xhat, sum_dy = _BACKWARD(dy, x, w, mean, var, None, None, False, ctx.eps,
                                                     [True, True, True])
-        reduced = _reduce(torch.cat([sum_dy, sum_dy_xhat]), ctx.groups)
-        total_dy, total_dy_xhat = reduced.chunk(2)
+        packed = torch.cat([sum_dy, sum_dy_xhat])
+        if packed.dtype not in (torch.float32, torch.float64):  # 16-bit sums: reduced in float32
+            packed = packed.float()
+        total_dy, total_dy_xhat = _reduce(packed, ctx.groups).chunk(2)
+        var, mean = var.to(packed.dtype), mean.to(packed.dtype)
         invstd = torch.rsqrt(var + ctx.eps)
-        scale = w * invstd / ctx.count
+        scale = w.to(packed.dtype) * invstd / ctx.count
         slope = scale * invstd * total_dy_xhat  # per channel: dx -= slope * x + offset
         offset = scale * total_dy - slope * mean
-        dx = partial_dx - _per_channel(slope, x.dim()) * x - _per_channel(offset, x.dim())
+        dx = partial_dx - _per_channel(slope.to(x.dtype), x.dim()) * x \
+            - _per_channel(offset.to(x.dtype), x.dim())
         grad_w = sum_dy_xhat if weight is not None and ctx.needs_input_grad[1] else None
         grad_b = sum_dy if ctx.has_bias and ctx.needs_input_grad[2] else None
         return dx, grad_w, grad_b, None, None, None, None, None

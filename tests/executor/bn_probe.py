@@ -77,6 +77,8 @@ def main(out: str) -> None:
                                                              if "convout" in p["id"] or "out2" in p["id"])))
     channels.train(STEPS)
     reference_buffers = one_process_buffers(SPECS["cnn"])
+    half = Trainer(dataclasses.replace(SPECS["cnn"], dtype="bfloat16", precision="bf16-mixed"), plan)
+    half_losses = [s["loss"] for s in half.train(STEPS).steps]
     synced_buffers = {"dp": buffer_errors(synced, reference_buffers),
                       "channels": buffer_errors(channels, reference_buffers)}
     ddp_losses, module = ddp_run(local_spec, rank, world)
@@ -90,6 +92,7 @@ def main(out: str) -> None:
         "param_scale": {k: float(reference[k].abs().max()) for k in reference},
         "buffer_diff": buffers,
         "synchronized_buffer_diff": synced_buffers,
+        "bf16_mixed": half_losses,
         "collectives": {"local": local.runtime_info()["collectives"],
                         "synchronized": synced.runtime_info()["collectives"]},
     }
