@@ -209,6 +209,10 @@ def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
             gm = make_fx(step, tracing_mode="real")(*flat)
     finally:
         interp.on_grad, interp.global_inputs, interp._leaves = saved
+        # fx.Interpreter.run keeps ``iter(args)`` and its ``env`` (the output: the loss, whose autograd
+        # graph holds the traced step's leaves and their gradients, a model's worth) until its next
+        # run, and the batch with them: drop both, so the trace leaves no real tensor behind
+        interp.args_iter, interp.env = iter(()), {}
         torch.random.set_rng_state(rng)
     defer_waits(gm)
     hoist_collectives(gm)  # the label count's all-reduce runs while forward does

@@ -1,0 +1,44 @@
+"""The replayed program's trace leaves no real tensor behind (issue 16, memory: prediction vs peak).
+
+``lower_step`` traces a training step with real tensors through the DTensor interpreter; the
+interpreter (an ``fx.Interpreter``) kept its last run's ``env`` (the loss, whose autograd graph
+holds every traced leaf and its gradient) and ``iter(args)`` (the leaves and the batch) until its
+next run: a model's worth of gradients stayed resident for the whole training run (96 MiB on the
+25M-parameter MLP, measured). After tracing, no tensor of the trace may be alive.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import torch
+from hand_plans import SPECS
+
+from tensoropt.executor.plan import ExecPlan
+from tensoropt.executor.trainer import Trainer
+
+SINGLE = ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []}, "placements": {}})
+
+
+def _tensors_with_grads(exclude: set[int]) -> list[tuple[int, ...]]:
+    """Shapes of the live autograd leaves holding a gradient, other than the ids in ``exclude``."""
+    gc.collect()
+    return [tuple(o.shape) for o in gc.get_objects()
+            if isinstance(o, torch.Tensor) and id(o) not in exclude and o.is_leaf and o._grad is not None]
+
+
+def test_the_trace_keeps_no_gradient_nor_batch_alive():
+    trainer = Trainer(SPECS["gpt"], SINGLE, mode="replay")
+    trainer.train(1)  # the interpreter's measured step: the optimizer state exists, gradients dropped
+    params = {id(p) for p in trainer.params.values()}
+    assert _tensors_with_grads(params) == []
+    batch = trainer.batch(1)
+    batch_refs = [weakref.ref(t) for t in batch]
+    trainer.program.program(trainer._placeholder_values(batch))
+    del batch
+    assert trainer.program.traces == 1
+    assert _tensors_with_grads(params) == [], "the trace's leaves and their gradients are still alive"
+    assert all(ref() is None for ref in batch_refs), "the traced batch is still alive"
+    losses = [s["loss"] for s in trainer.train(2, start_step=1).steps]  # replay still runs after the cleanup
+    assert all(loss == loss for loss in losses)
