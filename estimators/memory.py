@@ -18,8 +18,9 @@ Each rule below was checked on torch 2.13 with ``torch.autograd.graph.saved_tens
     rms_norm                          input + rstd; on CPU also x*rstd (full size)
     batch_norm (training)             input + save_mean, save_invstd (C x float32 each) + the
                                       running_mean/var buffers (saved by reference; C each);
-                                      "decomposed" (the executor's synchronised BN on a mesh):
-                                      centred and normalised input (new, full size) + 1/std
+                                      (also tensoropt's executor's, synchronised or not);
+                                      "decomposed" (a BN written with tensor ops): centred and
+                                      normalised input (new, full size) + 1/std
     group_norm                        input + mean, rstd (N x G x float32 each)
     dropout (training, p > 0)         mask: CPU a float tensor of the input's size (input*noise
                                       path); CUDA a bool mask (native_dropout)
@@ -106,9 +107,10 @@ class SavingRules:
     Attributes:
         device_kind: "cpu" or "gpu" (dropout masks, rms_norm, the attention kernel differ).
         sdpa: attention kernel: "auto" (torch's choice), "math" or "fused" (see :func:`sdpa_path`).
-        batch_norm: "native" (aten batch_norm: input + per-channel stats) or "decomposed" (a
-            synchronised batch norm written with tensor ops, as tensoropt's executor runs it on a
-            mesh: the centred input and the normalised output, full size, + 1/std per channel).
+        batch_norm: "native" (aten batch_norm: input + per-channel stats; tensoropt's executor's
+            batch norm saves the same, synchronised or not) or "decomposed" (a batch norm written
+            with tensor ops: the centred input and the normalised output, full size, + 1/std per
+            channel; what the executor saved before issue 16).
     """
 
     device_kind: str = "gpu"
