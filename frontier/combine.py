@@ -130,6 +130,7 @@ class Combiner:
             var=drop,
             vals=vals,
             depth=max((t.depth for t in arranged), default=0) + boxed,
+            height=max((t.height for t in arranged), default=0) + 1,
         )
 
     def _count_kept(self, hit: tuple) -> None:

@@ -154,7 +154,7 @@ def solve(
         progress(0, n)
     results, applied = [], {}
     for tables in components:
-        reducer = Reducer(combiner, tables, on_eliminate=tick)
+        reducer = Reducer(combiner, tables, on_eliminate=tick, compose=step_epsilon is not None)
         while reducer.variables:
             v = reducer.pick()
             if v is None:

@@ -37,8 +37,9 @@ from frontier.table import Table
 BOTH_ENDS = True
 #: Most candidates a local (non-sweep) elimination may generate before the sweep goes first.
 LOCAL_LIMIT = 1_000_000
-#: A local elimination up to this many candidates still goes before a sweep step that would
-#: generate at least ``1 / SWEEP_SHARE`` times fewer: a block interior is reduced once and reused
+#: Where the next sweep step would spread its frontier over a two-variable table (or with
+#: ``Reducer.compose``), a local elimination up to this many candidates still goes before a sweep
+#: step that would generate at least ``SWEEP_SHARE`` of it: a block interior is reduced once and reused
 #: for every identical block (memo), while a sweep run through an unreduced block spreads its
 #: accumulated frontier over a two-variable table (one group per pair of the block's inner and
 #: outer configurations) at every block. Llama-3-8B's shape, 8 layers on 16 GPUs: 96 s -> 9 s.
@@ -63,9 +64,13 @@ class Reducer:
     """
 
     def __init__(
-        self, combiner: Combiner, tables: list[Table], on_eliminate: Callable[[], None] | None = None
+        self, combiner: Combiner, tables: list[Table], on_eliminate: Callable[[], None] | None = None,
+        compose: bool = False,
     ):
         self.combiner = combiner
+        self.compose = compose
+        """Compose local tables by doubling (see :meth:`pick`); for solves whose tables are bounded
+        (``step_epsilon``): exact tables grow with every composition."""
         self.tables: dict[frozenset, Table] = {}
         self.incident: dict[int, set[frozenset]] = {}
         self.variables: set[int] = set()
@@ -147,6 +152,13 @@ class Reducer:
         computed from one). A degree-one sink with a swept table waits while anything else
         is reducible, so the graph is swept from its sources and two large frontiers never
         meet in the middle (a costly Minkowski sum). Ties go to the cheapest estimate.
+
+        With ``compose`` (bounded tables), local eliminations up to ``LOCAL_MAX`` go first and the one
+        whose tallest table is lowest is taken first (then the cheapest): a chain of identical
+        transfer tables ``T(x_0, x_1), T(x_1, x_2), ...`` is composed level by level,
+        ``T(x_0, x_2)`` computed once and answered from the memo for ``T(x_2, x_4)``, ..., then
+        ``T(x_0, x_4)``: composition by doubling, about ``log2(L)`` boxing steps deep for ``L``
+        identical layers instead of ``L / 2`` for a sweep.
         """
         if not self._estimate:
             return None
@@ -155,16 +167,27 @@ class Reducer:
         hits = [v for v in est if est[v] == 0.0]
         if hits:
             return min(hits)
-        local = [v for v in est if est[v] <= LOCAL_MAX and not self._touches_swept(v)]
         sweep = [v for v in est if self._touches_swept(v) and (BOTH_ENDS or not self._waits(v))]
+        # past LOCAL_LIMIT only where composing pays: bounded tables (compose), or a next sweep
+        # step that would spread its frontier over a two-variable table
+        spread = bool(sweep) and len(self.neighbours(best(sweep))) >= 2
+        limit = LOCAL_MAX if self.compose or spread else LOCAL_LIMIT
+        local = [v for v in est if est[v] <= limit and not self._touches_swept(v)]
+        if sweep and limit > LOCAL_LIMIT:
+            least = min(est[u] for u in sweep)
+            local = [v for v in local if est[v] <= LOCAL_LIMIT or SWEEP_SHARE * est[v] <= least]
+        if local and self.compose:
+            return min(local, key=lambda v: (self._height(v), est[v], v))
         if local:
-            v = best(local)
-            if est[v] <= LOCAL_LIMIT or not sweep or SWEEP_SHARE * est[v] <= min(est[u] for u in sweep):
-                return v
+            return best(local)
         if sweep:
             return best(sweep)
         allowed = [v for v in est if not self._waits(v)]
         return best(allowed or list(est))
+
+    def _height(self, v: int) -> int:
+        """Height of the tallest table of ``v`` (see :attr:`frontier.table.Table.height`)."""
+        return max(self.tables[key].height for key in self.incident[v])
 
     def _touches_swept(self, v: int) -> bool:
         """Whether any table of ``v`` is swept."""

@@ -51,6 +51,9 @@ class Table:
     """(N,) configuration of ``var`` behind each row."""
     depth: int = 0
     """Most epsilon-boxing steps on a derivation path below this table (0: exact)."""
+    height: int = 0
+    """Most combines on a derivation path below this table (0: a leaf); the elimination order
+    composes low tables first (:meth:`frontier.reductions.Reducer.pick`)."""
 
     @property
     def counts(self) -> np.ndarray:

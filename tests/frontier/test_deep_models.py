@@ -90,3 +90,16 @@ def test_the_tracked_bound_holds_with_a_candidate_threshold(G, step, threshold):
     got = np.array([p.cost for p in approx]).reshape(len(approx), k)
     for p in exact:
         assert ((got <= p.cost * (1 + report.bound) + 1e-9).all(axis=1)).any()
+
+
+def test_identical_layers_are_composed_by_doubling_with_a_bounded_solve():
+    """With step_epsilon, a chain of identical layers is composed level by level (memoised): the
+    boxing depth, and with it the bound, grows by about one per doubling of the layers (a sweep
+    would add one per layer on each side)."""
+    depth = {}
+    for blocks in (8, 32):
+        report = frontier.SolveReport()
+        frontier.solve(residual_model(blocks, 4, seed=3), step_epsilon=0.01, report=report)
+        depth[blocks] = report.box_depth
+        assert report.stats.reused > blocks  # the layers' compositions come from the memo
+    assert depth[32] - depth[8] <= 3
