@@ -8,9 +8,11 @@ These passes go further, changing no value the program computes:
   bucket's ``cat``) that nothing else reads becomes ``all_reduce_`` on that tensor: the functional
   collective's copy of the bucket (every gradient's bytes, every step) is gone. Not for a program
   Inductor compiles (it re-inplaces on its own and wants functional collectives).
-* :func:`hoist_collectives`: a collective whose input is computed from the graph's inputs by a
-  few pure operators (a loss's count of valid labels) moves, with them, to right after its last
-  input: its all-reduce runs while forward does instead of at the loss.
+* :func:`hoist_collectives`: a small collective (at most :data:`MAX_HOISTED_BYTES`) whose input
+  is computed from the graph's inputs by a few pure operators (a loss's count of valid labels)
+  moves, with them, to right after its last input: its all-reduce runs while forward does instead
+  of at the loss. A large one (ZeRO-3's parameter all-gather) stays where it is: issued early, its
+  result would be held from the start of the step.
 * :func:`sink_waits`: a wait whose result only feeds the program's output through a few pure
   operators (the loss's reported value) moves, with them, to the end: the all-reduce of the
   loss's sum runs while backward does instead of stopping both ranks at the loss. Backward's
@@ -34,6 +36,9 @@ _ALL_REDUCE = _OPS.all_reduce.default
 _FRESH = {torch.ops.aten.cat.default, torch.ops.aten.stack.default, torch.ops.aten.clone.default,
           torch.ops.aten._to_copy.default}
 """Operators whose output is a new tensor no input aliases (what a collective may overwrite)."""
+
+MAX_HOISTED_BYTES = 64 * 2**10
+"""Largest result of a collective :func:`hoist_collectives` moves earlier (its memory is held longer)."""
 
 MAX_MOVED_NODES = 24
 """Largest chain of operators moved with one collective or wait (the label count and the loss's value
@@ -104,15 +109,14 @@ def _cone(start: fx.Node, forward: bool) -> list[fx.Node] | None:
 
 
 def hoist_collectives(gm: fx.GraphModule) -> int:
-    """Move each collective fed by a few pure operators on graph inputs, with them, as early as it can go.
-
-    Returns the number of collectives moved.
+    """Move each small collective fed by a few pure operators on graph inputs, with them, as early as it
+    can go. Returns the number of collectives moved.
 
     Example:
         >>> g = fx.Graph(); x = g.placeholder("x"); y = g.placeholder("y")
         >>> h = g.call_function(torch.ops.aten.relu.default, (x,))
         >>> s = g.call_function(torch.ops.aten.sum.default, (y,))
-        >>> r = g.call_function(_ALL_REDUCE, (s, "sum", "0"))
+        >>> r = g.call_function(_ALL_REDUCE, (s, "sum", "0")); r.meta["val"] = torch.empty(())
         >>> w = g.call_function(_WAIT, (r,)); _ = g.output((h, w))
         >>> gm = fx.GraphModule(torch.nn.Module(), g)
         >>> hoist_collectives(gm), [n.name for n in gm.graph.nodes][2:5]
@@ -120,6 +124,9 @@ def hoist_collectives(gm: fx.GraphModule) -> int:
     """
     moved = 0
     for c in [n for n in gm.graph.nodes if _is_collective(n)]:
+        val = c.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.numel() * val.element_size() > MAX_HOISTED_BYTES:
+            continue
         cone = _cone(c, forward=False)
         if cone is None:
             continue

@@ -64,17 +64,22 @@ _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def fusable(tensors: list[torch.Tensor], steps: list[torch.Tensor]) -> bool:
-    """Whether torch's fused Adam kernel can step these local tensors: real floating dtypes on a CPU or
-    CUDA device, each step counter on its parameter's device (an optimizer built without
-    ``fused=True`` keeps CUDA parameters' counters on the host: those take the foreach kernels).
+    """Whether torch's fused Adam kernel can step these local tensors (parameters first, then their
+    gradients and state): contiguous, real floating dtypes on a CPU or CUDA device, each step
+    counter on its parameter's device (an optimizer built without ``fused=True`` keeps CUDA
+    parameters' counters on the host: those take the foreach kernels). Contiguous: torch 2.13's
+    fused CPU AdamW steps a non-contiguous gradient wrongly (a ZeRO-1 shard cut along dim 1 has
+    one: tests/executor/test_local_optim.py).
 
     Example:
-        >>> w = torch.zeros(2)
+        >>> w = torch.zeros(2, 2)
         >>> fusable([w], [torch.tensor(0.0)]), fusable([w.to(torch.complex64)], [torch.tensor(0.0)])
         (True, False)
+        >>> fusable([w, w.t()], [torch.tensor(0.0)])
+        False
     """
-    return all(t.device.type in ("cpu", "cuda") and t.dtype in _FUSED_DTYPES for t in tensors) \
-        and all(s.device == t.device for s, t in zip(steps, tensors))
+    return all(t.device.type in ("cpu", "cuda") and t.dtype in _FUSED_DTYPES and t.is_contiguous()
+               for t in tensors) and all(s.device == t.device for s, t in zip(steps, tensors))
 
 
 def _adam_group(optimizer: torch.optim.Adam, group: dict) -> None:
@@ -83,10 +88,10 @@ def _adam_group(optimizer: torch.optim.Adam, group: dict) -> None:
     if not params:
         return
     beta1, beta2 = group["betas"]
-    local_params = [_local(p) for p in params]
-    fused = not has_complex and not group.get("differentiable", False) and fusable(local_params, steps)
-    adam(local_params, [_local(g) for g in grads], [_local(t) for t in exp_avgs],
-         [_local(t) for t in exp_avg_sqs], [_local(t) for t in max_exp_avg_sqs], steps,
+    local = [[_local(t) for t in ts] for ts in (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)]
+    fused = not has_complex and not group.get("differentiable", False) \
+        and fusable([t for ts in local for t in ts], steps)
+    adam(*local, steps,
          foreach=not fused, capturable=group["capturable"], differentiable=False, fused=fused or None,
          grad_scale=None,
          found_inf=None, has_complex=has_complex,

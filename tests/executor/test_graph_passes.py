@@ -62,6 +62,7 @@ def _count_then_forward(extra_in_count: int = 0, impure: bool = False) -> tuple[
         c = g.call_function(aten.add_.Tensor, (c, 1))
     c = g.call_function(aten.sum.default, (c,))
     r = g.call_function(C10D.all_reduce.default, (c, "sum", "0"))
+    r.meta["val"] = torch.empty((), dtype=torch.int64)
     w = g.call_function(C10D.wait_tensor.default, (r,))
     g.output((g.call_function(aten.div.Tensor, (h, w)),))
     return _gm(g), r
@@ -81,6 +82,24 @@ def test_hoist_leaves_impure_or_long_chains_where_they_are():
         before = _names(gm)
         assert hoist_collectives(gm) == 0
         assert _names(gm) == before
+
+
+def test_hoist_leaves_a_large_collective_where_it_is():
+    # ZeRO-3's all-gather of a parameter shard: issued at the start, its result would be held all step
+    g = fx.Graph()
+    x, shard = g.placeholder("x"), g.placeholder("weight_shard")
+    h = g.call_function(aten.relu.default, (x,))
+    gathered = g.call_function(C10D.all_gather_into_tensor.default, (shard, 2, "0"))
+    gathered.meta["val"] = torch.empty(128, 1024)  # 512 KiB
+    w = g.call_function(C10D.wait_tensor.default, (gathered,))
+    g.output((g.call_function(aten.mm.default, (h, w)),))
+    gm = _gm(g)
+    before = _names(gm)
+    assert hoist_collectives(gm) == 0
+    assert _names(gm) == before
+    gathered.meta["val"] = torch.empty(8)  # the same collective, small: moved before relu
+    assert hoist_collectives(gm) == 1
+    assert _names(gm).index(gathered.name) < _names(gm).index(h.name)
 
 
 def test_sink_moves_the_loss_values_wait_after_backward():
