@@ -106,6 +106,7 @@ def cost_graph(
     progress: Callable[[int, int], None] | None = None,
     memory_options: Sequence[str] = (),
     precision: str = "fp32",
+    memoise: bool = True,
 ) -> nx.DiGraph:
     """Price every configuration of every operator of ``graph`` on ``num_devices`` devices of ``cluster``.
 
@@ -137,6 +138,10 @@ def cost_graph(
         precision: the training precision (:mod:`tensoropt.precision`); capture the graph in its
             compute dtype. A mixed one prices float32 master parameters, gradients (reduced in
             float32) and optimizer state, and the compute-dtype copies of the parameters ops keep.
+        memoise: price structurally identical operators and edges once (same op, shapes, dtypes,
+            gradient flags, configurations up to parameter names; for edges also the same operand
+            wiring): the 32 layers of a Llama are priced as one. ``False`` prices every node and
+            edge on its own (slow; tests check both give the same graph).
 
     Returns:
         A new ``networkx.DiGraph`` in ``frontier.solve``'s format (see the module docstring).
@@ -196,25 +201,32 @@ def cost_graph(
         precision=model.precision.name,
     )
     total, done = g.number_of_nodes() + g.number_of_edges(), 0
-    node_cache: dict[tuple, list[Cost]] = {}
+    # node -> (its cost key, its configurations' keys): computed once, read by every edge
+    node_cache: dict[tuple, tuple[np.ndarray, dict[str, np.ndarray]]] = {}
     configs_of: dict[str, list[Configuration]] = {}
+    keys_of: dict[str, tuple[tuple, tuple]] = {}
     for name in nx.topological_sort(g):
         d = g.nodes[name]
         confs = list(configurations.get(name) or [replicated(d, mesh)])
         configs_of[name] = confs
-        key = (_node_key(name, d, info), tuple(_config_key(c) for c in confs))
+        keys_of[name] = (_node_key(name, d, info), tuple(_config_key(c) for c in confs))
+        key = keys_of[name] if memoise else (name,)
         if key not in node_cache:
-            node_cache[key] = [option_node_cost(model, info, name, d, c) for c in confs]
-        costs = node_cache[key]
-        out.add_node(
+            costs = [option_node_cost(model, info, name, d, c) for c in confs]
+            node_cache[key] = (
+                np.array([[_value(c, o) for o in objectives] for c in costs], dtype=np.float64),
+                _components(costs),
+            )
+        cost, components = node_cache[key]
+        out.add_node(  # copies: identical layers share the cached arrays
             name,
             op=d["op"],
             kind=d["kind"],
             module=d.get("module", ""),
             configs=[c.label for c in confs],
             configurations=confs,
-            cost=np.array([[_value(c, o) for o in objectives] for c in costs], dtype=np.float64),
-            **_components(costs),
+            cost=cost.copy(),
+            **{k: a.copy() for k, a in components.items()},
         )
         done += 1
         if progress:
@@ -223,14 +235,16 @@ def cost_graph(
     for u, v in g.edges:
         cu, cv = configs_of[u], configs_of[v]
         key = (
-            _node_key(u, g.nodes[u], info),
-            _node_key(v, g.nodes[v], info),
-            tuple(_config_key(c) for c in cu),
-            tuple(_config_key(c) for c in cv),
+            keys_of[u][0],
+            keys_of[v][0],
+            keys_of[u][1],
+            keys_of[v][1],
             repr(g.edges[u, v].get("operands")),
             repr([(e.get("dim_map"), e["source"] == u) for e in g.nodes[v]["inputs"]]),
-        )
+        ) if memoise else (u, v)
         if key not in edge_cache:
+            if not memoise:  # the operand moves too are priced afresh for every edge
+                model.operand_cache.clear()
             edge_cache[key] = option_edge_table(model, info, g, u, v, cu, cv, edge_cost_table)
         comps = edge_cache[key]
         columns = [
@@ -250,16 +264,15 @@ def cost_graph(
     return out
 
 
-def _components(costs) -> dict[str, np.ndarray]:
-    """Per-configuration compute/comm/memory/buffer arrays (1-D for nodes, 2-D for edges)."""
-    arr = np.array(costs, dtype=object)
-    return {
-        k: np.vectorize(lambda c, k=k: getattr(c, k), otypes=[np.float64])(arr)
-        if arr.size
-        else np.zeros(arr.shape)
-        for k in ("compute_s", "comm_s", "memory_bytes", "buffer_bytes", "param_bytes", "grad_bytes",
-                  "optimizer_bytes", "recompute_bytes")
-    }
+_COMPONENTS = ("compute_s", "comm_s", "memory_bytes", "buffer_bytes", "param_bytes", "grad_bytes",
+               "optimizer_bytes", "recompute_bytes")
+
+
+def _components(costs: list[Cost]) -> dict[str, np.ndarray]:
+    """Per-configuration compute/comm/memory/buffer arrays of a node's costs (1-D, float64)."""
+    table = np.array([[getattr(c, k) for k in _COMPONENTS] for c in costs], dtype=np.float64)
+    table = table.reshape(len(costs), len(_COMPONENTS))
+    return {k: np.ascontiguousarray(table[:, i]) for i, k in enumerate(_COMPONENTS)}
 
 
 def _check_batch(g: nx.DiGraph, batch_size: int | None) -> None:
