@@ -233,7 +233,9 @@ def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:
     for i, point in enumerate(points):
         ops = {n: G.nodes[n]["configs"][c] for n, c in point.assignment.items()}
         for n, c in point.assignment.items():
-            configurations.setdefault(n, {}).setdefault(ops[n], G.nodes[n]["configurations"][c].to_json())
+            seen = configurations.setdefault(n, {})
+            if ops[n] not in seen:  # once per (node, configuration), not per plan: 10^5 at Llama-3-8B
+                seen[ops[n]] = G.nodes[n]["configurations"][c].to_json()
         time_s, memory_bytes = float(point.cost[0]), float(point.cost[1])
         layers, redistributions = plan_layers(G, graph, point.assignment)
         plans.append(Plan(

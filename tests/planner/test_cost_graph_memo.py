@@ -121,3 +121,26 @@ def test_capture_without_stack_traces_gives_the_same_graph(planned):
     for e in traced.nx.edges:
         assert repr(traced.nx.edges[e]) == repr(fast.nx.edges[e]), e
     assert repr(traced.nx.graph) == repr(fast.nx.graph)
+
+
+def test_breakdown_rows_reused_across_plans_equal_fresh_ones(planned):
+    """plan_breakdown keeps each (node, configuration) and (edge, pair) row on the cost graph:
+    plans sharing choices read them back, with the same result as a walk from scratch."""
+    import random
+
+    from estimators.breakdown import _ROWS_KEY, plan_breakdown
+
+    job, cluster, _, graph = planned
+    _, G = _price(job, cluster, graph, 8, memoise=True)
+    rng = random.Random(0)
+    assignment = {n: rng.randrange(len(G.nodes[n]["configs"])) for n in G}
+    for _ in range(4):
+        reused = plan_breakdown(G, assignment)
+        cache = G.graph.pop(_ROWS_KEY)
+        assert cache[0] and cache[1]
+        fresh = plan_breakdown(G, assignment)
+        assert reused == fresh
+        reused["layers"][0]["memory_bytes"] = -1.0  # the caller's rows are copies
+        assert plan_breakdown(G, assignment) == fresh
+        for n in rng.sample(sorted(G), len(G) // 4):
+            assignment[n] = rng.randrange(len(G.nodes[n]["configs"]))
