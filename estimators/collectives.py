@@ -20,14 +20,17 @@ all-gather of every device's buffer followed by a local chunk.
 Gradient all-reduce (data parallelism) is bucketed, by the executor as by DDP: gradients join
 a bucket in the order backward produces them; the step's first bucket is started once it holds
 ``FIRST_GRAD_BUCKET_BYTES``, later ones at ``GRAD_BUCKET_BYTES``, the rest after backward; each
-bucket is one all-reduce. Priced per parameter (additive): a gradient of ``b >=
-FIRST_GRAD_BUCKET_BYTES`` pays its own all-reduce ``T(b)``, a smaller one its share of a
-first-size bucket, ``T(FIRST) * b / FIRST`` (:func:`grad_all_reduce_time_s`). Close when every
-large gradient closes a bucket (the 2-process MLP of ``benchmarks/executor_vs_ddp.py`` on
-cpu-local: its 6 gradients are priced 7.05 ms, the executor's two buckets, 4.26 and 1.05 MB,
-6.92 ms by the same fits); conservative when several medium gradients (1-25 MiB) share one:
-each is charged a latency the bucket pays once. Small tensors (biases, norms) no longer pay a
-whole latency each, as they did when every gradient was priced as its own all-reduce.
+bucket is one all-reduce. Priced per parameter (additive, :func:`grad_all_reduce_time_s`): a
+gradient of ``b >= GRAD_BUCKET_BYTES`` closes a bucket nearly alone and pays its own all-reduce
+``T(b)``; the smaller ones of a model (``Q`` bytes in all) fill ``k = grad_bucket_count(Q)``
+buckets of mean size ``s = Q / k`` (the first at ``FIRST``, then ``GRAD_BUCKET_BYTES`` each), and
+each pays its byte share of one, ``T(s) * b / s``: summed over the model, ``k * T(s)``, what the
+executor's ``k`` all-reduces cost under an affine fit. Replicating a medium gradient (an
+embedding) therefore saves its bandwidth and a fraction of a latency, not a whole latency each:
+the rule before (every gradient of 1 MiB or more its own all-reduce) charged a latency per
+medium gradient, and the planner replicated embeddings (gpt, GPT-2, BERT) to save latencies the
+runtime never paid. Without the model's total (``bucketed_bytes`` None) a gradient below
+``FIRST_GRAD_BUCKET_BYTES`` pays its share of a first-size bucket and a larger one ``T(b)``.
 """
 
 from __future__ import annotations
@@ -185,11 +188,32 @@ def ring_coefficients(collective: str, p: int) -> tuple[float, float]:
     raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
 
 
-def grad_all_reduce_time_s(comm: CommModel, nbytes: float, axes: Iterable[int]) -> float:
+def grad_bucket_count(bucketed_bytes: float) -> int:
+    """Buckets the executor's rule fills with ``bucketed_bytes`` of gradients (each below a bucket).
+
+    The first bucket is started at ``FIRST_GRAD_BUCKET_BYTES``, later ones at ``GRAD_BUCKET_BYTES``;
+    what is left after backward is one more bucket.
+
+    Example:
+        >>> grad_bucket_count(0), grad_bucket_count(2**20), grad_bucket_count(48 * 2**20)
+        (0, 1, 3)
+    """
+    if bucketed_bytes <= 0:
+        return 0
+    if bucketed_bytes <= FIRST_GRAD_BUCKET_BYTES:
+        return 1
+    return 1 + math.ceil((bucketed_bytes - FIRST_GRAD_BUCKET_BYTES) / GRAD_BUCKET_BYTES)
+
+
+def grad_all_reduce_time_s(comm: CommModel, nbytes: float, axes: Iterable[int],
+                           bucketed_bytes: float | None = None) -> float:
     """A parameter's share of the bucketed gradient all-reduce of ``nbytes`` over ``axes``.
 
-    Its own all-reduce from ``FIRST_GRAD_BUCKET_BYTES`` up; below, its share of a first-size
-    bucket's all-reduce, ``T(FIRST_GRAD_BUCKET_BYTES) * nbytes / FIRST_GRAD_BUCKET_BYTES``.
+    From ``GRAD_BUCKET_BYTES`` up, its own all-reduce. Below, its byte share of one of the
+    ``k = grad_bucket_count(Q)`` buckets that the model's ``Q = bucketed_bytes`` gradient bytes
+    below a bucket fill: ``T(Q / k) * nbytes / (Q / k)``. With ``bucketed_bytes`` None (the model's
+    total unknown): its own all-reduce from ``FIRST_GRAD_BUCKET_BYTES`` up, below that its share
+    of a first-size bucket.
 
     Example:
         >>> from estimators.profiles import load_cluster
@@ -199,7 +223,16 @@ def grad_all_reduce_time_s(comm: CommModel, nbytes: float, axes: Iterable[int]) 
         True
         >>> grad_all_reduce_time_s(cm, 2**22, (0,)) == cm.time_s("all_reduce", 2**22, (0,))
         True
+        >>> shared = grad_all_reduce_time_s(cm, 2**22, (0,), bucketed_bytes=48 * 2**20)
+        >>> shared < cm.time_s("all_reduce", 2**22, (0,))  # shares its bucket's latency
+        True
     """
-    if nbytes >= FIRST_GRAD_BUCKET_BYTES:
+    if nbytes >= GRAD_BUCKET_BYTES or (bucketed_bytes is None and nbytes >= FIRST_GRAD_BUCKET_BYTES):
         return comm.time_s("all_reduce", nbytes, axes)
-    return comm.time_s("all_reduce", FIRST_GRAD_BUCKET_BYTES, axes) * nbytes / FIRST_GRAD_BUCKET_BYTES
+    if bucketed_bytes is None:
+        return comm.time_s("all_reduce", FIRST_GRAD_BUCKET_BYTES, axes) * nbytes / FIRST_GRAD_BUCKET_BYTES
+    total = max(float(bucketed_bytes), float(nbytes))
+    if total <= 0:
+        return 0.0
+    size = total / grad_bucket_count(total)
+    return comm.time_s("all_reduce", size, axes) * nbytes / size

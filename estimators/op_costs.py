@@ -48,7 +48,7 @@ from estimators.batch_norm import SYNC_EXTRA_OPERATORS
 from estimators.batch_norm import running_stats_time_s as bn_running_stats_time_s
 from estimators.batch_norm import stats_time_s as bn_stats_time_s
 from estimators.batch_norm import synchronized as bn_synchronized
-from estimators.collectives import CommModel, grad_all_reduce_time_s
+from estimators.collectives import GRAD_BUCKET_BYTES, CommModel, grad_all_reduce_time_s
 from estimators.compute import LocalOp, cast_time_s, optimizer_time_s, roofline_time_s
 from estimators.configuration import Configuration, Mesh
 from estimators.memory import (  # noqa: F401 - copies_operand re-exported (was defined here)
@@ -157,6 +157,25 @@ class GraphInfo:
     shared_copies: dict[str, tuple] = field(default_factory=dict)
     """Node -> ``(operand shape, dtype)`` of each copy of its output that two or more consumers
     save: one storage, charged once at the node (in its output layout)."""
+    param_numels: tuple[int, ...] = ()
+    """Elements of each parameter (a shared one once): the model's gradients, which the bucketed
+    all-reduce prices its buckets from (:meth:`bucketed_grad_bytes`). Empty: not known."""
+
+    def bucketed_grad_bytes(self, itemsize_bytes: int) -> float | None:
+        """Bytes of the gradients below ``GRAD_BUCKET_BYTES`` (those that share buckets), or None.
+
+        Example:
+            >>> GraphInfo({}, {}, {}, {}, param_numels=(2**20, 2**23)).bucketed_grad_bytes(4)
+            4194304
+        """
+        if not self.param_numels:
+            return None
+        cache = self.__dict__.setdefault("_bucketed_grad_bytes", {})
+        if itemsize_bytes not in cache:
+            cache[itemsize_bytes] = sum(
+                n * itemsize_bytes for n in self.param_numels if n * itemsize_bytes < GRAD_BUCKET_BYTES
+            )
+        return cache[itemsize_bytes]
 
     @staticmethod
     def of(g: nx.DiGraph, rules: SavingRules = DEFAULT_RULES) -> GraphInfo:
@@ -208,7 +227,13 @@ class GraphInfo:
         for (u, key), count in sorted(savers.items(), key=lambda kv: repr(kv[0])):
             if count >= 2:
                 shared[u] = (*shared.get(u, ()), shapes[(u, key)])
-        return GraphInfo(needs, computes, saving, charged, savers, shared)
+        numels = tuple(
+            int(np.prod(shape, dtype=np.int64))
+            for n in g.nodes
+            for key, shape in g.nodes[n]["params"].items()
+            if key not in set(g.nodes[n].get("shared_params") or ())
+        )
+        return GraphInfo(needs, computes, saving, charged, savers, shared, numels)
 
     def copy_charged(self, u: str, key: tuple | None) -> bool:
         """Whether the storage ``key`` of ``u``'s output (None: the output itself) is charged at ``u``.
@@ -370,6 +395,7 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
     sync = dict(config.grad_sync_axes)
     mixed = model.precision.mixed
     need = [info.needs_grad.get(e["source"], False) for e in node["inputs"]]
+    bucketed = info.bucketed_grad_bytes(itemsize(model.precision.stored_dtypes(op.dtype)[1]))
     for key, shape in node["params"].items():
         lay = params.get(key, ("R",) * len(mesh.shape))
         pb = param_bytes(model, shape, lay, op.dtype)
@@ -381,7 +407,7 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
             own_param_bytes += pb.stored
             own_grad_bytes += pb.grad
             if sync.get(key):
-                comm_s += grad_all_reduce_time_s(comm, pb.grad, sync[key])  # bucketed
+                comm_s += grad_all_reduce_time_s(comm, pb.grad, sync[key], bucketed)  # bucketed
                 buffer = max(buffer, pb.grad)
     device = model.cluster.device
     compute_s = (

@@ -154,7 +154,7 @@ def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configur
             comm_s += (
                 2 * comm.time_s("all_gather", b.compute, axes)
                 + comm.time_s("reduce_scatter", b.compute, axes)
-                - grad_all_reduce_time_s(comm, b.grad, axes)
+                - grad_all_reduce_time_s(comm, b.grad, axes, _bucketed(model, info, dtype))
             )
             buffer = max(buffer, b.compute)
     device, n = model.cluster.device, len(node["params"])
@@ -163,6 +163,11 @@ def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configur
     )
     moves = 3 * sum(1 for key in node["params"] if key not in shared and sync.get(key))
     return comm_s, opt_s, memory, buffer, moves
+
+
+def _bucketed(model: CostModel, info: GraphInfo, dtype: str) -> float | None:
+    """The model's gradient bytes that share all-reduce buckets (as :func:`estimators.op_costs.node_cost`)."""
+    return info.bucketed_grad_bytes(itemsize(model.precision.stored_dtypes(dtype)[1]))
 
 
 def _zero12_delta(model: CostModel, info: GraphInfo, node: dict, config: Configuration, base: Configuration):
@@ -187,7 +192,8 @@ def _zero12_delta(model: CostModel, info: GraphInfo, node: dict, config: Configu
         comm_s += comm.time_s("all_gather", b.stored, axes)
         if grads_too:
             memory[1] -= b.grad - s.grad
-            comm_s += comm.time_s("reduce_scatter", b.grad, axes) - grad_all_reduce_time_s(comm, b.grad, axes)
+            comm_s += comm.time_s("reduce_scatter", b.grad, axes) - grad_all_reduce_time_s(
+                comm, b.grad, axes, _bucketed(model, info, dtype))
         buffer = max(buffer, b.stored, b.grad if grads_too else 0)
     device, n = model.cluster.device, len(shapes)
     opt_s = optimizer_time_s(device, shard_total, n, model.optimizer) - optimizer_time_s(
