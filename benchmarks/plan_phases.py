@@ -52,6 +52,7 @@ def phases(case: str, devices: list[int] | None = None, plans: int = 100) -> dic
         build_job_model,
         capture_job,
         frontier_from_points,
+        frozen_heap,
         load_job_cluster,
         resolve_job,
     )
@@ -75,6 +76,8 @@ def phases(case: str, devices: list[int] | None = None, plans: int = 100) -> dic
     t["runnable"] = time.perf_counter() - start
     print(f"model {t['model']:.1f} s, capture {t['capture']:.1f} s ({graph.nx.number_of_nodes()} nodes, "
           f"{graph.nx.number_of_edges()} edges), runnable {t['runnable']:.1f} s", flush=True)
+    heap = frozen_heap()  # as plan_job and the plan command do
+    heap.__enter__()
     for d in job.devices:
         start = time.perf_counter()
         hierarchical = job.planner.hierarchical_for(d)
@@ -117,6 +120,7 @@ def phases(case: str, devices: list[int] | None = None, plans: int = 100) -> dic
     text = frontier_file_text(data)
     plan_file_text(data, frontiers[-1].plans[0].id)
     t["files"] = time.perf_counter() - start
+    heap.__exit__(None, None, None)
     size_mib = len(text) / 2**20
     print(f"fingerprint and files {t['files']:.1f} s (frontier.json {size_mib:.0f} MiB, not written)")
     return t

@@ -416,7 +416,7 @@ class PlannerConfig:
 
     epsilon: float | str = "auto"
     """auto: the frontier thinned to at most ``max_plans`` plans by the least epsilon that allows it
-    (exact before thinning, except the largest eliminations of deep models, boxed at 0.1 % with their
+    (exact before thinning, except the largest eliminations of deep models, boxed at 0.05 % with their
     bound tracked; the proven bound of both is printed and kept in frontier.json); 0: the exact
     frontier, every plan; > 0: a (1+epsilon)-approximate frontier (boxes in the solver, faster on
     huge models)."""

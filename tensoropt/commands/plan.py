@@ -111,9 +111,13 @@ def select_for_job(ff: FrontierFile) -> tuple[Selection | None, NoFeasiblePlan |
 
 def write_outputs(ff: FrontierFile, out: Path, job_path: str, plot: bool) -> list[Path]:
     """Write frontier.json, plan.json (when a plan is selected) and pareto.html; return the paths."""
-    data = ff.to_json()
+    from tensoropt.planner import frozen_heap
+
+    with frozen_heap():  # the plans' rows are many small objects: no full collection walks them all
+        data = ff.to_json()
+        text = frontier_file_text(data)
     written = [out / "frontier.json"]
-    write_text_atomic(written[0], frontier_file_text(data))
+    write_text_atomic(written[0], text)
     plan_path = out / "plan.json"
     if ff.selected is not None:
         write_text_atomic(plan_path, plan_file_text(data, ff.selected))

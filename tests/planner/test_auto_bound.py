@@ -33,8 +33,10 @@ def test_the_printed_bound_covers_both_the_boxing_and_the_thinning(monkeypatch):
                        and q.memory_bytes <= p.memory_bytes * (1 + bound) + 1 for q in thin.plans)
 
 
-def test_small_solves_stay_exact_before_the_cover():
-    """Below the threshold nothing is boxed: auto keeps the exact frontier when it is small."""
+def test_a_solve_below_the_threshold_is_exact_before_the_cover(monkeypatch):
+    """No elimination past the threshold: nothing is boxed, and a cover that keeps every plan
+    leaves the exact frontier with bound 0."""
+    monkeypatch.setattr(planner, "AUTO_BOX_MIN_CANDIDATES", 1e15)
     exact = plan_job(_job(0))
     auto = plan_job(Job.from_dict({**_job("auto").to_dict(), "planner": {"max_plans": 10_000}}))
     for full, thin in zip(exact.frontiers, auto.frontiers):

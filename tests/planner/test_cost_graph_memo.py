@@ -144,3 +144,24 @@ def test_breakdown_rows_reused_across_plans_equal_fresh_ones(planned):
         assert plan_breakdown(G, assignment) == fresh
         for n in rng.sample(sorted(G), len(G) // 4):
             assignment[n] = rng.randrange(len(G.nodes[n]["configs"]))
+
+
+def test_frozen_heap_gives_the_objects_back_and_nests():
+    import gc
+
+    from tensoropt.planner import frozen_heap
+
+    assert gc.get_freeze_count() == 0
+    with frozen_heap():
+        outer = gc.get_freeze_count()
+        assert outer > 0
+        with frozen_heap():  # an inner block does not unfreeze the outer one's objects
+            pass
+        assert gc.get_freeze_count() == outer
+    assert gc.get_freeze_count() == 0  # nothing left out of collection
+    try:
+        with frozen_heap():
+            raise KeyError("x")
+    except KeyError:
+        pass
+    assert gc.get_freeze_count() == 0
