@@ -1,10 +1,10 @@
 """Peak memory per process where it is spent, against the memory model (issue 16 items 3 and 4).
 
-For the big-fc MLP (25.2M parameters, AdamW, batch 16) and the zoo ``gpt`` (4 x 256, seq 128,
-batch 8, AdamW), planned by ``tensoropt plan`` on cpu-local for 1 and 2 devices, runs ``--steps``
-steps of the 1-device plan (1 process), and of the fastest and the leanest 2-device plans (2
-gloo processes, each in a launch of its own so no other plan's memory is alive), and tabulates
-per process:
+For the big-fc MLP (25.2M parameters, AdamW, batch 16), the zoo ``gpt`` (4 x 256, seq 128,
+batch 8, AdamW) and the tiny HuggingFace Llama of ``configs/jobs/hf-llama.yaml``, planned by
+``tensoropt plan`` on cpu-local for 1 and 2 devices, runs ``--steps`` steps of the 1-device plan
+(1 process), and of the fastest and the leanest 2-device plans (2 gloo processes, each in a launch
+of its own so no other plan's memory is alive), and tabulates per process:
 
 * ``predicted``: the plan's predicted memory per device (parameters + gradients + optimizer state
   + saved activations + the plan's transient buffers);
@@ -22,7 +22,7 @@ put it in the device profile (``configs/devices/cpu.yaml`` for this machine).
 
 Usage (one command; about 2 minutes on 2 cores):
 ``.venv/bin/python benchmarks/memory_peak.py [--steps 3] [--mode replay|interpret]
-[--json out/memory_peak.json]`` (``--calibrate`` for the profile constant).
+[--models big-fc gpt hf-llama] [--json out/memory_peak.json]`` (``--calibrate`` for the profile constant).
 The load average before and after is printed with the figures (RSS is not affected by load, but
 other processes' memory is not in it either).
 """
@@ -43,17 +43,32 @@ JOBS = {
                "training": {"global_batch_size": 16, "optimizer": "adamw", "learning_rate": 0.001}},
     "gpt": {"model": {"name": "gpt", "kwargs": {"seq_len": 128}},
             "training": {"global_batch_size": 8, "optimizer": "adamw", "learning_rate": 0.001}},
+    "hf-llama": {"job_file": "configs/jobs/hf-llama.yaml"},
 }
+"""Model name -> its job (model and training sections), or ``job_file``: an example job whose model
+and training sections are used (the tiny HuggingFace Llama: transformers' own code, AdamW)."""
 
 
-def _run(spec, plan: dict, nproc: int, steps: int, out: Path, name: str, mode: str = "replay") -> dict:
-    """Metrics of ``plan`` trained ``steps`` steps on ``nproc`` processes (a launch of its own)."""
+def _job_body(body: dict) -> dict:
+    """The model and training sections of a :data:`JOBS` entry (read from its ``job_file`` if any)."""
+    if "job_file" not in body:
+        return body
+    import yaml
+
+    job = yaml.safe_load((Path(__file__).resolve().parent.parent / body["job_file"]).read_text())
+    return {"model": job["model"], "training": job["training"]}
+
+
+def _run(spec, plan: dict, nproc: int, steps: int, out: Path, name: str, mode: str = "replay",
+         env: dict | None = None) -> dict:
+    """Metrics of ``plan`` trained ``steps`` steps on ``nproc`` processes (a launch of its own, the
+    workers' environment plus ``env``)."""
     from tensoropt.launch import LaunchOptions, launch_workers
 
     metrics = out / f"{name}-{plan['id']}.json"
     config = {"steps": steps, "executor": {"mode": mode},
               "runs": [{"spec": spec.to_json(), "plan": plan, "metrics": str(metrics)}]}
-    rc = launch_workers(config, LaunchOptions(nproc, timeout_s=600))
+    rc = launch_workers(config, LaunchOptions(nproc, timeout_s=600), env)
     if rc != 0:
         raise SystemExit(f"{name} {plan['id']} on {nproc} processes failed (exit {rc})")
     return json.loads(metrics.read_text())
@@ -68,7 +83,7 @@ def calibrate(steps: int) -> int:
     return value
 
 
-def measure(steps: int, mode: str = "replay") -> list[dict]:
+def measure(steps: int, mode: str = "replay", models: tuple[str, ...] = tuple(JOBS)) -> list[dict]:
     """One row per (model, plan) run: predicted, accounted and peak bytes per process."""
     from tensoropt.config import Job
     from tensoropt.executor.spec import TrainSpec
@@ -77,8 +92,9 @@ def measure(steps: int, mode: str = "replay") -> list[dict]:
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="memory-peak-") as tmp:
-        for name, body in JOBS.items():
-            job = Job.from_dict({**body, "cluster": "cpu-local", "devices": [1, 2]})
+        for name in models:
+            body = JOBS[name]
+            job = Job.from_dict({**_job_body(body), "cluster": "cpu-local", "devices": [1, 2]})
             frontier_json = plan_job(job).to_json()
             spec = TrainSpec.from_job(job)
             plans = {f["devices"]: f["plans"] for f in frontier_json["frontiers"]}
@@ -111,6 +127,17 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def report(table: str, rows: list[dict], load_before: tuple, json_path: Path | None) -> None:
+    """Print ``table`` with the load average before and now; write the rows as JSON if asked."""
+    load_after = os.getloadavg()
+    print(table)
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"rows": rows, "load_before": load_before, "load_after": load_after},
+                                        indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the measurement, print the table, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -118,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--mode", choices=("replay", "interpret"), default="replay",
                         help="the executor's runtime (replay: the default)")
+    parser.add_argument("--models", nargs="+", choices=tuple(JOBS), default=tuple(JOBS))
     parser.add_argument("--calibrate", action="store_true",
                         help="measure the device profile's runtime_overhead_bytes instead")
     args = parser.parse_args(argv)
@@ -125,14 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibrate:
         print(f"runtime_overhead_bytes: {calibrate(args.steps)}")
         return 0
-    rows = measure(args.steps, args.mode)
-    load_after = os.getloadavg()
-    print(_table(rows))
-    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rows": rows, "load_before": load_before, "load_after": load_after},
-                                        indent=2))
+    rows = measure(args.steps, args.mode, tuple(args.models))
+    report(_table(rows), rows, load_before, args.json)
     return 0
 
 

@@ -12,10 +12,12 @@ owns, :mod:`tensoropt.executor.memory`):
   the resident set ``VmRSS`` before the model was built (read after ``malloc_trim`` returned the
   heap's free memory to the system). What it sees: every page the process touched while
   training: tensors, the allocator's free lists that were not returned, gloo's buffers, Python
-  objects, a full model copy made by mistake. What it cannot see: memory freed and reused within
-  the loop twice (the high-water mark, not a sum), memory allocated before the loop and freed
-  in it is still counted at the loop's start, and pages shared with other processes (the torch
-  libraries) count fully in each process.
+  objects, a full model copy made by mistake. The heap is trimmed again when the loop starts, so
+  memory that building the model allocated and freed is not counted. What it cannot see: memory
+  freed and reused within the loop twice (the high-water mark, not a sum); memory allocated before
+  the loop and freed in it is still counted at the loop's start; pages shared with other processes
+  (the torch libraries) count fully in each process; and what glibc keeps of memory freed in the
+  loop counts as spent (``tensoropt/launch.py`` sets the workers' malloc to return it).
 * **elsewhere** (no ``/proc/self/clear_refs``): ``resource.getrusage``'s ``ru_maxrss``, the peak
   of the process's whole life (not reset per loop): an upper bound, reported as such.
 
@@ -108,11 +110,17 @@ class PeakMemory:
             return False
 
     def start(self) -> None:
-        """Reset the peak statistic (the training loop starts)."""
+        """Reset the peak statistic (the training loop starts).
+
+        On the CPU the heap's free memory is first returned to the system (``malloc_trim``), as
+        before the baseline: what building and exporting the model allocated and freed is not the
+        training loop's.
+        """
         if self.cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
+            _trim_heap()
             self._can_reset()
 
     def read(self) -> int:
@@ -124,6 +132,26 @@ class PeakMemory:
             hwm = _status_bytes("VmHWM")
             peak = hwm if hwm is not None else _maxrss_bytes()
         return max(0, peak - self.baseline_bytes)
+
+
+def load_model_code(spec) -> None:
+    """Import every module ``spec``'s model is built from, before the baseline is read.
+
+    The model is built once on the meta device (no tensor memory) and dropped, so the libraries its
+    factory imports on first use (``transformers``: about 100 MiB of Python modules, measured on
+    the tiny HF Llama) are loaded before :class:`PeakMemory` reads the process's level: they are the
+    library's code, the same for every plan and device count, not the model's memory. The model's
+    tensors are still all counted (a full copy built by mistake shows).
+
+    Example:
+        >>> from tensoropt.executor.spec import TrainSpec
+        >>> from tensoropt.executor.data import InputSpec
+        >>> load_model_code(TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4,
+        ...                           {"in_features": 2, "out_features": 1}))
+    """
+    from tensoropt.executor.materialize import build_skeleton
+
+    build_skeleton(spec)
 
 
 def predicted_peak_bytes(trainer) -> int | None:

@@ -25,7 +25,7 @@ from tensoropt.executor.local_optim import step_local
 from tensoropt.executor.local_state import build_local_state
 from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
 from tensoropt.executor.mixed_precision import LossScaler
-from tensoropt.executor.peak_memory import PeakMemory
+from tensoropt.executor.peak_memory import PeakMemory, load_model_code
 from tensoropt.executor.placements import normalise, to_placements
 from tensoropt.executor.plan import ExecPlan, check_plan_graph
 from tensoropt.executor.program import lazy_views
@@ -107,6 +107,7 @@ class Trainer:
         self.mesh = build_mesh(plan)
         self.device = torch.device(device_type(), torch.cuda.current_device()) if device_type() == "cuda" \
             else torch.device("cpu")
+        load_model_code(spec)  # the model's library (transformers) is loaded before the baseline
         self.memory_peak = PeakMemory(self.device)  # the process's level before the model is built
         # only this rank's shards: built on meta, exported on meta, materialised shard by shard
         local = build_local_state(spec, plan, self.mesh, self.device)
