@@ -31,13 +31,24 @@ def _with_option_copies(G, seed: int):
     return H
 
 
+def _same_frontier(got, want, rtol=1e-9):
+    """Each point of either set is weakly dominated, to ``rtol``, by a point of the other (sums taken
+    in another order differ in the last bit: a plan one ulp better in one objective is a frontier
+    point of one set and dominated in the other)."""
+    a, b = (np.array([p.cost for p in s]) for s in (got, want))
+    assert len(a) and len(b) or (len(a) == len(b) == 0)
+    for x, y in ((a, b), (b, a)):
+        for p in y:
+            assert (x <= p + rtol * np.abs(p) + 1e-12).all(axis=1).any(), (p, x)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cost_graphs(), st.integers(0, 10_000))
 def test_classes_give_the_exact_frontier(G, seed):
     H = _with_option_copies(G, seed)
     merged = frontier.solve(H)
     exact = brute_force(H)
-    assert sorted(map(tuple, (p.cost for p in merged))) == sorted(map(tuple, (p.cost for p in exact)))
+    _same_frontier(merged, exact)
     for p in merged:  # real plans: the member configuration, with its own cost
         np.testing.assert_allclose(_recomputed(H, p.assignment), p.cost, rtol=1e-9, atol=1e-12)
     plain = frontier.solve(H, merge=False)
