@@ -22,15 +22,18 @@ a bucket in the order backward produces them; the step's first bucket is started
 ``FIRST_GRAD_BUCKET_BYTES``, later ones at ``GRAD_BUCKET_BYTES``, the rest after backward; each
 bucket is one all-reduce. Priced per parameter (additive, :func:`grad_all_reduce_time_s`): a
 gradient of ``b >= GRAD_BUCKET_BYTES`` closes a bucket nearly alone and pays its own all-reduce
-``T(b)``; the smaller ones of a model (``Q`` bytes in all) fill ``k = grad_bucket_count(Q)``
-buckets of mean size ``s = Q / k`` (the first at ``FIRST``, then ``GRAD_BUCKET_BYTES`` each), and
-each pays its byte share of one, ``T(s) * b / s``: summed over the model, ``k * T(s)``, what the
-executor's ``k`` all-reduces cost under an affine fit. Replicating a medium gradient (an
-embedding) therefore saves its bandwidth and a fraction of a latency, not a whole latency each:
-the rule before (every gradient of 1 MiB or more its own all-reduce) charged a latency per
-medium gradient, and the planner replicated embeddings (gpt, GPT-2, BERT) to save latencies the
-runtime never paid. Without the model's total (``bucketed_bytes`` None) a gradient below
-``FIRST_GRAD_BUCKET_BYTES`` pays its share of a first-size bucket and a larger one ``T(b)``.
+``T(b)``; a smaller one pays its marginal price, what ``b`` more bytes add to the buckets, a full
+bucket's time per byte ``T(GRAD_BUCKET_BYTES) * b / GRAD_BUCKET_BYTES``. The rest of what the
+model's smaller gradients (``Q`` bytes) cost in ``k = grad_bucket_count(Q)`` buckets of mean size
+``s = Q / k`` -- ``k * T(s)`` less their marginal prices: the first bucket's and the last partial
+one's latency, :func:`grad_bucket_fixed_s` -- is paid whatever the plan and charged to every
+configuration alike (by parameter bytes, :func:`estimators.op_costs.node_cost`), so a data-parallel
+plan totals the executor's ``k`` all-reduces and dropping a gradient (replicating an embedding)
+saves its bytes and its share of the 25 MiB buckets' latency, not a whole latency. The rule before
+(every gradient of 1 MiB or more its own all-reduce) charged a latency per medium gradient, and
+the planner replicated embeddings (gpt, GPT-2, BERT) to save latencies the runtime never paid.
+Without the model's total (``bucketed_bytes`` None) a gradient below ``FIRST_GRAD_BUCKET_BYTES``
+pays its share of a first-size bucket and a larger one ``T(b)``.
 """
 
 from __future__ import annotations
@@ -209,11 +212,10 @@ def grad_all_reduce_time_s(comm: CommModel, nbytes: float, axes: Iterable[int],
                            bucketed_bytes: float | None = None) -> float:
     """A parameter's share of the bucketed gradient all-reduce of ``nbytes`` over ``axes``.
 
-    From ``GRAD_BUCKET_BYTES`` up, its own all-reduce. Below, its byte share of one of the
-    ``k = grad_bucket_count(Q)`` buckets that the model's ``Q = bucketed_bytes`` gradient bytes
-    below a bucket fill: ``T(Q / k) * nbytes / (Q / k)``. With ``bucketed_bytes`` None (the model's
-    total unknown): its own all-reduce from ``FIRST_GRAD_BUCKET_BYTES`` up, below that its share
-    of a first-size bucket.
+    From ``GRAD_BUCKET_BYTES`` up, its own all-reduce. Below, with the model's ``bucketed_bytes``
+    known, its marginal price ``T(GRAD_BUCKET_BYTES) * nbytes / GRAD_BUCKET_BYTES`` (the buckets'
+    fixed rest is :func:`grad_bucket_fixed_s`). With ``bucketed_bytes`` None: its own all-reduce
+    from ``FIRST_GRAD_BUCKET_BYTES`` up, below that its share of a first-size bucket.
 
     Example:
         >>> from estimators.profiles import load_cluster
@@ -224,15 +226,31 @@ def grad_all_reduce_time_s(comm: CommModel, nbytes: float, axes: Iterable[int],
         >>> grad_all_reduce_time_s(cm, 2**22, (0,)) == cm.time_s("all_reduce", 2**22, (0,))
         True
         >>> shared = grad_all_reduce_time_s(cm, 2**22, (0,), bucketed_bytes=48 * 2**20)
-        >>> shared < cm.time_s("all_reduce", 2**22, (0,))  # shares its bucket's latency
+        >>> shared < cm.time_s("all_reduce", 2**22, (0,))  # shares a 25 MiB bucket's latency
         True
     """
     if nbytes >= GRAD_BUCKET_BYTES or (bucketed_bytes is None and nbytes >= FIRST_GRAD_BUCKET_BYTES):
         return comm.time_s("all_reduce", nbytes, axes)
     if bucketed_bytes is None:
         return comm.time_s("all_reduce", FIRST_GRAD_BUCKET_BYTES, axes) * nbytes / FIRST_GRAD_BUCKET_BYTES
-    total = max(float(bucketed_bytes), float(nbytes))
-    if total <= 0:
+    return comm.time_s("all_reduce", GRAD_BUCKET_BYTES, axes) * nbytes / GRAD_BUCKET_BYTES
+
+
+def grad_bucket_fixed_s(comm: CommModel, bucketed_bytes: float, axes: Iterable[int]) -> float:
+    """What the model's ``bucketed_bytes`` of smaller gradients cost in their buckets beyond their
+    marginal prices: ``k * T(Q / k) - T(GRAD_BUCKET_BYTES) * Q / GRAD_BUCKET_BYTES`` (>= 0).
+
+    Example:
+        >>> from estimators.profiles import load_cluster
+        >>> cm = CommModel(load_cluster("cpu-local"), Mesh((2,), ("gpu",)))
+        >>> q = 3 * 2**20
+        >>> total = grad_bucket_fixed_s(cm, q, (0,)) + grad_all_reduce_time_s(cm, q, (0,), q)
+        >>> abs(total - 2 * cm.time_s("all_reduce", q / 2, (0,))) < 1e-12  # two buckets
+        True
+    """
+    k = grad_bucket_count(bucketed_bytes)
+    if k == 0:
         return 0.0
-    size = total / grad_bucket_count(total)
-    return comm.time_s("all_reduce", size, axes) * nbytes / size
+    buckets_s = k * comm.time_s("all_reduce", bucketed_bytes / k, axes)
+    marginal_s = comm.time_s("all_reduce", GRAD_BUCKET_BYTES, axes) * bucketed_bytes / GRAD_BUCKET_BYTES
+    return max(0.0, buckets_s - marginal_s)

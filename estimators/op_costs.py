@@ -48,7 +48,7 @@ from estimators.batch_norm import SYNC_EXTRA_OPERATORS
 from estimators.batch_norm import running_stats_time_s as bn_running_stats_time_s
 from estimators.batch_norm import stats_time_s as bn_stats_time_s
 from estimators.batch_norm import synchronized as bn_synchronized
-from estimators.collectives import GRAD_BUCKET_BYTES, CommModel, grad_all_reduce_time_s
+from estimators.collectives import GRAD_BUCKET_BYTES, CommModel, grad_all_reduce_time_s, grad_bucket_fixed_s
 from estimators.compute import LocalOp, cast_time_s, optimizer_time_s, roofline_time_s
 from estimators.configuration import Configuration, Mesh
 from estimators.memory import (  # noqa: F401 - copies_operand re-exported (was defined here)
@@ -358,6 +358,19 @@ def local_op(node: dict, config: Configuration, mesh: Mesh, info: GraphInfo) -> 
     )
 
 
+def _bucket_fixed_share_s(comm: CommModel, bucketed: float | None, full_grad_bytes: int) -> float:
+    """A parameter's share (by its full gradient bytes) of the gradient buckets' fixed latency
+    (:func:`estimators.collectives.grad_bucket_fixed_s` over every mesh axis): the same in every
+    configuration, so a plan's total carries the executor's bucket count and no choice buys it off."""
+    if not bucketed or full_grad_bytes >= GRAD_BUCKET_BYTES:
+        return 0.0
+    axes = tuple(range(len(comm.mesh.shape)))
+    key = ("grad_bucket_fixed_s", bucketed, axes)
+    if key not in comm.memo:
+        comm.memo[key] = grad_bucket_fixed_s(comm, bucketed, axes)
+    return comm.memo[key] * full_grad_bytes / bucketed
+
+
 def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: Configuration) -> Cost:
     """Time and memory of ``node`` under ``config`` (see the module docstring).
 
@@ -395,7 +408,8 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
     sync = dict(config.grad_sync_axes)
     mixed = model.precision.mixed
     need = [info.needs_grad.get(e["source"], False) for e in node["inputs"]]
-    bucketed = info.bucketed_grad_bytes(itemsize(model.precision.stored_dtypes(op.dtype)[1]))
+    grad_itemsize = itemsize(model.precision.stored_dtypes(op.dtype)[1])
+    bucketed = info.bucketed_grad_bytes(grad_itemsize)
     for key, shape in node["params"].items():
         lay = params.get(key, ("R",) * len(mesh.shape))
         pb = param_bytes(model, shape, lay, op.dtype)
@@ -409,6 +423,7 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
             if sync.get(key):
                 comm_s += grad_all_reduce_time_s(comm, pb.grad, sync[key], bucketed)  # bucketed
                 buffer = max(buffer, pb.grad)
+            comm_s += _bucket_fixed_share_s(comm, bucketed, numel(shape) * grad_itemsize)
     device = model.cluster.device
     compute_s = (
         fwd_s

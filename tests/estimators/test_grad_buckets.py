@@ -20,6 +20,7 @@ from estimators.collectives import (
     CommModel,
     grad_all_reduce_time_s,
     grad_bucket_count,
+    grad_bucket_fixed_s,
 )
 from estimators.op_costs import GraphInfo
 from estimators.profiles import Link, load_cluster
@@ -60,14 +61,28 @@ def test_medium_gradients_share_their_buckets_latency():
     assert _executor_buckets(sizes) == [8 * MIB, 32 * MIB, 8 * MIB]
     per_byte_s = 1 / (BANDWIDTH_GBPS * 1e9)
     by_hand_s = 3 * 2 * LATENCY_S + 48 * MIB * per_byte_s
-    priced_s = sum(grad_all_reduce_time_s(comm, b, (0,), bucketed_bytes=sum(sizes)) for b in sizes)
+    marginal_s = sum(grad_all_reduce_time_s(comm, b, (0,), bucketed_bytes=sum(sizes)) for b in sizes)
+    priced_s = marginal_s + grad_bucket_fixed_s(comm, sum(sizes), (0,))
     assert priced_s == pytest.approx(by_hand_s, rel=1e-12)
     # the rule before charged each one a whole all-reduce: 12a + 48 MiB / B
     assert sum(grad_all_reduce_time_s(comm, b, (0,)) for b in sizes) == pytest.approx(
         6 * 2 * LATENCY_S + 48 * MIB * per_byte_s, rel=1e-12)
-    # what replicating one of them saves: its bandwidth and a sixth of three latencies, not 2a
+    # what replicating one saves: its bandwidth and 8/25 of a 25 MiB bucket's latency, not 2a
     saved_s = grad_all_reduce_time_s(comm, 8 * MIB, (0,), bucketed_bytes=48 * MIB)
-    assert saved_s == pytest.approx(8 * MIB * per_byte_s + 3 * 2 * LATENCY_S / 6, rel=1e-12)
+    assert saved_s == pytest.approx(8 * MIB * per_byte_s + 2 * LATENCY_S * 8 / 25, rel=1e-12)
+
+
+def test_dropping_a_gradient_that_leaves_the_bucket_count_saves_its_bytes():
+    """BERT-like: three 0.5 MiB layer gradients, then a 1 MiB embedding gradient: buckets 1 and
+    1.5 MiB with it, 1 and 0.5 MiB without. Replicating the embedding saves its bytes, not a
+    latency (the rule before priced it a whole all-reduce, 2a + 1 MiB / B)."""
+    comm = _flat_comm()
+    with_embedding = [MIB // 2] * 3 + [MIB]
+    assert len(_executor_buckets(with_embedding)) == 2
+    assert len(_executor_buckets(with_embedding[:-1])) == 2
+    saved_s = grad_all_reduce_time_s(comm, MIB, (0,), bucketed_bytes=sum(with_embedding))
+    runtime_saves_s = MIB / (BANDWIDTH_GBPS * 1e9)  # same two all-reduces, 1 MiB fewer bytes
+    assert runtime_saves_s < saved_s < runtime_saves_s + 2 * LATENCY_S / 10
 
 
 def test_a_gradient_of_a_bucket_or_more_pays_its_own_all_reduce():
