@@ -134,24 +134,27 @@ class PeakMemory:
         return max(0, peak - self.baseline_bytes)
 
 
-def load_model_code(spec) -> None:
-    """Import every module ``spec``'s model is built from, before the baseline is read.
+def load_model_code(spec, device: torch.device) -> None:
+    """Import every module ``spec``'s model is built and exported with, before the baseline is read.
 
-    The model is built once on the meta device (no tensor memory) and dropped, so the libraries its
-    factory imports on first use (``transformers``: about 100 MiB of Python modules, measured on
-    the tiny HF Llama) are loaded before :class:`PeakMemory` reads the process's level: they are the
-    library's code, the same for every plan and device count, not the model's memory. The model's
-    tensors are still all counted (a full copy built by mistake shows).
+    The model is built on the meta device and exported on meta inputs (no tensor memory; the
+    exported program is the one the trainer then uses, cached by
+    :mod:`tensoropt.executor.local_state`), so the code its factory and ``torch.export`` import on
+    first use (``transformers``: about 70 MiB of Python modules, ``torch._dynamo`` and
+    ``torch.export`` about 27 MiB, measured) is loaded before :class:`PeakMemory` reads the
+    process's level: library code, the same for every plan and device count, not the model's
+    memory. The model's tensors are all counted after it (a full copy built by mistake shows).
 
     Example:
         >>> from tensoropt.executor.spec import TrainSpec
         >>> from tensoropt.executor.data import InputSpec
         >>> load_model_code(TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4,
-        ...                           {"in_features": 2, "out_features": 1}))
+        ...                           {"in_features": 2, "out_features": 1}), torch.device("cpu"))
     """
+    from tensoropt.executor.local_state import _exported
     from tensoropt.executor.materialize import build_skeleton
 
-    build_skeleton(spec)
+    _exported(spec, build_skeleton(spec), device)
 
 
 def predicted_peak_bytes(trainer) -> int | None:

@@ -107,7 +107,7 @@ class Trainer:
         self.mesh = build_mesh(plan)
         self.device = torch.device(device_type(), torch.cuda.current_device()) if device_type() == "cuda" \
             else torch.device("cpu")
-        load_model_code(spec)  # the model's library (transformers) is loaded before the baseline
+        load_model_code(spec, self.device)  # its library and export's code are loaded before the baseline
         self.memory_peak = PeakMemory(self.device)  # the process's level before the model is built
         # only this rank's shards: built on meta, exported on meta, materialised shard by shard
         local = build_local_state(spec, plan, self.mesh, self.device)
