@@ -68,6 +68,26 @@ def test_model_parallel_peak_is_below_the_single_process_run(big_mlp_runs):
                           f"{one['measured']}")
 
 
+TRIMMED_MALLOC = {"MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": "0"}
+"""glibc returns freed memory at once: the resident set then follows the live bytes the model prices."""
+
+
+def test_predicted_peak_is_within_5_percent_of_the_measured_one(tmp_path):
+    """big-fc's leanest 2-process plan, glibc trimming (docs/results.md: with its defaults the
+    peak also holds freed memory glibc keeps). Before the trace dropped its gradients and the
+    baseline was read with the model's code loaded, the error was -11 %."""
+    job = Job.from_dict(BIG_MLP)
+    frontier_json = plan_job(job).to_json()
+    plans = next(f["plans"] for f in frontier_json["frontiers"] if f["devices"] == 2)
+    leanest = min(plans, key=lambda p: p["memory_bytes"])["id"]
+    rc, _ = run_plans([("big", TrainSpec.from_job(job), _plan(frontier_json, leanest))], 2, tmp_path,
+                      steps=3, env=TRIMMED_MALLOC)
+    assert rc == 0
+    metrics = outputs(tmp_path, "big", leanest)[0]
+    peak, predicted = metrics["measured"]["peak_bytes"], metrics["predicted"]["peak_bytes"]
+    assert abs(predicted - peak) <= 0.05 * peak, (predicted, peak, (predicted - peak) / peak)
+
+
 def test_checkpoint_job_starts_from_the_file(tmp_path):
     values = {"fc1.weight": torch.randn(16, 8), "fc1.bias": torch.randn(16),
               "fc2.weight": torch.randn(4, 16), "fc2.bias": torch.randn(4)}
