@@ -157,7 +157,8 @@ def test_frozen_heap_gives_the_objects_back_and_nests():
         assert outer > 0
         with frozen_heap():  # an inner block does not unfreeze the outer one's objects
             pass
-        assert gc.get_freeze_count() == outer
+        # still frozen (an unfreeze would give 0); frozen objects that die by refcount leave the count
+        assert gc.get_freeze_count() > outer // 2
     assert gc.get_freeze_count() == 0  # nothing left out of collection
     try:
         with frozen_heap():
