@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import networkx as nx
 
+from estimators.memory_parts import COST_PARTS, STATE_PARTS
+
 _WALK_KEY = "_plan_breakdown_walk"
 _ROWS_KEY = "_plan_breakdown_rows"
 
@@ -60,16 +62,13 @@ def _node_costs(cg: nx.DiGraph, d: dict, i: int) -> tuple[float, float, float, f
     return float(d["cost"][i][t]), 0.0, float(d["cost"][i][m]), 0.0
 
 
-_PARTS = ("param_bytes", "grad_bytes", "optimizer_bytes", "recompute_bytes")
-
-
 def _memory_parts(d: dict, i: int, memory_bytes: float) -> dict[str, float]:
-    """Parts of a node configuration's memory (:class:`estimators.op_costs.Cost`): parameters,
+    """Parts of a node configuration's memory (:mod:`estimators.memory_parts`): parameters,
     gradients, optimizer state, the saved activations (the rest) and what a recomputing
     configuration rebuilds in backward (0 when the cost graph does not carry the parts)."""
-    parts = {k: float(d[k][i]) if k in d else 0.0 for k in _PARTS}
-    state = parts["param_bytes"] + parts["grad_bytes"] + parts["optimizer_bytes"]
-    parts["activation_bytes"] = memory_bytes - state if any(k in d for k in _PARTS) else 0.0
+    parts = {k: float(d[k][i]) if k in d else 0.0 for k in COST_PARTS}
+    state = sum(parts[k] for k in STATE_PARTS)
+    parts["activation_bytes"] = memory_bytes - state if any(k in d for k in COST_PARTS) else 0.0
     return parts
 
 

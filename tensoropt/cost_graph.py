@@ -11,7 +11,8 @@ Node attributes added: ``cost``, ``configs`` (labels, index-aligned with the row
 ``configurations`` (the :class:`Configuration` objects), ``op``, ``kind``, ``module`` and the
 per-configuration components ``compute_s``, ``comm_s``, ``memory_bytes``, ``buffer_bytes``
 and the parts of ``memory_bytes`` ``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` (the rest
-is saved activations), with ``recompute_bytes`` (rebuilt in backward; a transient) (1-D arrays).
+is saved activations), with ``recompute_bytes`` (rebuilt in backward; a transient) (1-D arrays;
+the part names: :data:`estimators.memory_parts.COST_PARTS`).
 Edge attributes: ``cost`` and the components ``comm_s``, ``memory_bytes``,
 ``buffer_bytes`` (C_u x C_v). Graph attributes: ``mesh``, ``num_devices``, ``cluster`` (the
 :class:`estimators.profiles.Cluster`), ``objectives``, ``optimizer``, ``compute_mode``.
@@ -27,6 +28,7 @@ import networkx as nx
 import numpy as np
 
 from estimators.memory import SavingRules
+from estimators.memory_parts import COST_PARTS
 from estimators.op_costs import Cost, CostModel, GraphInfo, edge_cost_table
 from estimators.options import option_edge_table, option_node_cost, with_recompute_rule
 from estimators.profiles import Cluster, load_cluster
@@ -264,8 +266,7 @@ def cost_graph(
     return out
 
 
-_COMPONENTS = ("compute_s", "comm_s", "memory_bytes", "buffer_bytes", "param_bytes", "grad_bytes",
-               "optimizer_bytes", "recompute_bytes")
+_COMPONENTS = ("compute_s", "comm_s", "memory_bytes", "buffer_bytes", *COST_PARTS)
 
 
 def _components(costs: list[Cost]) -> dict[str, np.ndarray]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from estimators.files import write_text_atomic
+from estimators.memory_parts import MEMORY_PARTS, TRANSIENT_PARTS
 from tensoropt.configspace.configuration import Configuration, Mesh
 
 __all__ = ["SCHEMA_VERSION", "Frontier", "FrontierFile", "Layer", "Plan", "PlanFile", "PlanFileError",
@@ -51,7 +52,8 @@ class PlanFileError(ValueError):
 
 @dataclass
 class Layer:
-    """One operator of a plan: its configuration and its share of the costs."""
+    """One operator of a plan: its configuration and its share of the costs (its memory part
+    fields: :data:`estimators.memory_parts.MEMORY_PARTS` and ``TRANSIENT_PARTS``)."""
 
     node: str
     """OpGraph node name (the torch.export node name)."""
@@ -98,8 +100,8 @@ class Layer:
         return Layer(**{k: data[k] for k in Layer.__dataclass_fields__ if k in data})
 
 
-_LAYER_PARTS = frozenset({"param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes",
-                          "recompute_bytes", "recompute_chain_bytes", "buffer_bytes"})
+_LAYER_PARTS = frozenset((*MEMORY_PARTS, *TRANSIENT_PARTS))
+"""The memory fields of a :class:`Layer` (:mod:`estimators.memory_parts`), left out of its JSON when 0."""
 
 
 @dataclass

@@ -15,6 +15,7 @@ from collections import Counter
 import networkx as nx
 
 from estimators.breakdown import plan_breakdown
+from estimators.memory_parts import MEMORY_PARTS, TRANSIENT_PARTS
 from tensoropt.plans import Layer, Redistribution
 
 SHORT_KINDS = {
@@ -107,15 +108,12 @@ def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> tuple[list[
         if kind == "input":
             continue
         saved_operands = edge_memory.get(node, 0.0)
+        parts = {k: row.get(k, 0.0) for k in (*MEMORY_PARTS, *TRANSIENT_PARTS)}
+        parts["activation_bytes"] += saved_operands
+        parts["buffer_bytes"] = buffers.get(node, 0.0)
         layers.append(Layer(node=node, op=op, module=module, config=row["config"],
                             compute_s=row["compute_s"], comm_s=row["comm_s"],
-                            memory_bytes=row["memory_bytes"] + saved_operands,
-                            param_bytes=row.get("param_bytes", 0.0), grad_bytes=row.get("grad_bytes", 0.0),
-                            optimizer_bytes=row.get("optimizer_bytes", 0.0),
-                            activation_bytes=row.get("activation_bytes", 0.0) + saved_operands,
-                            recompute_bytes=row.get("recompute_bytes", 0.0),
-                            recompute_chain_bytes=row.get("recompute_chain_bytes", 0.0),
-                            buffer_bytes=buffers.get(node, 0.0)))
+                            memory_bytes=row["memory_bytes"] + saved_operands, **parts))
     moves = [Redistribution(r["src"], r["dst"], r["from_layout"], r["to_layout"], r["comm_s"],
                             r["memory_bytes"])
              for r in b["redistributions"] if r["comm_s"] > 0 or r["from_layout"] != r["to_layout"]]

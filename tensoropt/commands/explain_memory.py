@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from estimators.memory_parts import MEMORY_PARTS
 from tensoropt.config import format_size
 from tensoropt.plans import Layer, PlanFile
 from tensoropt.tables import format_table
@@ -50,6 +51,11 @@ def layer_of(module: str) -> str:
         if p.isdigit():
             return ".".join(parts[: i + 1])
     return ".".join(parts) or "(model)"
+
+
+PART_LABELS = {"param_bytes": "parameters", "grad_bytes": "gradients", "optimizer_bytes": "optimizer",
+               "activation_bytes": "activations"}
+"""The memory table's column header of each of :data:`estimators.memory_parts.MEMORY_PARTS`."""
 
 
 @dataclass
@@ -75,8 +81,8 @@ class LayerMemory:
 
     @property
     def memory_bytes(self) -> float:
-        """Parameters + gradients + optimizer state + saved activations."""
-        return self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.activation_bytes
+        """Parameters + gradients + optimizer state + saved activations (:data:`MEMORY_PARTS`)."""
+        return sum(getattr(self, k) for k in MEMORY_PARTS)
 
 
 def memory_by_layer(layers: list[Layer]) -> list[LayerMemory]:
@@ -94,10 +100,8 @@ def memory_by_layer(layers: list[Layer]) -> list[LayerMemory]:
         name = layer_of(x.module)
         m = out.setdefault(name, LayerMemory(name, 0))
         m.operators += 1
-        m.param_bytes += x.param_bytes
-        m.grad_bytes += x.grad_bytes
-        m.optimizer_bytes += x.optimizer_bytes
-        m.activation_bytes += x.activation_bytes
+        for k in MEMORY_PARTS:
+            setattr(m, k, getattr(m, k) + getattr(x, k))
         m.recompute_bytes = max(m.recompute_bytes, x.recompute_chain_bytes)
         m.largest_transient_bytes = max(m.largest_transient_bytes, x.buffer_bytes)
     for m in out.values():
@@ -112,7 +116,7 @@ def has_memory_parts(layers: list[Layer]) -> bool:
         >>> has_memory_parts([Layer("a", "aten.relu.default", "", "replicate", 0, 0, 8)])
         False
     """
-    return any(x.param_bytes or x.grad_bytes or x.optimizer_bytes or x.activation_bytes for x in layers)
+    return any(getattr(x, k) for x in layers for k in MEMORY_PARTS)
 
 
 def memory_table(plan_file: PlanFile) -> str:
@@ -130,20 +134,19 @@ def memory_table(plan_file: PlanFile) -> str:
     if not has_memory_parts(layers):
         return "(this plan file has no memory parts per operator: plan it again to see them)"
     groups = memory_by_layer(layers)
-    rows = [[m.layer, m.operators, format_size(m.param_bytes), format_size(m.grad_bytes),
-             format_size(m.optimizer_bytes), format_size(m.activation_bytes), format_size(m.recompute_bytes),
-             format_size(m.largest_transient_bytes), format_size(m.memory_bytes)] for m in groups]
+    rows = [[m.layer, m.operators, *(format_size(getattr(m, k)) for k in MEMORY_PARTS),
+             *(format_size(v) for v in (m.recompute_bytes, m.largest_transient_bytes, m.memory_bytes))]
+            for m in groups]
     total = LayerMemory("total", sum(m.operators for m in groups))
     for m in groups:
-        for k in ("param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes"):
+        for k in MEMORY_PARTS:
             setattr(total, k, getattr(total, k) + getattr(m, k))
     peak = max(groups, key=lambda m: m.largest_transient_bytes)
-    rows.append([total.layer, total.operators, format_size(total.param_bytes), format_size(total.grad_bytes),
-                 format_size(total.optimizer_bytes), format_size(total.activation_bytes), "-",
+    rows.append([total.layer, total.operators, *(format_size(getattr(total, k)) for k in MEMORY_PARTS), "-",
                  format_size(peak.largest_transient_bytes), format_size(total.memory_bytes)])
-    headers = ["layer", "ops", "parameters", "gradients", "optimizer", "activations", "recompute transient",
+    headers = ["layer", "ops", *(PART_LABELS[k] for k in MEMORY_PARTS), "recompute transient",
                "largest transient", "memory"]
-    table = format_table(headers, rows, right=list(range(1, 9)))
+    table = format_table(headers, rows, right=list(range(1, len(headers))))
     return (f"memory per device by layer:\n{table}\n"
             f"memory {format_size(total.memory_bytes)} + the largest transient "
             f"{format_size(peak.largest_transient_bytes)} ({peak.layer}) = "
