@@ -33,7 +33,7 @@ import numpy as np
 
 import frontier as ft
 from frontier.point import Point
-from frontier.validate import load_problem
+from tensoropt.baselines import plan_cost  # noqa: F401  (re-exported: the reproduce tests import it here)
 
 Allowed = Callable[[str, dict], list[int] | None]
 """``allowed(node, node_attrs) -> configuration indices to keep`` (None or empty: keep all)."""
@@ -79,18 +79,6 @@ def solve_in_space(G: nx.DiGraph, allowed: Allowed) -> list[Point]:
         Point(cost=p.cost, assignment={n: int(keep[n][c]) for n, c in p.assignment.items()})
         for p in ft.solve(H)
     ]
-
-
-def plan_cost(G: nx.DiGraph, assignment: dict) -> np.ndarray:
-    """Cost vector of one plan of ``G`` (node -> configuration index), recomputed from the tables.
-
-    Example:
-        >>> G = nx.DiGraph(); G.add_node("a", cost=np.array([[1.0, 2.0], [2.0, 1.0]]))
-        >>> plan_cost(G, {"a": 1}).tolist()
-        [2.0, 1.0]
-    """
-    problem = load_problem(G)
-    return problem.costs(np.array([[assignment[n] for n in problem.names]]))[0]
 
 
 def tp_dp_axes(mesh) -> tuple[tuple[int, ...], tuple[int, ...]]:

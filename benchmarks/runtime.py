@@ -89,6 +89,7 @@ def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchro
     frontier's fastest), each with its predicted ``time_s`` / ``memory_bytes``, and the frontier size.
     ``batch_norm``: the job's ``training.batch_norm`` the plans are priced for."""
     import frontier
+    from tensoropt.baselines import data_parallel_assignment, plan_cost
     from tensoropt.capture import capture
     from tensoropt.cost_graph import cost_graph
     from tensoropt.executor.data import synthetic_batch
@@ -101,16 +102,12 @@ def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchro
     points = frontier.solve(cg)
 
     def doc(plan_id: str, assignment: dict) -> dict:
-        total = sum(cg.nodes[n]["cost"][c] for n, c in assignment.items())
-        total = total + sum(cg.edges[u, v]["cost"][assignment[u], assignment[v]] for u, v in cg.edges)
+        total = plan_cost(cg, assignment)
         return {"id": plan_id, "devices": NPROC, "mesh": cg.graph["mesh"].to_json(),
                 "time_s": float(total[0]), "memory_bytes": float(total[1]),
                 "placements": {n: cg.nodes[n]["configurations"][c].to_json() for n, c in assignment.items()}}
 
-    dp = {}
-    for n in cg.nodes:
-        labels = cg.nodes[n]["configs"]
-        dp[n] = labels.index(f"batch={NPROC}") if f"batch={NPROC}" in labels else labels.index("replicate")
+    dp = data_parallel_assignment(cg)
     fastest = min(points, key=lambda p: p.cost[0])
     return {"dp": doc("dp", dp), "fast": doc("fast", dict(fastest.assignment)), "frontier": len(points)}
 
@@ -118,10 +115,9 @@ def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchro
 def worker(options: dict) -> None:
     """torchrun entry: every system of every model, interleaved rounds; rank 0 writes the step times."""
     import torch.distributed as dist
-    from executor_vs_ddp import _ddp_step  # the same DDP step as the executor-vs-DDP benchmark
+    from executor_vs_ddp import ddp_round_s  # the same DDP step as the executor-vs-DDP benchmark
     from torch.nn.parallel import DistributedDataParallel
 
-    from tensoropt.executor.data import synthetic_batch
     from tensoropt.executor.plan import ExecPlan
     from tensoropt.executor.trainer import Trainer
     from tensoropt.executor.worker import end_process_group, init_process_group
@@ -156,10 +152,7 @@ def worker(options: dict) -> None:
         holders.append((model, opt))
 
         def ddp_round(r, name=name, spec=spec, model=model, opt=opt):
-            times = []
-            for step in range(2 + r * steps, 2 + (r + 1) * steps):
-                batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step)
-                times.append(_ddp_step(model, opt, batch, rank, world))
+            times = ddp_round_s(spec, model, opt, 2 + r * steps, steps, rank, world)
             kept.setdefault(f"{name}/ddp", []).extend(times[1:])
         systems.append((f"{name}/ddp", ddp_round))
     for r in range(rounds):
@@ -176,16 +169,9 @@ def worker(options: dict) -> None:
 
 
 def _launch(options: dict, out: Path) -> dict:
-    result = out / "result.json"
-    config = out / "config.json"
-    config.write_text(json.dumps({**options, "out": str(result)}))
-    from tensoropt.launch import LaunchOptions, launch_module
+    from worker_launch import launch_workers
 
-    env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    rc = launch_module(__file__, ["--worker", str(config)], LaunchOptions(NPROC, timeout_s=7200), env=env)
-    if rc != 0:
-        raise RuntimeError(f"benchmark workers failed (torchrun exit code {rc})")
-    return json.loads(result.read_text())
+    return launch_workers(__file__, options, out, NPROC, timeout_s=7200)
 
 
 def _median_ms(times: list[float]) -> float:
@@ -286,9 +272,7 @@ def _summary(plan: dict) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        sys.path.insert(0, str(HERE))
-        worker(json.loads(Path(sys.argv[2]).read_text()))
-        sys.exit(0)
+    from worker_launch import run_worker_if_asked
+
+    run_worker_if_asked(worker)
     sys.exit(main())

@@ -359,9 +359,11 @@ def local_op(node: dict, config: Configuration, mesh: Mesh, info: GraphInfo) -> 
 
 
 def _bucket_fixed_share_s(comm: CommModel, bucketed: float | None, full_grad_bytes: int) -> float:
-    """A parameter's share (by its full gradient bytes) of the gradient buckets' fixed latency
-    (:func:`estimators.collectives.grad_bucket_fixed_s` over every mesh axis): the same in every
-    configuration, so a plan's total carries the executor's bucket count and no choice buys it off."""
+    """A synchronised parameter's share (by its full gradient bytes) of the gradient buckets' fixed
+    latency (:func:`estimators.collectives.grad_bucket_fixed_s` over every mesh axis): a plan whose
+    every gradient is synchronised carries the executor's bucket count, one that synchronises none
+    (a model-parallel plan) carries no bucket, and replicating one small gradient saves its share,
+    never a whole latency."""
     if not bucketed or full_grad_bytes >= GRAD_BUCKET_BYTES:
         return 0.0
     axes = tuple(range(len(comm.mesh.shape)))
@@ -423,7 +425,7 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
             if sync.get(key):
                 comm_s += grad_all_reduce_time_s(comm, pb.grad, sync[key], bucketed)  # bucketed
                 buffer = max(buffer, pb.grad)
-            comm_s += _bucket_fixed_share_s(comm, bucketed, numel(shape) * grad_itemsize)
+                comm_s += _bucket_fixed_share_s(comm, bucketed, numel(shape) * grad_itemsize)
     device = model.cluster.device
     compute_s = (
         fwd_s

@@ -91,7 +91,6 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         The :class:`Frontier`, plans sorted by time with ids ``d<P>-p<i>``.
     """
     import frontier as ft
-    from tensoropt.cost_graph import cost_graph
 
     timing: dict[str, float] = {}
     start = time.perf_counter()
@@ -100,27 +99,7 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         if progress is not None:
             progress(f"cost graph for {_devices(num_devices)}", 0.3 * done / max(1, total))
 
-    from frontier.memory_limit import default_limit_bytes
-    from tensoropt.configspace import configurations
-    from tensoropt.configspace.configuration import Mesh
-    from tensoropt.solver_size import check_table_size, table_size
-
-    hierarchical = job.planner.hierarchical_for(num_devices)
-    configs = configurations(graph, Mesh.for_cluster(num_devices, cluster.devices_per_node),
-                             whole_levels=hierarchical)
-    try:  # refused in seconds when the tables alone outgrow the solver's memory
-        size = table_size(graph, configs, job.training.memory_options)
-        check_table_size(size, num_devices, default_limit_bytes(), hierarchical)
-    except MemoryError as e:
-        raise PlanningError(f"cost graph for {_devices(num_devices)}: {e}") from None
-    try:
-        G = cost_graph(graph, cluster, num_devices, batch_size=job.training.global_batch_size,
-                       optimizer=job.training.optimizer, compute_mode=job.planner.compute,
-                       progress=graph_progress, memory_options=job.training.memory_options,
-                       configurations=configs, precision=job.training.precision,
-                       batch_norm_stats=job.training.batch_norm)
-    except ValueError as e:
-        raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
+    G = job_cost_graph(graph, job, cluster, num_devices, graph_progress)
     timing["cost_graph"] = time.perf_counter() - start
 
     def solver_progress(*args):
@@ -151,6 +130,55 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     timing["breakdown"] = time.perf_counter() - start - timing["cost_graph"] - timing["solve"]
     frontier.timing_s = timing
     return frontier
+
+
+def job_cost_graph(graph, job: Job, cluster, num_devices: int,
+                   progress: Callable[[int, int], None] | None = None):
+    """The cost graph ``tensoropt plan`` solves for one device count of ``job``.
+
+    Args:
+        graph: the captured OpGraph (:func:`capture_job`).
+        job: the (resolved) job: optimizer, precision, memory options, batch norm, compute mode.
+        cluster: the loaded cluster profile.
+        num_devices: device count.
+        progress: called with (nodes priced, nodes in all).
+
+    Returns:
+        The networkx cost graph (``mesh``, per node ``configs``/``configurations``/``cost``).
+
+    Raises:
+        PlanningError: the tables alone outgrow the solver's memory, or pricing refused a node.
+
+    Example:
+        >>> job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "cpu-local", "devices": [2],
+        ...                      "training": {"global_batch_size": 8}})
+        >>> from estimators.profiles import load_cluster
+        >>> G = job_cost_graph(capture_job(job), job, load_cluster("cpu-local"), 2)
+        >>> G.graph["mesh"].num_devices, "batch=2" in G.nodes["linear"]["configs"]
+        (2, True)
+    """
+    from frontier.memory_limit import default_limit_bytes
+    from tensoropt.configspace import configurations
+    from tensoropt.configspace.configuration import Mesh
+    from tensoropt.cost_graph import cost_graph
+    from tensoropt.solver_size import check_table_size, table_size
+
+    hierarchical = job.planner.hierarchical_for(num_devices)
+    configs = configurations(graph, Mesh.for_cluster(num_devices, cluster.devices_per_node),
+                             whole_levels=hierarchical)
+    try:  # refused in seconds when the tables alone outgrow the solver's memory
+        size = table_size(graph, configs, job.training.memory_options)
+        check_table_size(size, num_devices, default_limit_bytes(), hierarchical)
+    except MemoryError as e:
+        raise PlanningError(f"cost graph for {_devices(num_devices)}: {e}") from None
+    try:
+        return cost_graph(graph, cluster, num_devices, batch_size=job.training.global_batch_size,
+                          optimizer=job.training.optimizer, compute_mode=job.planner.compute,
+                          progress=progress, memory_options=job.training.memory_options,
+                          configurations=configs, precision=job.training.precision,
+                          batch_norm_stats=job.training.batch_norm)
+    except ValueError as e:
+        raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
 
 
 def split_epsilon(epsilon: float) -> float:

@@ -14,8 +14,7 @@ import torch
 from est_plans import CNN, cnn_inputs, cnn_plans
 
 from estimators.batch_norm import SYNC_EXTRA_OPERATORS, stats_time_s
-from estimators.collectives import CommModel, grad_bucket_fixed_s
-from estimators.op_costs import GraphInfo
+from estimators.collectives import CommModel
 from estimators.profiles import load_cluster
 from tensoropt.capture import capture
 from tensoropt.configspace.configuration import Mesh
@@ -63,11 +62,8 @@ def test_a_channel_split_needs_no_statistics_collective_only_the_running_statist
     channels = g.nx.nodes["batch_norm"]["inputs"][0]["shape"][1]
     comm = CommModel(load_cluster("cpu-local"), MESH)
     gather = comm.time_s("all_gather", 2 * channels * 4, (0,))
-    # and, as every configuration, the share of the gradient buckets' fixed latency of its weight
-    # and bias (2 x channels float32 gradients), by their bytes of the model's bucketed gradients
-    bucketed = GraphInfo.of(g.nx).bucketed_grad_bytes(4)
-    fixed = grad_bucket_fixed_s(comm, bucketed, (0,)) * 2 * channels * 4 / bucketed
-    assert synced.nodes["batch_norm"]["comm_s"][0] == pytest.approx(gather + fixed)  # [running mean; var]
+    # its weight and bias are split by channel: no gradient is synchronised, no bucket latency
+    assert synced.nodes["batch_norm"]["comm_s"][0] == pytest.approx(gather)  # [running mean; var]
 
 
 def test_an_unknown_mode_is_refused():

@@ -1,0 +1,128 @@
+"""The plan users would write by hand instead: data parallelism, priced on the planner's cost graph.
+
+Data parallelism splits every operator's batch dimension over every mesh axis and replicates
+operators that have no batch dimension (``replicate``). It is one point of the configuration
+space, so it is priced by the same tables as the frontier's plans, and written as the same
+plan document: benchmarks and tests run it next to the frontier's plans without depending on
+whether the frontier happens to list it (it is dominated whenever a model-parallel plan is both
+faster and leaner).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensoropt.plans import Frontier
+
+
+def data_parallel_assignment(G) -> dict[str, int]:
+    """Node -> configuration index of the data-parallel plan of cost graph ``G``.
+
+    Each node takes the configuration whose only split is the batch over every mesh axis, or
+    ``replicate`` (no split) where it has none.
+
+    Raises:
+        ValueError: naming a node that has neither (every configuration space offers
+        ``replicate``, so this means a hand-made graph).
+
+    Example:
+        >>> import networkx as nx
+        >>> from tensoropt.configspace.configuration import Configuration, Mesh
+        >>> G = nx.DiGraph(mesh=Mesh((2,), ("gpu",)))
+        >>> G.add_node("fc", configurations=[Configuration("replicate", (), (), (), ("R",)),
+        ...            Configuration("out=2", (("out", (0,)),), (), (), ("S(1)",)),
+        ...            Configuration("batch=2", (("batch", (0,)),), (), (), ("S(0)",))])
+        >>> G.add_node("norm", configurations=[Configuration("replicate", (), (), (), ("R",))])
+        >>> data_parallel_assignment(G)
+        {'fc': 2, 'norm': 0}
+    """
+    every_axis = tuple(range(len(G.graph["mesh"].shape)))
+    assignment = {}
+    for name, data in G.nodes(data=True):
+        splits = [{dim: tuple(axes) for dim, axes in c.splits if axes} for c in data["configurations"]]
+        batch = [i for i, s in enumerate(splits) if s == {"batch": every_axis}]
+        whole = [i for i, s in enumerate(splits) if not s]
+        if not batch and not whole:
+            raise ValueError(f"node {name!r}: no batch-split and no replicated configuration "
+                             f"(labels {[c.label for c in data['configurations']]}); a data-parallel "
+                             "plan needs one of them")
+        assignment[name] = (batch or whole)[0]
+    return assignment
+
+
+def plan_cost(G, assignment: dict) -> np.ndarray:
+    """Total cost vector (time_s, memory_bytes, ...) of one plan of ``G``: node plus edge costs.
+
+    Example:
+        >>> import networkx as nx
+        >>> G = nx.DiGraph()
+        >>> G.add_node("a", cost=np.array([[1.0, 2.0], [2.0, 1.0]]))
+        >>> G.add_node("b", cost=np.array([[1.0, 1.0]]))
+        >>> G.add_edge("a", "b", cost=np.array([[[0.0, 0.0]], [[0.5, 0.0]]]))
+        >>> plan_cost(G, {"a": 1, "b": 0}).tolist()
+        [3.5, 2.0]
+    """
+    total = sum(np.asarray(G.nodes[n]["cost"][c], dtype=float) for n, c in assignment.items())
+    for u, v, data in G.edges(data=True):
+        total = total + np.asarray(data["cost"][assignment[u], assignment[v]], dtype=float)
+    return np.asarray(total)
+
+
+def data_parallel_frontier(G, graph, global_batch_size: int) -> Frontier:
+    """A one-plan :class:`Frontier` holding the data-parallel plan of ``G``, id ``d<P>-dp``.
+
+    Its plan carries the cost model's time and memory, the summary and the per-operator
+    breakdown like a frontier plan's, so ``plan_file_text`` turns it into the plan.json
+    ``tensoropt run`` reads.
+
+    Example:
+        >>> from estimators.profiles import load_cluster
+        >>> from tensoropt.config import Job
+        >>> from tensoropt.planner import capture_job, job_cost_graph
+        >>> job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "cpu-local", "devices": [2],
+        ...                      "training": {"global_batch_size": 8}})
+        >>> graph = capture_job(job)
+        >>> G = job_cost_graph(graph, job, load_cluster("cpu-local"), 2)
+        >>> plan = data_parallel_frontier(G, graph, 8).plans[0]
+        >>> plan.id, plan.ops["linear"]
+        ('d2-dp', 'batch=2')
+    """
+    from frontier.point import Point
+    from tensoropt.planner import frontier_from_points
+
+    assignment = data_parallel_assignment(G)
+    point = Point(cost=plan_cost(G, assignment), assignment=assignment)
+    one = frontier_from_points(G, graph, [point], global_batch_size)
+    one.plans[0].id = f"d{one.devices}-dp"
+    return one
+
+
+def data_parallel_plan_json(job, devices: int) -> dict:
+    """The plan.json document of ``job``'s data-parallel plan on ``devices`` devices.
+
+    Planned as ``tensoropt plan`` plans (the job resolved, captured on meta, priced on the job's
+    cluster), so ``tensoropt run`` and the launcher read it like a selected frontier plan, graph
+    fingerprint included.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "cpu-local", "devices": [2],
+        ...                      "training": {"global_batch_size": 8}})
+        >>> plan = data_parallel_plan_json(job, 2)
+        >>> plan["id"], plan["devices"], plan["placements"]["linear"]["output"]
+        ('d2-dp', 2, ['S(0)'])
+    """
+    import json
+
+    from tensoropt.capture.fingerprint import fingerprint
+    from tensoropt.planner import build_job_model, capture_job, job_cost_graph, load_job_cluster, resolve_job
+    from tensoropt.plans import FrontierFile, plan_file_text
+
+    cluster = load_job_cluster(job)
+    model, spec = build_job_model(job, "meta")
+    job = resolve_job(job, spec, cluster)
+    graph = capture_job(job, (model, spec))
+    G = job_cost_graph(graph, job, cluster, devices)
+    one = data_parallel_frontier(G, graph, job.training.global_batch_size)
+    doc = FrontierFile(job=job.to_dict(), frontiers=[one], graph=fingerprint(graph, job)).to_json()
+    return json.loads(plan_file_text(doc, one.plans[0].id))
