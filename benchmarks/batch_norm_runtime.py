@@ -92,11 +92,10 @@ def with_sync_batch_norm(module: torch.nn.Module) -> torch.nn.Module:
 def worker(options: dict) -> None:
     """torchrun entry: every system of every model, interleaved rounds; rank 0 writes the step times."""
     import torch.distributed as dist
-    from executor_vs_ddp import _ddp_step
+    from executor_vs_ddp import ddp_round_s
     from runtime import spec_of
     from torch.nn.parallel import DistributedDataParallel
 
-    from tensoropt.executor.data import synthetic_batch
     from tensoropt.executor.plan import ExecPlan
     from tensoropt.executor.trainer import Trainer
     from tensoropt.executor.worker import end_process_group, init_process_group
@@ -129,13 +128,9 @@ def worker(options: dict) -> None:
             holders.append((model, opt))
 
             def ddp_round(r, key=key, spec=spec, model=model, opt=opt):
-                times = []
-                for step in range(2 + r * steps, 2 + (r + 1) * steps):
-                    batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step)
-                    times.append(_ddp_step(model, opt, batch, rank, world))
+                times = ddp_round_s(spec, model, opt, 2 + r * steps, steps, rank, world)
                 kept.setdefault(key, []).extend(times[1:])
-            ddp_round(-1)  # warm-up
-            kept.pop(key, None)
+            ddp_round_s(spec, model, opt, 2 - steps, steps, rank, world)  # warm-up (round -1)
             systems.append(ddp_round)
     for r in range(rounds):
         order = systems[r % len(systems):] + systems[:r % len(systems)]
@@ -164,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     torch.set_num_threads(1)
     from runtime import _median_ms, plan_model
+    from worker_launch import launch_workers
 
     start = time.perf_counter()
     names = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -171,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
              for name in names}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        got = _launch_workers({"plans": plans, "steps": args.steps, "rounds": args.rounds}, Path(tmp))
+        options = {"plans": plans, "steps": args.steps, "rounds": args.rounds}
+        got = launch_workers(__file__, options, Path(tmp))
     load_after = os.getloadavg()
     t = {k: _median_ms(v) for k, v in got["times"].items()}
     rows = []
@@ -207,23 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _launch_workers(options: dict, out: Path) -> dict:
-    """Run :func:`worker` on 2 processes under torchrun; the figures rank 0 wrote."""
-    from tensoropt.launch import LaunchOptions, launch_module
-
-    result, config = out / "result.json", out / "config.json"
-    config.write_text(json.dumps({**options, "out": str(result)}))
-    env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    rc = launch_module(__file__, ["--worker", str(config)], LaunchOptions(2, timeout_s=3600), env=env)
-    if rc != 0:
-        raise RuntimeError(f"benchmark workers failed (torchrun exit code {rc})")
-    return json.loads(result.read_text())
-
-
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        sys.path.insert(0, str(HERE))
-        worker(json.loads(Path(sys.argv[2]).read_text()))
-        sys.exit(0)
+    from worker_launch import run_worker_if_asked
+
+    run_worker_if_asked(worker)
     sys.exit(main())

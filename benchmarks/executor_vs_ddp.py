@@ -106,15 +106,9 @@ def plan_model(name: str, compute: str, cluster: str = "cpu-local") -> tuple[lis
 def _launch(options: dict, out: Path) -> dict:
     """Run :func:`worker` or :func:`paired_worker` (``options["mode"]``) on ``NPROC`` processes; returns
     what rank 0 wrote."""
-    result = out / "result.json"
-    config = out / "config.json"
-    config.write_text(json.dumps({**options, "out": str(result)}))
-    from tensoropt.launch import LaunchOptions, launch_module
+    from worker_launch import launch_workers
 
-    rc = launch_module(__file__, ["--worker", str(config)], LaunchOptions(NPROC, timeout_s=3600))
-    if rc != 0:
-        raise RuntimeError(f"benchmark workers failed (torchrun exit code {rc})")
-    return json.loads(result.read_text())
+    return launch_workers(__file__, options, out, NPROC, timeout_s=3600)
 
 
 def run_interleaved(runs: list[tuple[str, dict]], steps: int, rounds: int, out: Path) -> dict:
@@ -147,6 +141,23 @@ def _ddp_step(model, opt, batch, rank: int, world: int) -> float:
     opt.step()
     opt.zero_grad(set_to_none=True)
     return time.perf_counter() - start
+
+
+def ddp_round_s(spec, model, opt, first_step: int, steps: int, rank: int, world: int) -> list[float]:
+    """Seconds of each of ``steps`` DDP steps (:func:`_ddp_step`) from step ``first_step`` on, each
+    on ``spec``'s synthetic global batch of that step (this rank's rows): one round of an
+    interleaved benchmark (``benchmarks/runtime.py``, ``benchmarks/batch_norm_runtime.py``).
+
+    Example:
+        >>> # in a torchrun worker, after init_process_group():
+        >>> times_s = ddp_round_s(spec, ddp_model, opt, 2, 5, rank, world)  # doctest: +SKIP
+        >>> kept.extend(times_s[1:])  # the round's first step left out (warm-up)  # doctest: +SKIP
+    """
+    from tensoropt.executor.data import synthetic_batch
+
+    return [_ddp_step(model, opt, synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step),
+                      rank, world)
+            for step in range(first_step, first_step + steps)]
 
 
 WARMUP_PAIRS = 5
@@ -425,9 +436,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        options = json.loads(Path(sys.argv[2]).read_text())
-        (paired_worker if options["mode"] == "paired" else worker)(options)
-        sys.exit(0)
+    from worker_launch import run_worker_if_asked
+
+    run_worker_if_asked(lambda options: (paired_worker if options["mode"] == "paired" else worker)(options))
     sys.exit(main())
