@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
+from torch._guards import TracingContext, tracing
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -114,6 +116,26 @@ def overlapped_nodes(gm: fx.GraphModule) -> int:
         elif inflight:
             count += 1
     return count
+
+
+def shared_fake_mode():
+    """A context under which ``make_fx(tracing_mode="real")`` gives every node one shared fake mode.
+
+    A real-tensor trace records each node's ``meta["val"]`` as a fake tensor of its output; with no
+    fake mode in reach, torch makes a new ``FakeTensorMode`` per node, and each keeps the Python
+    stack it was made in (``traceback.extract_stack``, ~60 frames and the source lines they read),
+    held by the graph as long as the program lives: 15 KiB of resident memory per program node
+    measured on torch 2.13 (an MLP's 1174-node program: 21.5 -> 6.1 MiB above the interpreted
+    step; the tiny HF Llama's peak 27.8 -> 20.9 MiB). Under a :class:`TracingContext` holding one
+    mode, ``detect_fake_mode`` returns it for every node instead; the graph is the same.
+
+    Example:
+        >>> with shared_fake_mode():
+        ...     gm = make_fx(lambda x: x.relu() + 1, tracing_mode="real")(torch.ones(2))
+        >>> len({id(n.meta["val"].fake_mode) for n in gm.graph.nodes if "val" in n.meta})
+        1
+    """
+    return tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True)))
 
 
 def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
@@ -205,7 +227,9 @@ def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
     saved = (interp.on_grad, interp.global_inputs, dict(interp._leaves))
     rng = torch.random.get_rng_state()
     try:
-        with torch.enable_grad():  # the trace needs autograd even when called under no_grad
+        # the trace needs autograd even when called under no_grad; one fake mode for every node's
+        # meta["val"] (see :func:`shared_fake_mode`)
+        with torch.enable_grad(), shared_fake_mode():
             gm = make_fx(step, tracing_mode="real")(*flat)
     finally:
         interp.on_grad, interp.global_inputs, interp._leaves = saved
