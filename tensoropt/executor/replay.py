@@ -1,8 +1,9 @@
 """The replayed local program of a plan: traced once per input shapes, run every step on local tensors.
 
 :class:`ReplayProgram` keeps one :class:`~tensoropt.executor.lowering.LoweredStep` per tuple of
-input shapes (a batch of another shape is traced again: graphs are shape-specialised), optionally
-compiled with Inductor (``executor.compile: inductor``). Each :meth:`ReplayProgram.run` feeds the
+input shapes (a batch of another shape is traced again: graphs are shape-specialised), simplified
+(:func:`~tensoropt.executor.graph_simplify.simplify`: constants folded, re-labelling nodes dropped),
+optionally compiled with Inductor (``executor.compile: inductor``). Each :meth:`ReplayProgram.run` feeds the
 parameters' and the batch's local tensors to the program and hands the gradients back to the
 parameters (wrapped as DTensors of their placements, no dispatch) and the ZeRO-2 gradient shards
 to their shard parameters; the trainer then steps the optimizer on local tensors
@@ -23,6 +24,7 @@ from torch.distributed.tensor import DTensor
 
 from tensoropt.config import COMPILE_BACKENDS
 from tensoropt.config import EXECUTOR_MODES as MODES
+from tensoropt.executor.graph_simplify import simplify
 from tensoropt.executor.lowering import LoweredStep, lower_step, overlapped_nodes
 
 __all__ = ["COMPILE_BACKENDS", "MODES", "CompileUnavailable", "ReplayProgram", "check_compile_backend"]
@@ -95,6 +97,7 @@ class ReplayProgram:
         entry = self.programs.get(key)
         if entry is None:
             lowered = lower_step(self.trainer, values, reinplace=self.compile == "none")
+            simplify(lowered.gm)
             self.traces += 1
             call = lowered.gm
             if self.compile == "inductor":
