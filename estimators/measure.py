@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from estimators.configuration import Configuration, Mesh, local_shape
+from estimators.memory import numel
 from estimators.redistribution import through_view
 
 OPTIMIZERS = {
@@ -184,7 +185,7 @@ def _run_node(d, conf, mesh, fx_node, values, params, full, g, plan) -> torch.Te
             src_layout, entry.get("dim_map"), len(g.nodes[entry["source"]]["out_shape"])
         )
         same = gathered == src_layout and translated == tuple(conf.inputs[entry_index])
-        if same and src.numel() == _prod(want):
+        if same and src.numel() == numel(want):
             return src.reshape(want)
         return _new_tensor(src, want)
 
@@ -243,11 +244,6 @@ def local_buffer(value: torch.Tensor, d: dict, prm: dict, mesh: Mesh) -> torch.T
     return value
 
 
-def _prod(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def measure_model_memory(model: torch.nn.Module, example_inputs, optimizer: str = "adamw") -> dict[str, int]:

@@ -30,6 +30,7 @@ from estimators.collectives import CommModel
 from estimators.configuration import Layout
 from estimators.configuration import local_shape as _local_shape
 from estimators.configuration import shard_dim as _shard_dim
+from estimators.memory import numel
 
 shard_dim = functools.lru_cache(maxsize=4096)(_shard_dim)
 """Memoised ``configuration.shard_dim`` (placements repeat millions of times on large meshes)."""
@@ -37,13 +38,6 @@ local_shape = functools.lru_cache(maxsize=262144)(_local_shape)
 """Memoised ``configuration.local_shape`` (its arguments are tuples)."""
 
 _ORDER = {"slice": 0, "all_to_all": 1, "reduce_scatter": 2, "all_gather": 3, "all_reduce": 3}
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def transition(src: str, dst: str) -> str | None:
@@ -91,7 +85,7 @@ def redistribution_steps(
     for _, axis, kind in todo:
         if kind != "slice":
             group_layout = tuple(cur[:axis] + ["R"] + cur[axis + 1 :])
-            group_bytes = _numel(local_shape(tuple(shape), group_layout, tuple(mesh_shape))) * itemsize
+            group_bytes = numel(local_shape(tuple(shape), group_layout, tuple(mesh_shape))) * itemsize
             nbytes = group_bytes / mesh_shape[axis] if kind == "all_to_all" else group_bytes
             steps.append((kind, nbytes, axis))
         cur[axis] = dst[axis]

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from estimators.dtypes import itemsize as _itemsize
+from estimators.memory import numel
 from tensoropt.capture.dims import assign_dim_names
 from tensoropt.capture.fxroles import (
     classify,
@@ -249,12 +250,5 @@ def _add_compute(g, n, role, key, seen_params, opaque) -> None:
             g.edges[u, n.name]["operands"].append(i)
         else:
             ud = g.nodes[u]
-            nbytes = _numel(ud["out_shape"]) * _itemsize(ud["out_dtype"])
+            nbytes = numel(ud["out_shape"]) * _itemsize(ud["out_dtype"])
             g.add_edge(u, n.name, shape=ud["out_shape"], dtype=ud["out_dtype"], bytes=nbytes, operands=[i])
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-import math
+from estimators.memory import numel
 
 ELEMENTWISE_OPS = frozenset(
     "aten." + s
@@ -248,10 +248,6 @@ def opaque_dim_args(target, args: tuple, kwargs: dict, rank: int) -> list[int] |
     return sorted(set(dims))
 
 
-def _numel(shape) -> int:
-    return math.prod(shape) if shape else 1
-
-
 def op_flops(
     kind: str, attrs: dict, in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], op: str = ""
 ) -> int:
@@ -266,7 +262,7 @@ def op_flops(
         >>> op_flops("linear", {}, [(4, 8), (16, 8)], (4, 16))
         1024
     """
-    out = _numel(out_shape)
+    out = numel(out_shape)
     if kind == "linear":
         return 2 * out * in_shapes[0][-1]
     if kind == "matmul":
@@ -279,18 +275,18 @@ def op_flops(
         return 2 * out * w[1] * w[2] * w[3]
     if kind == "sdpa":
         q, k = in_shapes[0], in_shapes[1]
-        b_h = _numel(q[:-2])
+        b_h = numel(q[:-2])
         t, d, s = q[-2], q[-1], k[-2]
         return 4 * b_h * t * s * d + 5 * b_h * t * s
     if kind in ("batch_norm", "layer_norm", "rms_norm", "group_norm", "softmax", "log_softmax"):
         return 5 * out
     if kind == "cross_entropy":
-        return 5 * _numel(in_shapes[0])
+        return 5 * numel(in_shapes[0])
     if kind == "pool":
         k = attrs.get("kernel", [1, 1])
         return out * k[0] * k[1]
     if kind in ("adaptive_pool", "reduce"):
-        return _numel(in_shapes[0]) if in_shapes else out
+        return numel(in_shapes[0]) if in_shapes else out
     if kind in ("cat", "embedding", "input"):
         return 0
     return out
@@ -308,4 +304,4 @@ def einsum_iteration_size(equation: str, shapes: list[tuple[int, ...]]) -> int:
     for letters, shape in zip(lhs, shapes):
         for ch, s in zip(letters, shape):
             sizes[ch] = s
-    return _numel(list(sizes.values()))
+    return numel(list(sizes.values()))

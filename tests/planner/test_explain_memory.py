@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from estimators.memory import numel
 from estimators.memory_parts import COST_PARTS, MEMORY_PARTS, TRANSIENT_PARTS
 from estimators.op_costs import Cost
 from tensoropt import cli
@@ -63,7 +64,7 @@ def test_identical_blocks_get_identical_rows_and_parameters_add_up(planned):
     # on 2 devices no parameter is held more than whole, and every one is held at least halved
     graph = capture_job(load_job(job))
     whole = 4 * sum(n for _, d in graph.nx.nodes(data=True) for k, s in d["params"].items()
-                    if k not in (d.get("shared_params") or ()) for n in [_numel(s)])
+                    if k not in (d.get("shared_params") or ()) for n in [numel(s)])
     held = sum(m.param_bytes for m in rows.values())
     assert whole / 2 <= held <= whole
 
@@ -123,10 +124,3 @@ def test_every_memory_part_is_declared_where_it_is_carried():
     assert set(row.to_json()) == FILE_KEYS["layer"] and Layer.from_json(row.to_json()) == row
     m = memory_by_layer([row, row])[0]
     assert m.memory_bytes == 2 * sum(parts[k] for k in MEMORY_PARTS)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
