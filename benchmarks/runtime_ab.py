@@ -10,7 +10,9 @@ for the duration of that trainer's trace and steps, nothing else differs):
 * ``new``: the runtime as it is (fused AdamW, in-place bucket all-reduce, collectives hoisted/sunk);
 * ``old``: all three off (foreach AdamW, functional all-reduce copying each bucket, the HF loss's
   (sum, count) all-reduced together and waited at the loss);
-* ``fused`` / ``reinplace`` / ``hoist``: only that feature on.
+* ``fused`` / ``reinplace`` / ``hoist``: only that feature on;
+* ``unsimplified``: all but ``simplify`` (engineer S: the traced program's constants folded and
+  re-labelling nodes dropped, :mod:`tensoropt.executor.graph_simplify`).
 
 Printed per model and system: the median wall step time (what ``runtime.py`` reports) and the
 median main-thread CPU time of a step (``time.thread_time``: forward, backward and optimizer on
@@ -37,8 +39,9 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-FEATURES = ("fused", "reinplace", "hoist")
-VARIANTS = {"old": (), "new": FEATURES, "fused": ("fused",), "reinplace": ("reinplace",), "hoist": ("hoist",)}
+FEATURES = ("fused", "reinplace", "hoist", "simplify")
+VARIANTS = {"old": (), "new": FEATURES, "fused": ("fused",), "reinplace": ("reinplace",), "hoist": ("hoist",),
+            "unsimplified": ("fused", "reinplace", "hoist")}
 """Variant -> the features it keeps on."""
 
 
@@ -64,9 +67,10 @@ def features(on: tuple[str, ...]):
     import tensoropt.executor.local_ops as local_ops
     import tensoropt.executor.local_optim as local_optim
     import tensoropt.executor.lowering as lowering
+    import tensoropt.executor.replay as replay
 
     saved = (lowering.hoist_collectives, lowering.sink_waits, lowering.reinplace_collectives,
-             local_optim.fusable, local_ops._GlobalMean.forward)
+             local_optim.fusable, local_ops._GlobalMean.forward, replay.simplify)
     if "hoist" not in on:
         lowering.hoist_collectives = lowering.sink_waits = lambda gm: 0
         local_ops._GlobalMean.forward = staticmethod(_stacked_global_mean)
@@ -74,11 +78,13 @@ def features(on: tuple[str, ...]):
         lowering.reinplace_collectives = lambda gm: 0
     if "fused" not in on:
         local_optim.fusable = lambda *args: False
+    if "simplify" not in on:
+        replay.simplify = lambda gm: {}
     try:
         yield
     finally:
         (lowering.hoist_collectives, lowering.sink_waits, lowering.reinplace_collectives,
-         local_optim.fusable, forward) = saved
+         local_optim.fusable, forward, replay.simplify) = saved
         local_ops._GlobalMean.forward = staticmethod(forward)
 
 
