@@ -76,6 +76,7 @@ def calibrate_here(out: Path) -> str:
 
 def plan_model(name: str, compute: str, cluster: str = "cpu-local") -> tuple[list[dict], dict]:
     """(frontier plan.json documents, the data-parallel plan.json) with their predictions."""
+    from tensoropt.baselines import data_parallel_assignment, plan_cost
     from tensoropt.cost_graph import cost_graph
     from tensoropt.planner import build_job_model, capture_job, load_job_cluster, plan_devices, resolve_job
     from tensoropt.plans import FrontierFile, plan_file_text
@@ -90,13 +91,8 @@ def plan_model(name: str, compute: str, cluster: str = "cpu-local") -> tuple[lis
     plans = [json.loads(plan_file_text(ff, p.id)) for p in frontier.plans]
     G = cost_graph(graph, cluster, NPROC, batch_size=job.training.global_batch_size,
                    optimizer=job.training.optimizer, compute_mode=compute)
-    choice = {}
-    for n in G.nodes:
-        labels = G.nodes[n]["configs"]
-        dp_label = f"batch={NPROC}"
-        choice[n] = labels.index(dp_label) if dp_label in labels else labels.index("replicate")
-    total = sum(G.nodes[n]["cost"][c] for n, c in choice.items())
-    total = total + sum(G.edges[u, v]["cost"][choice[u], choice[v]] for u, v in G.edges)
+    choice = data_parallel_assignment(G)
+    total = plan_cost(G, choice)
     dp = {"id": "data-parallel", "devices": NPROC, "mesh": G.graph["mesh"].to_json(),
           "time_s": float(total[0]), "memory_bytes": float(total[1]),
           "placements": {n: G.nodes[n]["configurations"][c].to_json() for n, c in choice.items()}}
