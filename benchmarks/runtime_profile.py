@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
     from runtime import MODELS, plan_model
+    from worker_launch import launch_workers
 
     names = [m for m in args.models.split(",") if m]
     bad = sorted(set(names) - set(MODELS))
@@ -149,17 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     plans = {n: plan_model(n, "cpu-local", "roofline")["dp"] for n in names}  # DP: the same for any compute
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        result, config = Path(tmp) / "result.json", Path(tmp) / "config.json"
-        config.write_text(json.dumps({"plans": plans, "steps": args.steps, "ops": args.ops,
-                                      "out": str(result)}))
-        from tensoropt.launch import LaunchOptions, launch_module
-
-        env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-               "OMP_NUM_THREADS": "1"}
-        rc = launch_module(__file__, ["--worker", str(config)], LaunchOptions(2, timeout_s=3600), env=env)
-        if rc != 0:
-            raise RuntimeError(f"benchmark workers failed (torchrun exit code {rc})")
-        got = json.loads(result.read_text())
+        got = launch_workers(__file__, {"plans": plans, "steps": args.steps, "ops": args.ops}, Path(tmp),
+                             env={"OMP_NUM_THREADS": "1"})
     load_after = os.getloadavg()
     for name, row in got.items():
         print(f"\n{name} ({row['nodes']} program nodes), median ms per step, rank 0:")
@@ -184,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        sys.path.insert(0, str(HERE))
-        worker(json.loads(Path(sys.argv[2]).read_text()))
-        sys.exit(0)
+    from worker_launch import run_worker_if_asked
+
+    run_worker_if_asked(worker)
     sys.exit(main())
