@@ -15,15 +15,39 @@ import numpy as np
 from tensoropt.plans import Frontier
 
 
-def data_parallel_assignment(G) -> dict[str, int]:
-    """Node -> configuration index of the data-parallel plan of cost graph ``G``.
-
-    Each node takes the configuration whose only split is the batch over every mesh axis, or
-    ``replicate`` (no split) where it has none.
+def data_parallel_index(configurations, mesh) -> int:
+    """Index of one node's data-parallel configuration among ``configurations``: the batch split
+    over every axis of ``mesh``, or ``replicate`` (no split) where the node has no batch split.
 
     Raises:
-        ValueError: naming a node that has neither (every configuration space offers
-        ``replicate``, so this means a hand-made graph).
+        ValueError: neither exists (every configuration space offers ``replicate``, so this means
+        a hand-made list).
+
+    Example:
+        >>> from tensoropt.configspace.configuration import Configuration, Mesh
+        >>> confs = [Configuration("replicate", (), (), (), ("R",)),
+        ...          Configuration("out=2", (("out", (0,)),), (), (), ("S(1)",)),
+        ...          Configuration("batch=2", (("batch", (0,)),), (), (), ("S(0)",))]
+        >>> mesh = Mesh((2,), ("gpu",))
+        >>> data_parallel_index(confs, mesh), data_parallel_index(confs[:2], mesh)
+        (2, 0)
+    """
+    every_axis = tuple(range(len(mesh.shape)))
+    splits = [{dim: tuple(axes) for dim, axes in c.splits if axes} for c in configurations]
+    batch = [i for i, s in enumerate(splits) if s == {"batch": every_axis}]
+    whole = [i for i, s in enumerate(splits) if not s]
+    if not batch and not whole:
+        raise ValueError(f"no batch-split and no replicated configuration among "
+                         f"{[c.label for c in configurations]}; a data-parallel plan needs one of them")
+    return (batch or whole)[0]
+
+
+def data_parallel_assignment(G) -> dict[str, int]:
+    """Node -> configuration index of the data-parallel plan of cost graph ``G``
+    (:func:`data_parallel_index` of every node).
+
+    Raises:
+        ValueError: naming a node that has neither a batch split nor ``replicate``.
 
     Example:
         >>> import networkx as nx
@@ -36,17 +60,12 @@ def data_parallel_assignment(G) -> dict[str, int]:
         >>> data_parallel_assignment(G)
         {'fc': 2, 'norm': 0}
     """
-    every_axis = tuple(range(len(G.graph["mesh"].shape)))
     assignment = {}
     for name, data in G.nodes(data=True):
-        splits = [{dim: tuple(axes) for dim, axes in c.splits if axes} for c in data["configurations"]]
-        batch = [i for i, s in enumerate(splits) if s == {"batch": every_axis}]
-        whole = [i for i, s in enumerate(splits) if not s]
-        if not batch and not whole:
-            raise ValueError(f"node {name!r}: no batch-split and no replicated configuration "
-                             f"(labels {[c.label for c in data['configurations']]}); a data-parallel "
-                             "plan needs one of them")
-        assignment[name] = (batch or whole)[0]
+        try:
+            assignment[name] = data_parallel_index(data["configurations"], G.graph["mesh"])
+        except ValueError as e:
+            raise ValueError(f"node {name!r}: {e}") from None
     return assignment
 
 

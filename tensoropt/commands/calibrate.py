@@ -200,6 +200,7 @@ def _overhead_points(nproc: int, backend: str, iters: int, statistic: str = "mea
     import torch.distributed as dist
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
+    from tensoropt.baselines import data_parallel_index
     from tensoropt.capture import capture
     from tensoropt.config import Job
     from tensoropt.configspace import configurations
@@ -225,10 +226,8 @@ def _overhead_points(nproc: int, backend: str, iters: int, statistic: str = "mea
         model = spec.build_model().to(device)
         batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
         batch = [t.to(device) for t in batch]
-        placements = {}
-        for name, confs in configurations(capture(model, tuple(batch)), mesh).items():
-            by_label = {c.label: c for c in confs}
-            placements[name] = by_label.get(f"batch={nproc}", by_label.get("replicate", confs[0]))
+        placements = {name: confs[data_parallel_index(confs, mesh)]
+                      for name, confs in configurations(capture(model, tuple(batch)), mesh).items()}
         trainer = Trainer(spec, ExecPlan("calibrate", mesh, placements), mode="replay")
         values = trainer._placeholder_values(trainer.batch(0))
         ops = sum(1 for n in trainer.ep.graph.nodes if n.op == "call_function")

@@ -87,15 +87,15 @@ WIDE = TrainSpec("mlp", (InputSpec((64,)), InputSpec((), "int64", 8)), 8,
 
 def _data_parallel(spec: TrainSpec, plan_id: str) -> dict:
     """Every node of ``spec``'s model split on the batch over 2 devices (replicated where it cannot be)."""
+    from tensoropt.baselines import data_parallel_index
     from tensoropt.capture import capture
     from tensoropt.configspace import configurations
     from tensoropt.configspace.configuration import Mesh
 
     batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
-    placements = {}
-    for name, confs in configurations(capture(spec.build_model(), batch), Mesh((2,), ("gpu",))).items():
-        by_label = {c.label: c for c in confs}
-        placements[name] = by_label.get("batch=2", by_label.get("replicate", confs[0])).to_json()
+    mesh = Mesh((2,), ("gpu",))
+    placements = {name: confs[data_parallel_index(confs, mesh)].to_json()
+                  for name, confs in configurations(capture(spec.build_model(), batch), mesh).items()}
     return {"id": plan_id, "devices": 2, "mesh": {"shape": [2], "levels": ["gpu"]}, "placements": placements}
 
 
