@@ -1,20 +1,27 @@
 """glibc malloc settings for the workers: peak memory and step time side by side (issue 16, memory).
 
 The CPU peak (``measured.peak_bytes``, the resident set's high-water mark) sees what glibc keeps
-of freed memory: per-thread arenas (the autograd engine's and gloo's threads each get one) and
-free blocks below the top of the heap that are not returned (the trim threshold, raised
-dynamically up to 64 MiB after large frees). This runs the same plans under each setting of
-:data:`SETTINGS`, interleaved round by round in one run (so load drifts hit every setting alike),
-and tabulates each setting's median step time and peak per process, and the time ratio to the
-default allocator.
+of freed memory: per-thread arenas (gloo's threads each get one) and free blocks below the top of
+the heap that are not returned. glibc raises its mmap threshold dynamically after a large mmapped
+block is freed (up to 32 MiB), so tensors of up to that size then come from the heap, and its trim
+threshold with it (to twice that): the freed tensors stay resident. Setting any of
+``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_TOP_PAD_`` turns that dynamic
+adjustment off. This runs the same plans under each setting of :data:`SETTINGS`, interleaved round
+by round in one run (so load drifts hit every setting alike), and tabulates each setting's median
+step time, its ratio to glibc's defaults, the peak per process and the memory model's error
+against it (:mod:`estimators.peak`).
 
-``--single`` instead runs each model's 1-process plan in a process of its own per setting and
-reports the CPU time per replayed step (``time.process_time``: the allocator's page faults and
-heap calls are in it, other processes' load is not), the figure to trust on a loaded machine.
+Two ways (one loop over the settings, :func:`interleaved`):
 
-Usage (one command each, about 10 and 3 minutes on 2 loaded cores):
-``TENSOROPT_CACHE=/tmp/C/cache .venv/bin/python benchmarks/allocator.py [--rounds 2] [--steps 8]
-[--single] [--json out/allocator.json]``
+* default: each model's fastest 2-device plan on 2 gloo processes (a launch per run), the
+  median step time (wall) over rounds;
+* ``--single``: each model's 1-device plan in a process of its own per setting, the CPU time per
+  replayed step (``time.process_time``: the allocator's page faults and heap calls are in it, other
+  processes' load is not), the figure to trust on a loaded machine.
+
+Usage (one command each, about 10 and 5 minutes on 2 loaded cores):
+``TENSOROPT_CACHE=/tmp/M/cache .venv/bin/python benchmarks/allocator.py [--rounds 2] [--steps 8]
+[--single] [--models big-fc gpt hf-llama] [--settings default top_pad ...] [--json out/allocator.json]``
 """
 
 from __future__ import annotations
@@ -25,115 +32,141 @@ import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 SETTINGS = {
     "default": {},
-    "arena1": {"MALLOC_ARENA_MAX": "1"},
     "arena1+trim0": {"MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": "0"},
+    "top_pad": {"MALLOC_TOP_PAD_": str(16 << 20)},
+    "arena2+top_pad": {"MALLOC_ARENA_MAX": "2", "MALLOC_TOP_PAD_": str(16 << 20)},
+    "mmap1M": {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
 }
-"""Name -> the environment variables a worker gets (glibc reads them at start)."""
+"""Name -> the environment variables a worker gets (glibc reads them at start). ``top_pad``: a fixed
+16 MiB top pad (the dynamic thresholds off; the heap trimmed above 128 KiB of free top, keeping 16
+MiB); ``mmap1M``: blocks of 1 MiB and more always mmapped (returned when freed)."""
 
 
-def measure(rounds: int, steps: int, models: tuple[str, ...] = ("big-fc", "gpt")) -> list[dict]:
-    """One row per (model, plan, setting): median step times over rounds and the largest peak."""
-    from memory_peak import JOBS, _job_body, _run
+def interleaved(rounds: int, cases: dict, run_one: Callable[[object, dict], dict],
+                settings: tuple[str, ...] = tuple(SETTINGS)) -> dict[tuple[str, str], list[dict]]:
+    """``run_one(case, env)`` for every round, case and setting, the settings interleaved within a
+    round (load drifts hit all alike): (case name, setting) -> the dicts it returned, one per round.
+
+    Example:
+        >>> interleaved(2, {"m": 1}, lambda case, env: {"n": len(env)}, ("default", "top_pad"))
+        {('m', 'default'): [{'n': 0}, {'n': 0}], ('m', 'top_pad'): [{'n': 1}, {'n': 1}]}
+    """
+    samples: dict[tuple[str, str], list[dict]] = {}
+    for _ in range(rounds):
+        for name, case in cases.items():
+            for setting in settings:
+                samples.setdefault((name, setting), []).append(run_one(case, SETTINGS[setting]))
+    return samples
+
+
+def rows(samples: dict[tuple[str, str], list[dict]], time_key: str) -> list[dict]:
+    """One row per (case, setting): the median ``time_key`` over rounds and its ratio to the
+    ``default`` setting's, the largest peak and the prediction's error against it.
+
+    Example:
+        >>> r = rows({("m", "default"): [{"t": 2.0, "peak_bytes": 10, "predicted_peak_bytes": 9}],
+        ...           ("m", "top_pad"): [{"t": 2.2, "peak_bytes": 8, "predicted_peak_bytes": 9}]}, "t")
+        >>> [(x["setting"], round(x["time_vs_default"], 2), x["peak_error"]) for x in r]
+        [('default', 1.0, -0.1), ('top_pad', 1.1, 0.125)]
+    """
+    out = []
+    for (name, setting), runs in samples.items():
+        base = statistics.median(r[time_key] for r in samples[(name, "default")])
+        time_s = statistics.median(r[time_key] for r in runs)
+        peak = max(r["peak_bytes"] for r in runs)
+        predicted = runs[0].get("predicted_peak_bytes") or 0
+        out.append({"model": name, "setting": setting, "time_s": time_s, "time_vs_default": time_s / base,
+                    "peak_bytes": peak, "predicted_peak_bytes": predicted,
+                    "peak_error": (predicted - peak) / peak if peak and predicted else None, "runs": runs})
+    return out
+
+
+def _jobs(models: tuple[str, ...], devices: int) -> dict:
+    """Model name -> (TrainSpec, its first plan for ``devices`` devices as a plan file's dict)."""
+    from memory_peak import JOBS, _job_body
 
     from tensoropt.config import Job
     from tensoropt.executor.spec import TrainSpec
     from tensoropt.planner import plan_job
     from tensoropt.plans import plan_file_text
 
-    samples: dict[tuple, dict] = {}
-    cases = []
+    cases = {}
     for name in models:
-        job = Job.from_dict({**_job_body(JOBS[name]), "cluster": "cpu-local", "devices": [2]})
+        job = Job.from_dict({**_job_body(JOBS[name]), "cluster": "cpu-local", "devices": [devices]})
         frontier_json = plan_job(job).to_json()
         plan_id = frontier_json["frontiers"][0]["plans"][0]["id"]
-        cases.append((name, TrainSpec.from_job(job), json.loads(plan_file_text(frontier_json, plan_id))))
+        cases[name] = (TrainSpec.from_job(job), json.loads(plan_file_text(frontier_json, plan_id)))
+    return cases
+
+
+def measure(rounds: int, steps: int, models: tuple[str, ...], settings: tuple[str, ...]) -> list[dict]:
+    """2 gloo processes, each model's fastest 2-device plan: median step time over rounds, peak."""
+    from memory_peak import _run
+
     with tempfile.TemporaryDirectory(prefix="allocator-") as tmp:
-        for _ in range(rounds):
-            for name, spec, plan in cases:
-                for setting, env in SETTINGS.items():
-                    m = _run(spec, plan, 2, steps, Path(tmp), f"{name}-{setting}", env=env)
-                    entry = samples.setdefault((name, plan["id"], setting), {"times": [], "peaks": []})
-                    entry["times"].append(m["measured"]["time_s"])
-                    entry["peaks"].append(m["measured"]["peak_bytes"])
-    rows = []
-    for (name, plan_id, setting), entry in samples.items():
-        base = samples[(name, plan_id, "default")]
-        time_s = statistics.median(entry["times"])
-        rows.append({"model": name, "plan": plan_id, "setting": setting, "time_s": time_s,
-                     "times_s": entry["times"], "time_vs_default": time_s / statistics.median(base["times"]),
-                     "peak_bytes": max(entry["peaks"])})
-    return rows
+        def run_one(case, env):
+            spec, plan = case
+            m = _run(spec, plan, 2, steps, Path(tmp), "allocator", env=env)
+            return {"time_s": m["measured"]["time_s"], "peak_bytes": m["measured"]["peak_bytes"],
+                    "predicted_peak_bytes": m["predicted"].get("peak_bytes")}
+
+        return rows(interleaved(rounds, _jobs(models, 2), run_one, settings), "time_s")
 
 
 def _single_worker(model: str, steps: int) -> None:
-    """In this process (started with a setting's environment): train ``model``'s 1-process plan
-    ``steps`` replayed steps; print the median CPU time (``process_time``: page faults and heap
-    calls included, other processes' load not) and wall time per step as JSON."""
+    """In this process (started with a setting's environment): train ``model``'s 1-device plan,
+    ``steps`` replayed steps after the interpreted one and the trace; print the median CPU time
+    (``process_time``: page faults and heap calls included, other processes' load not) and wall
+    time per step, the training loop's peak and its prediction, as JSON."""
     import time
 
-    from memory_peak import JOBS, _job_body
-
-    from tensoropt.config import Job
+    from tensoropt.executor.peak_memory import predicted_peak_bytes
     from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.spec import TrainSpec
     from tensoropt.executor.trainer import Trainer
 
-    job = Job.from_dict({**_job_body(JOBS[model]), "cluster": "cpu-local", "devices": [1]})
-    spec = TrainSpec.from_job(job)
-    trainer = Trainer(spec, ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []},
-                                               "placements": {}}))
-    trainer.train(2)  # the measured step and the trace
+    spec, plan = _jobs((model,), 1)[model]
+    trainer = Trainer(spec, ExecPlan.from_json(plan))
+    trainer.memory_peak.start()
+    trainer.step(0)  # the interpreted, measured step
+    trainer.step(1, measure_memory=False)  # the trace
     cpu, wall = [], []
     for step in range(2, 2 + steps):
         c, w = time.process_time(), time.perf_counter()
         trainer.step(step, measure_memory=False)
         cpu.append(time.process_time() - c)
         wall.append(time.perf_counter() - w)
-    print(json.dumps({"cpu_s": statistics.median(cpu), "wall_s": statistics.median(wall)}))
+    print(json.dumps({"cpu_s": statistics.median(cpu), "wall_s": statistics.median(wall),
+                      "peak_bytes": trainer.memory_peak.read(),
+                      "predicted_peak_bytes": predicted_peak_bytes(trainer)}))
 
 
-def measure_single(rounds: int, steps: int, models: tuple[str, ...] = ("big-fc", "gpt")) -> list[dict]:
-    """One row per (model, setting): 1 process, median CPU and wall time per replayed step over
-    rounds (each setting a process of its own, settings interleaved)."""
+def measure_single(rounds: int, steps: int, models: tuple[str, ...], settings: tuple[str, ...]) -> list[dict]:
+    """1 process per (model, setting, round): median CPU time per replayed step over rounds, peak."""
     import subprocess
 
-    samples: dict[tuple, list] = {}
-    for _ in range(rounds):
-        for model in models:
-            for setting, env in SETTINGS.items():
-                cmd = [sys.executable, __file__, "--single-worker", model, "--steps", str(steps)]
-                out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
-                                     check=True)
-                result = json.loads(out.stdout.strip().splitlines()[-1])
-                samples.setdefault((model, setting), []).append(result)
-    rows = []
-    for (model, setting), runs in samples.items():
-        cpu = statistics.median(r["cpu_s"] for r in runs)
-        base = statistics.median(r["cpu_s"] for r in samples[(model, "default")])
-        rows.append({"model": model, "setting": setting, "cpu_s": cpu, "cpu_vs_default": cpu / base,
-                     "wall_s": statistics.median(r["wall_s"] for r in runs), "runs": runs})
-    return rows
+    def run_one(model, env):
+        cmd = [sys.executable, __file__, "--single-worker", model, "--steps", str(steps)]
+        out = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, capture_output=True,
+                             text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    return rows(interleaved(rounds, {m: m for m in models}, run_one, settings), "cpu_s")
 
 
-def _single_table(rows: list[dict]) -> str:
-    lines = ["| model (1 process) | allocator | CPU time per step | / default | wall time per step |",
-             "|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['model']} | {r['setting']} | {r['cpu_s'] * 1e3:.0f} ms | "
-                     f"{r['cpu_vs_default']:.2f} | {r['wall_s'] * 1e3:.0f} ms |")
-    return "\n".join(lines)
-
-
-def _table(rows: list[dict]) -> str:
-    lines = ["| model | plan | allocator | step time (median of rounds) | / default | peak MiB |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['model']} | {r['plan']} | {r['setting']} | {r['time_s'] * 1e3:.0f} ms | "
-                     f"{r['time_vs_default']:.2f} | {r['peak_bytes'] / 2**20:.1f} |")
+def _table(rows_: list[dict], single: bool) -> str:
+    what = "CPU time per step (1 process)" if single else "step time (2 processes)"
+    lines = [f"| model | allocator | {what} | / default | peak MiB | predicted peak MiB | error |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows_:
+        error = f"{r['peak_error']:+.1%}" if r["peak_error"] is not None else "-"
+        lines.append(f"| {r['model']} | {r['setting']} | {r['time_s'] * 1e3:.0f} ms | "
+                     f"{r['time_vs_default']:.2f} | {r['peak_bytes'] / 2**20:.1f} | "
+                     f"{r['predicted_peak_bytes'] / 2**20:.1f} | {error} |")
     return "\n".join(lines)
 
 
@@ -143,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--models", nargs="+", default=["big-fc", "gpt"])
+    parser.add_argument("--settings", nargs="+", choices=tuple(SETTINGS), default=list(SETTINGS))
     parser.add_argument("--single", action="store_true",
                         help="1 process, CPU time per replayed step (load-independent), not 2 processes")
     parser.add_argument("--single-worker", default=None, help=argparse.SUPPRESS)
@@ -150,11 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.single_worker:
         _single_worker(args.single_worker, args.steps)
         return 0
+    settings = tuple(dict.fromkeys(["default", *args.settings]))  # the ratios' reference runs too
     load_before = os.getloadavg()
-    rows = measure_single(args.rounds, args.steps) if args.single else measure(args.rounds, args.steps)
+    run = measure_single if args.single else measure
+    result = run(args.rounds, args.steps, tuple(args.models), settings)
     from memory_peak import report
 
-    report(_single_table(rows) if args.single else _table(rows), rows, load_before, args.json)
+    report(_table(result, args.single), result, load_before, args.json)
     return 0
 
 

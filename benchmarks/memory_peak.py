@@ -74,13 +74,14 @@ def _run(spec, plan: dict, nproc: int, steps: int, out: Path, name: str, mode: s
     return json.loads(metrics.read_text())
 
 
-def calibrate(steps: int) -> int:
-    """``runtime_overhead_bytes`` as ``tensoropt calibrate --memory`` measures it."""
-    from tensoropt.commands.calibrate import runtime_overhead_bytes
+def calibrate(steps: int) -> dict[str, int]:
+    """``runtime_overhead_bytes`` and ``bytes_per_program_node`` as ``tensoropt calibrate --memory``
+    measures them."""
+    from tensoropt.commands.calibrate import runtime_memory
 
-    value, why = runtime_overhead_bytes(steps)
+    constants, why = runtime_memory(steps)
     print(why)
-    return value
+    return constants
 
 
 def measure(steps: int, mode: str = "replay", models: tuple[str, ...] = tuple(JOBS)) -> list[dict]:
@@ -111,7 +112,8 @@ def measure(steps: int, mode: str = "replay", models: tuple[str, ...] = tuple(JO
                              "predicted_bytes": predicted, "memory_bytes": m["measured"]["memory_bytes"],
                              "peak_bytes": peak, "predicted_peak_bytes": predicted_peak,
                              "peak_error": (predicted_peak - peak) / peak,
-                             "peak_vs_single": peak / single_peak})
+                             "peak_vs_single": peak / single_peak,
+                             "traced_nodes": m.get("executor", {}).get("traced_nodes", 0)})
     return rows
 
 
@@ -147,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the executor's runtime (replay: the default)")
     parser.add_argument("--models", nargs="+", choices=tuple(JOBS), default=tuple(JOBS))
     parser.add_argument("--calibrate", action="store_true",
-                        help="measure the device profile's runtime_overhead_bytes instead")
+                        help="measure the device profile's runtime_overhead_bytes and bytes_per_program_node "
+                        "instead")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
     if args.calibrate:
-        print(f"runtime_overhead_bytes: {calibrate(args.steps)}")
+        for key, value in calibrate(args.steps).items():
+            print(f"{key}: {value}")
         return 0
     rows = measure(args.steps, args.mode, tuple(args.models))
     report(_table(rows), rows, load_before, args.json)

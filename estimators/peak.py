@@ -6,10 +6,10 @@ parameters, gradients, optimizer state and saved activations. A process's real p
 
     peak_bytes = state_bytes + max(activation_bytes + backward_transient_bytes,
                                    optimizer_step_transient_bytes)
-               + runtime_overhead_bytes
+               + runtime_overhead_bytes + program_bytes
              = memory_bytes + max(backward_transient_bytes,
                                   optimizer_step_transient_bytes - activation_bytes)
-               + runtime_overhead_bytes
+               + runtime_overhead_bytes + program_bytes
 
 where ``state_bytes`` is the parameters, gradients and optimizer state, ``activation_bytes =
 memory_bytes - state_bytes`` the saved activations (freed by the time the optimizer steps, so the
@@ -17,8 +17,10 @@ step's temporaries and the activations peak at different moments), ``backward_tr
 the gradients of activations alive at once when backward starts: twice the largest local
 activation (cross entropy's backward holds the gradient of the log-probabilities and of the
 logits beside the saved log-probabilities; COSTS.md: a peak, the largest one, added once),
-:func:`optimizer_step_transient_bytes` the step's temporaries and ``runtime_overhead_bytes`` the
-device profile's per-process constant (``tensoropt calibrate --memory`` measures it).
+:func:`optimizer_step_transient_bytes` the step's temporaries, ``runtime_overhead_bytes`` the
+device profile's per-process constant and ``program_bytes`` (:func:`program_bytes`) its
+``bytes_per_program_node`` times the replayed program's node count as traced (``tensoropt
+calibrate --memory`` measures both).
 
 * The optimizer step's temporaries. torch.optim's single-tensor AdamW (what a CPU tensor gets: the
   foreach path is the default on CUDA only) computes ``(exp_avg_sq.sqrt() / bias_correction2_sqrt)``
@@ -29,14 +31,18 @@ device profile's per-process constant (``tensoropt calibrate --memory`` measures
   The foreach path (CUDA) makes ``_foreach_sqrt`` of every parameter of a group at once: one
   parameter-sized temporary per parameter, i.e. 1 x the group (not measured here: no GPU).
   SGD with or without momentum steps in place (measured 0.006 x).
-* The runtime's own memory: the exported program and its Python objects, the autograd engine,
-  gloo's buffers, the allocator's slack: a per-process constant ``runtime_overhead_bytes`` of the
-  device profile (8.4 MiB measured on the development CPU for a tiny MLP, the model's and
-  ``torch.export``'s code being loaded before the baseline, :mod:`tensoropt.executor.peak_memory`).
-  Not priced: memory that grows with the program's node count (the traced program's and the
-  interpreter's Python objects: 17-24 MiB more on the tiny HF Llama than on the MLP), and what
-  glibc keeps of freed memory under its default settings (the figures agree within 0.9-9.4 % on
-  big-fc and gpt with ``MALLOC_ARENA_MAX=1 MALLOC_TRIM_THRESHOLD_=0``, 7-43 % below without).
+* The runtime's own memory, a line in the replayed program's operator nodes as traced
+  (:func:`program_bytes`): a per-process constant ``runtime_overhead_bytes`` (the kernels' code
+  paged in, the autograd engine, the allocator's slack) plus ``bytes_per_program_node`` per node
+  (the trace's and the program's Python objects, the heap they fragment), both of the device
+  profile, measured by ``tensoropt calibrate --memory`` on a tiny GPT at two depths (cpu.yaml:
+  12.2 MiB + 8.0 KiB per node; 219 and 726 nodes), the model's and ``torch.export``'s code being
+  loaded before the baseline (:mod:`tensoropt.executor.peak_memory`). Measured per traced node on
+  other families, 1 process: an MLP 9.0 KiB, the tiny HF Llama 12.2 KiB; the constant part follows
+  the kernels a model runs (code pages: 5.1 MiB for an MLP, 6.8 for HF Llama, 10.3 for the zoo
+  GPT), which no constant can; a 2-process run holds more (gloo's buffers, DTensor's caches: the
+  zoo gpt's 2-process runtime 34 MiB against 21 at 1 process). Not priced: what glibc keeps of
+  freed memory under its default settings (docs/results.md, benchmarks/allocator.py).
 
 Example:
     >>> predicted_peak_bytes(1000, 900, "adamw", largest_param_bytes=100, total_param_bytes=300,
@@ -70,10 +76,30 @@ def optimizer_step_transient_bytes(optimizer: str, largest_param_bytes: int, tot
     return total_param_bytes if device_kind == "gpu" else 2 * largest_param_bytes
 
 
+def program_bytes(traced_nodes: int, bytes_per_program_node: int) -> int:
+    """Runtime memory of a replayed program: its operator nodes as traced times the per-node constant.
+
+    Args:
+        traced_nodes: ``call_function`` nodes of the traced step before any pass removes some
+            (:class:`tensoropt.executor.lowering.LoweredStep`; 0 for the interpreter, which traces
+            nothing).
+        bytes_per_program_node: the device profile's constant (``tensoropt calibrate --memory``).
+
+    Example:
+        >>> program_bytes(600, 10240) / 2**20
+        5.859375
+    """
+    if traced_nodes < 0 or bytes_per_program_node < 0:
+        raise ValueError(f"program_bytes: traced_nodes ({traced_nodes}) and bytes_per_program_node "
+                         f"({bytes_per_program_node}) must be >= 0")
+    return int(traced_nodes) * int(bytes_per_program_node)
+
+
 def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, largest_param_bytes: int,
                          total_param_bytes: int, runtime_overhead_bytes: int,
-                         device_kind: str = "cpu", largest_activation_bytes: int = 0) -> int:
-    """Peak bytes of one process: the plan's memory, the optimizer step's excess, the runtime constant.
+                         device_kind: str = "cpu", largest_activation_bytes: int = 0,
+                         program_bytes: int = 0) -> int:
+    """Peak bytes of one process: the plan's memory, the optimizer step's excess, the runtime's own.
 
     Args:
         memory_bytes: the plan's predicted memory per device (state + saved activations).
@@ -82,12 +108,16 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
             :func:`optimizer_step_transient_bytes`.
         runtime_overhead_bytes: the device profile's per-process constant.
         largest_activation_bytes: the largest output of an operator on this process (local shape).
+        program_bytes: the replayed program's runtime memory (:func:`program_bytes`).
 
     Example:
         >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20)
         1090
+        >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20, program_bytes=7)
+        1097
     """
     transient = optimizer_step_transient_bytes(optimizer, largest_param_bytes, total_param_bytes, device_kind)
     activation_bytes = max(0, int(memory_bytes) - int(state_bytes))
     backward = 2 * int(largest_activation_bytes)
-    return int(memory_bytes) + max(backward, transient - activation_bytes) + int(runtime_overhead_bytes)
+    return (int(memory_bytes) + max(backward, transient - activation_bytes) + int(runtime_overhead_bytes)
+            + int(program_bytes))

@@ -80,6 +80,11 @@ class Device:
     temporaries (the exported program, autograd, the collective backend's buffers, allocator
     slack): added to the predicted peak (:mod:`estimators.peak`); ``tensoropt calibrate --memory``
     measures it. 0 by default."""
+    bytes_per_program_node: int = 0
+    """Memory a training process spends per operator node of its replayed program as traced (the
+    trace's and the program's Python objects, the heap they fragment): added to the predicted peak
+    times the node count (:func:`estimators.peak.program_bytes`); ``tensoropt calibrate --memory``
+    measures it. 0 by default."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     """Citation of each constant."""
 
@@ -115,6 +120,7 @@ class Device:
                 "kernel_launch_s",
                 *OVERHEAD_KEYS,
                 "runtime_overhead_bytes",
+                "bytes_per_program_node",
                 "description",
             }
         )
@@ -144,6 +150,8 @@ class Device:
             **{k: r.number(k, positive=False, default=0.0, cited=k in data) for k in OVERHEAD_KEYS},
             runtime_overhead_bytes=int(r.number("runtime_overhead_bytes", positive=False, default=0,
                                                 cited="runtime_overhead_bytes" in data)),
+            bytes_per_program_node=int(r.number("bytes_per_program_node", positive=False, default=0,
+                                                cited="bytes_per_program_node" in data)),
             sources=dict(r.sources),
         )
         for k in ("matmul_efficiency", "memory_efficiency"):
@@ -387,7 +395,7 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             **{
                 k: getattr(d, k)
                 for k in ("matmul_efficiency", "memory_efficiency", "kernel_launch_s", *OVERHEAD_KEYS,
-                          "runtime_overhead_bytes")
+                          "runtime_overhead_bytes", "bytes_per_program_node")
                 if k in d.sources
             },
             "sources": dict(d.sources),

@@ -21,9 +21,10 @@ tensors), and ``redistribute_overhead_s`` the replay of a traced Replicate -> Sh
 redistribution (no communication). The interpreter's slopes are reported beside them. They go
 into the profile's device (see :mod:`estimators.overhead`).
 
-With ``--memory`` it also measures the device's ``runtime_overhead_bytes``
-(:func:`runtime_overhead_bytes`: a tiny model's training-loop peak in one worker process), which
-the predicted peak memory adds per process (:mod:`estimators.peak`).
+With ``--memory`` it also measures the device's ``runtime_overhead_bytes`` and
+``bytes_per_program_node`` (:func:`runtime_memory`: a tiny transformer's training-loop peak beyond
+its tensors at two depths, in one worker process each), which the predicted peak memory adds per
+process (:mod:`estimators.peak`).
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--memory",
         action="store_true",
-        help="also measure the device's runtime_overhead_bytes (a tiny model's training-loop peak)",
+        help="also measure the device's runtime_overhead_bytes and bytes_per_program_node (a tiny "
+        "transformer's training-loop peak beyond its tensors at two depths)",
     )
 
 
@@ -368,40 +370,93 @@ def overhead_profile_keys(points: dict, nproc: int, backend: str, statistic: str
     }
 
 
-def runtime_overhead_bytes(steps: int = 3, timeout_s: float = 300.0) -> tuple[int, str]:
-    """The device profile's ``runtime_overhead_bytes`` and its citation (:mod:`estimators.peak`).
+MEMORY_CALIBRATION_LAYERS = (1, 4)
+"""Depths of the tiny decoder-only transformer ``--memory`` trains (:func:`memory_calibration_job`):
+two replayed programs of different node counts, for the slope and the intercept."""
 
-    ``measured.peak_bytes`` of a tiny model's training loop (an MLP 8 -> 16 -> 4, SGD, batch 8,
-    ``steps`` steps) in a 1-process launch of the executor's worker: what the runtime itself
-    spends beyond the plan's tensors.
+
+def memory_calibration_job(layers: int):
+    """The job ``tensoropt calibrate --memory`` trains: the zoo ``gpt`` at width 64, 4 heads,
+    vocabulary 256, sequence 32, ``layers`` blocks, batch 8, AdamW, planned for 1 device of cpu-local.
 
     Example:
-        >>> runtime_overhead_bytes()  # doctest: +SKIP
-        (55742464, 'tensoropt calibrate --memory (...)')
+        >>> memory_calibration_job(1).model.kwargs["layers"]
+        1
     """
-    import datetime
-    import tempfile
+    from tensoropt.config import Job
 
-    from tensoropt.executor.data import InputSpec
+    return Job.from_dict({
+        "model": {"name": "gpt", "kwargs": {"vocab_size": 256, "seq_len": 32, "layers": layers, "width": 64,
+                                            "heads": 4, "dropout": 0.0}},
+        "training": {"global_batch_size": 8, "optimizer": "adamw", "learning_rate": 0.001},
+        "cluster": "cpu-local", "devices": [1]})
+
+
+def runtime_memory_point(layers: int, steps: int = 3, timeout_s: float = 300.0) -> tuple[int, int]:
+    """(traced program nodes, peak bytes beyond the memory model's tensors) of one 1-process run of
+    :func:`memory_calibration_job` (``layers``) through the executor's worker: ``measured.peak_bytes``
+    minus ``predicted.peak_bytes`` without its runtime terms (:mod:`estimators.peak`).
+
+    Example:
+        >>> runtime_memory_point(1)  # starts a worker process  # doctest: +SKIP
+        (219, 13683712)
+    """
+    from estimators.peak import program_bytes
+    from estimators.profiles import load_cluster
     from tensoropt.executor.spec import TrainSpec
     from tensoropt.launch import LaunchOptions, launch_workers
+    from tensoropt.planner import plan_job
+    from tensoropt.plans import plan_file_text
 
-    spec = TrainSpec("mlp", (InputSpec((8,)), InputSpec((), "int64", 4)), 8,
-                     {"in_features": 8, "hidden": [16], "num_classes": 4}, steps=steps)
-    plan = {"id": "runtime-overhead", "mesh": {"shape": [], "levels": []}, "placements": {}}
+    job = memory_calibration_job(layers)
+    frontier = plan_job(job).to_json()
+    plan = json.loads(plan_file_text(frontier, frontier["frontiers"][0]["plans"][0]["id"]))
+    spec = TrainSpec.from_job(job, steps=steps)
     with tempfile.TemporaryDirectory(prefix="tensoropt-memory-") as tmp:
         metrics = Path(tmp) / "metrics.json"
         config = {"steps": steps, "runs": [{"spec": spec.to_json(), "plan": plan, "metrics": str(metrics)}]}
         rc = launch_workers(config, LaunchOptions(1, timeout_s=timeout_s))
         if rc != 0 or not metrics.exists():
-            raise CommandError(f"calibrate --memory: the tiny model's run failed (exit {rc})")
-        peak = int(json.loads(metrics.read_text())["measured"]["peak_bytes"])
+            raise CommandError(f"calibrate --memory: the {layers}-layer model's run failed (exit {rc})")
+        m = json.loads(metrics.read_text())
+    device = load_cluster(job.cluster).device
+    nodes = int(m.get("executor", {}).get("traced_nodes", 0))
+    tensors = (m["predicted"]["peak_bytes"] - device.runtime_overhead_bytes
+               - program_bytes(nodes, device.bytes_per_program_node))
+    return nodes, int(m["measured"]["peak_bytes"]) - tensors
+
+
+def runtime_memory(steps: int = 3, timeout_s: float = 300.0) -> tuple[dict[str, int], str]:
+    """The device profile's ``runtime_overhead_bytes`` and ``bytes_per_program_node``, and their citation.
+
+    A tiny transformer of :data:`MEMORY_CALIBRATION_LAYERS` depths is trained in 1-process launches
+    of the executor's worker (:func:`runtime_memory_point`); what each peak holds beyond the memory
+    model's tensors is the runtime's own memory, a line in the replayed program's node count as
+    traced: its slope is ``bytes_per_program_node`` (the trace's and the program's Python objects),
+    its intercept ``runtime_overhead_bytes`` (the kernels' code paged in, the autograd engine, the
+    allocator's slack). :mod:`estimators.peak` adds both to the predicted peak.
+
+    Example:
+        >>> runtime_memory()  # starts worker processes  # doctest: +SKIP
+        ({'runtime_overhead_bytes': 11848704, 'bytes_per_program_node': 8396}, 'tensoropt calibrate ...')
+    """
+    import datetime
+
+    points = [runtime_memory_point(layers, steps, timeout_s) for layers in MEMORY_CALIBRATION_LAYERS]
+    (n1, b1), (n2, b2) = points
+    if n2 <= n1:
+        raise CommandError(f"calibrate --memory: the deeper model traced {n2} nodes, not more than {n1}; "
+                           "is the executor's mode replay?")
+    per_node = max(0, round((b2 - b1) / (n2 - n1)))
+    overhead = max(0, round(b1 - per_node * n1))
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    why = (f"tensoropt calibrate --memory ({stamp}, load average {load:.1f}): measured.peak_bytes of an "
-           f"8-16-4 MLP trained {steps} steps with SGD in one worker process (the training loop's "
-           "peak above the level before the model was built; tensoropt/executor/peak_memory.py)")
-    return peak, why
+    why = (f"tensoropt calibrate --memory ({stamp}, load average {load:.1f}): measured.peak_bytes beyond the "
+           f"memory model's tensors of a tiny GPT (width 64, vocabulary 256, seq 32, batch 8, AdamW) with "
+           f"{MEMORY_CALIBRATION_LAYERS} blocks in one worker process each: {b1 / 2**20:.1f} MiB at {n1} "
+           f"traced program nodes, {b2 / 2**20:.1f} MiB at {n2}; the line's intercept and slope "
+           "(tensoropt/executor/peak_memory.py, estimators/peak.py)")
+    return {"runtime_overhead_bytes": overhead, "bytes_per_program_node": per_node}, why
 
 
 def run(args: argparse.Namespace) -> int:
@@ -441,10 +496,11 @@ def run(args: argparse.Namespace) -> int:
         print("executor overhead: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in fitted.items()
                                                  if k != "sources"))
     if getattr(args, "memory", False):
-        overhead_bytes, why = runtime_overhead_bytes(timeout_s=args.timeout_s)
-        profile["device"]["runtime_overhead_bytes"] = overhead_bytes
-        profile["device"]["sources"]["runtime_overhead_bytes"] = why
-        print(f"runtime overhead: {overhead_bytes / 2**20:.1f} MiB per process", flush=True)
+        constants, why = runtime_memory(timeout_s=args.timeout_s)
+        profile["device"].update(constants)
+        profile["device"]["sources"].update({key: why for key in constants})
+        print(f"runtime memory: {constants['runtime_overhead_bytes'] / 2**20:.1f} MiB per process + "
+              f"{constants['bytes_per_program_node'] / 2**10:.1f} KiB per traced program node", flush=True)
     cluster = Cluster.from_dict(profile, "<calibrated>")
     print(f"{'collective':<15}{'bytes':>12}{'measured ms':>14}{'fit ms':>10}{'error':>8}")
     for coll, pts in sorted(points.items()):

@@ -63,6 +63,8 @@ class LoweredStep:
         shard_grad_keys: ZeRO-2 parameters whose gradient shard follows the gradients.
         loss_spec: the loss's DTensor spec (its placements: Partial where it is a per-rank share), or
             None on a plain single-process run.
+        traced_nodes: operator nodes (``call_function``, waits included) as traced, before any pass
+            removes some: the unit of the runtime memory a program costs (:mod:`estimators.peak`).
     """
 
     gm: fx.GraphModule
@@ -72,6 +74,7 @@ class LoweredStep:
     grad_keys: tuple[str, ...]
     shard_grad_keys: tuple[str, ...]
     loss_spec: DTensorSpec | None
+    traced_nodes: int = 0
 
     def flat_inputs(self, params: dict[str, torch.Tensor], values: list,
                     whole: dict[str, torch.Tensor]) -> list:
@@ -238,13 +241,14 @@ def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
         # run, and the batch with them: drop both, so the trace leaves no real tensor behind
         interp.args_iter, interp.env = iter(()), {}
         torch.random.set_rng_state(rng)
+    traced_nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
     defer_waits(gm)
     hoist_collectives(gm)  # the label count's all-reduce runs while forward does
     sink_waits(gm)  # the loss value's all-reduce is waited at the end, not at the loss
     if reinplace:
         reinplace_collectives(gm)
     return LoweredStep(gm, param_keys, value_slots, label_inputs, outputs["grad_keys"],
-                       outputs["shard_grad_keys"], outputs["loss_spec"])
+                       outputs["shard_grad_keys"], outputs["loss_spec"], traced_nodes)
 
 
 def defer_waits(gm: fx.GraphModule) -> int:

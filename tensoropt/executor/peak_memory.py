@@ -164,7 +164,8 @@ def predicted_peak_bytes(trainer) -> int | None:
     local operator output, :func:`largest_activation_bytes`) or the optimizer step's temporaries
     beyond the saved activations (the largest and the total local tensor the optimizer steps on
     this rank), whichever is larger, and the
-    device profile's ``runtime_overhead_bytes`` (the job's cluster; 0 without a job):
+    device profile's ``runtime_overhead_bytes`` and ``bytes_per_program_node`` times the replayed
+    program's node count as traced (:func:`traced_nodes`; the job's cluster; 0 without a job):
     :func:`estimators.peak.predicted_peak_bytes`. The parameter, gradient and optimizer-state bytes
     are this rank's local storages, which the plan's shard shapes fix.
 
@@ -173,6 +174,7 @@ def predicted_peak_bytes(trainer) -> int | None:
         612368384
     """
     from estimators.peak import predicted_peak_bytes as formula
+    from estimators.peak import program_bytes
     from tensoropt.executor.memory import local
 
     memory_bytes = trainer.plan.predicted.get("memory_bytes")
@@ -180,15 +182,30 @@ def predicted_peak_bytes(trainer) -> int | None:
         return None
     stepped = [local(p) for group in trainer.optimizer.param_groups for p in group["params"]]
     sizes = [t.numel() * t.element_size() for t in stepped] or [0]
-    overhead = 0
+    overhead = per_node = 0
     job = trainer.spec.job or {}
     if job.get("cluster"):
         from estimators.profiles import load_cluster
 
-        overhead = load_cluster(job["cluster"]).device.runtime_overhead_bytes
+        device = load_cluster(job["cluster"]).device
+        overhead, per_node = device.runtime_overhead_bytes, device.bytes_per_program_node
     kind = "gpu" if trainer.device.type == "cuda" else "cpu"
     return formula(memory_bytes, trainer.state_bytes(), trainer.spec.optimizer, max(sizes), sum(sizes),
-                   overhead, kind, largest_activation_bytes(trainer.ep.graph, trainer.plan))
+                   overhead, kind, largest_activation_bytes(trainer.ep.graph, trainer.plan),
+                   program_bytes(traced_nodes(trainer), per_node))
+
+
+def traced_nodes(trainer) -> int:
+    """Operator nodes of ``trainer``'s largest replayed program as traced (0 for the interpreter).
+
+    Example:
+        >>> traced_nodes(trainer)  # needs a Trainer on a process group  # doctest: +SKIP
+        596
+    """
+    program = getattr(trainer, "program", None)
+    if program is None or not program.programs:
+        return 0
+    return max(lowered.traced_nodes for lowered, _ in program.programs.values())
 
 
 def largest_activation_bytes(graph, plan) -> int:

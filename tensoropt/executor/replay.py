@@ -107,7 +107,8 @@ class ReplayProgram:
 
     def stats(self) -> dict:
         """``traces`` (programs traced so far), and of the newest program its ``nodes`` (ops, waits
-        included), ``collectives`` and ``overlapped_nodes`` (ops run while a collective is in flight).
+        included), ``traced_nodes`` (as traced, before simplification), ``collectives`` and
+        ``overlapped_nodes`` (ops run while a collective is in flight).
 
         Example:
             >>> program.stats()  # needs a Trainer on a process group  # doctest: +SKIP
@@ -117,6 +118,7 @@ class ReplayProgram:
         if self.programs:
             lowered = list(self.programs.values())[-1][0]
             out["nodes"] = sum(1 for n in lowered.gm.graph.nodes if n.op == "call_function")
+            out["traced_nodes"] = lowered.traced_nodes  # before the passes: the unit of its memory
             out["collectives"] = lowered.collectives()
             out["overlapped_nodes"] = overlapped_nodes(lowered.gm)
         return out

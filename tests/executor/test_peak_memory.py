@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -112,17 +113,44 @@ def _single_plan():
     return ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []}, "placements": {}})
 
 
-def test_calibrate_memory_measures_the_runtime_overhead():
+def test_calibrate_memory_measures_the_runtime_constants():
     from estimators.profiles import Device
-    from tensoropt.commands.calibrate import runtime_overhead_bytes
+    from tensoropt.commands.calibrate import runtime_memory
 
-    value, why = runtime_overhead_bytes(steps=2)
+    constants, why = runtime_memory(steps=2)
+    overhead, per_node = constants["runtime_overhead_bytes"], constants["bytes_per_program_node"]
     # a worker's own memory: more than nothing, far less than this test's big MLP state
-    assert 1 << 20 < value < 400 << 20, value
+    assert 1 << 20 < overhead < 400 << 20, constants
+    # the Python objects of one traced node: kilobytes (not bytes, not megabytes)
+    assert 1 << 10 <= per_node <= 100 << 10, constants
     assert "tensoropt calibrate --memory" in why
     sources = {"peak_tflops": "a", "memory_bandwidth_gbps": "b", "memory_bytes": "c",
-               "runtime_overhead_bytes": why}
+               "runtime_overhead_bytes": why, "bytes_per_program_node": why}
     device = Device.from_dict({"name": "x", "kind": "cpu", "peak_tflops": {"float32": 1}, "memory_bytes": 1,
-                               "memory_bandwidth_gbps": 1, "runtime_overhead_bytes": value,
-                               "sources": sources})
-    assert device.runtime_overhead_bytes == value
+                               "memory_bandwidth_gbps": 1, "runtime_overhead_bytes": overhead,
+                               "bytes_per_program_node": per_node, "sources": sources})
+    assert (device.runtime_overhead_bytes, device.bytes_per_program_node) == (overhead, per_node)
+
+
+def test_tiny_hf_llama_predicted_peak_is_near_its_measured_peak(tmp_path):
+    """The tiny HF Llama holds 4.4 MiB of tensors and peaks near 21 MiB: the runtime's own memory
+    (the kernels' code, the traced program's Python objects) is most of it. With the per-node term
+    (cpu.yaml's bytes_per_program_node, calibrated on another model) the prediction is within a few
+    percent at 1 process (docs/results.md); without it, or with the trace's per-node fake modes
+    back (tensoropt/executor/lowering.py: shared_fake_mode), it is 25-40 % below."""
+    pytest.importorskip("transformers", reason="the HuggingFace tests need the dev extra (transformers 5.x)")
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    body = yaml.safe_load((root / "configs/jobs/hf-llama.yaml").read_text())
+    job = Job.from_dict({"model": body["model"], "training": body["training"], "cluster": "cpu-local",
+                         "devices": [1]})
+    frontier_json = plan_job(job).to_json()
+    plan_id = frontier_json["frontiers"][0]["plans"][0]["id"]
+    rc, _ = run_plans([("llama", TrainSpec.from_job(job), _plan(frontier_json, plan_id))], 1, tmp_path,
+                      steps=3, env=TRIMMED_MALLOC)
+    assert rc == 0
+    metrics = outputs(tmp_path, "llama", plan_id)[0]
+    peak, predicted = metrics["measured"]["peak_bytes"], metrics["predicted"]["peak_bytes"]
+    assert metrics["executor"]["traced_nodes"] > 100, metrics["executor"]
+    assert abs(predicted - peak) <= 0.10 * peak, (predicted, peak, (predicted - peak) / peak)
