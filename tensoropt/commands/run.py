@@ -105,6 +105,16 @@ def format_metrics(metrics: dict) -> str:
         ...     "measured": {"time_s": 0.012, "memory_bytes": 2**20}}))
         plan d2-p0 on 2 devices: step time predicted 10.0 ms, measured 12.0 ms (+20%)
         memory per device predicted 1.00 MiB, measured 1.00 MiB (+0%)
+
+        The measured peak (``measured.peak_bytes``: the allocator's peak on CUDA, the resident set's
+        high-water mark above its level before the model was built on CPU) is printed beside the
+        prediction when the workers recorded it:
+
+        >>> lines = format_metrics({"plan_id": "d2-p0", "devices": 2, "steps": [],
+        ...     "predicted": {"time_s": 0.01, "memory_bytes": 2**20, "peak_bytes": 2**21},
+        ...     "measured": {"time_s": 0.01, "memory_bytes": 2**20, "peak_bytes": 2**21 * 1.1}})
+        >>> print(lines.splitlines()[-1])
+        peak per process predicted 2.00 MiB, measured 2.20 MiB (+10%)
     """
     pred, meas = metrics.get("predicted", {}), metrics.get("measured", {})
 
@@ -119,6 +129,12 @@ def format_metrics(metrics: dict) -> str:
                  + (f"{predicted_mib / 2**20:.2f} MiB" if predicted_mib is not None else "n/a")
                  + f", measured {meas['memory_bytes'] / 2**20:.2f} MiB"
                  + rel(meas["memory_bytes"], pred.get("memory_bytes")))
+    if meas.get("peak_bytes") is not None:  # what the allocator (CUDA) or the process (CPU RSS) held
+        predicted_peak = pred.get("peak_bytes")
+        lines.append("peak per process predicted "
+                     + (f"{predicted_peak / 2**20:.2f} MiB" if predicted_peak is not None else "n/a")
+                     + f", measured {meas['peak_bytes'] / 2**20:.2f} MiB"
+                     + rel(meas["peak_bytes"], predicted_peak))
     return "\n".join(lines)
 
 

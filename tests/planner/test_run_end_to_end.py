@@ -113,3 +113,14 @@ def test_format_metrics_without_predictions():
         "plan hand on 2 devices: step time predicted n/a, measured 4.2 ms",
         "memory per device predicted n/a, measured 2.00 MiB",
     ]
+
+
+def test_format_metrics_prints_the_measured_peak_beside_its_prediction():
+    """The process's real peak (RSS high-water mark on CPU, allocator peak on CUDA), not only ours."""
+    metrics = {"plan_id": "d2-p0", "devices": 2, "steps": [],
+               "predicted": {"time_s": 0.01, "memory_bytes": 2**20, "peak_bytes": 8 * 2**20},
+               "measured": {"time_s": 0.01, "memory_bytes": 2**20, "peak_bytes": 6 * 2**20}}
+    peak_line = format_metrics(metrics).splitlines()[2]
+    assert peak_line == "peak per process predicted 8.00 MiB, measured 6.00 MiB (-25%)"
+    del metrics["predicted"]["peak_bytes"]
+    assert format_metrics(metrics).splitlines()[2] == "peak per process predicted n/a, measured 6.00 MiB"
