@@ -16,8 +16,10 @@ rotated order, the first step of each round left out):
 
 Printed per model: DP plan / DDP, fastest / DDP, replay vs interpreter speed-up, the replayed
 program's node count and its host overhead per node against DDP ((replayed DP step - DDP step) /
-program nodes), predicted vs measured step time of the plans run, and the compiled time. The
-load average before and after is printed with the figures (this machine is shared).
+program nodes), predicted vs measured step time of the plans run, and the compiled time; then the
+per-round ratios (each round's median step time over DDP's in the same round, median [min, max]
+over the rounds: the machine's drift between rounds cancels within a pair). The load average
+before and after is printed with the figures (this machine is shared).
 
 Usage (one command): ``.venv/bin/python benchmarks/runtime.py [--models gpt,block,...] [--steps 5]
 [--rounds 3] [--compile] [--compile-models big-fc,block] [--json out.json]``.
@@ -126,6 +128,7 @@ def worker(options: dict) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     steps, rounds = options["steps"], options["rounds"]
     systems, kept, info, errors = [], {}, {}, {}
+    per_round: dict[str, list[float]] = {}  # system -> median step ms of each round
     holders = []  # DDP modules: released before the process group
     for name, plans in options["plans"].items():
         spec = spec_of(name, steps)
@@ -145,6 +148,7 @@ def worker(options: dict) -> None:
             def one_round(r, key=key, trainer=trainer):
                 res = trainer.train(steps, start_step=2 + r * steps)
                 kept.setdefault(key, []).extend(s["time_s"] for s in res.steps[1:])
+                per_round.setdefault(key, []).append(_median_ms([s["time_s"] for s in res.steps[1:]]))
                 info[key] = trainer.runtime_info()
             systems.append((key, one_round))
         model = DistributedDataParallel(spec.build_model())
@@ -154,6 +158,7 @@ def worker(options: dict) -> None:
         def ddp_round(r, name=name, spec=spec, model=model, opt=opt):
             times = ddp_round_s(spec, model, opt, 2 + r * steps, steps, rank, world)
             kept.setdefault(f"{name}/ddp", []).extend(times[1:])
+            per_round.setdefault(f"{name}/ddp", []).append(_median_ms(times[1:]))
         systems.append((f"{name}/ddp", ddp_round))
     for r in range(rounds):
         order = systems[r % len(systems):] + systems[:r % len(systems)]
@@ -161,7 +166,8 @@ def worker(options: dict) -> None:
             dist.barrier()
             one_round(r)
     if rank == 0:
-        Path(options["out"]).write_text(json.dumps({"times": kept, "info": info, "errors": errors}))
+        Path(options["out"]).write_text(json.dumps({"times": kept, "per_round": per_round, "info": info,
+                                                    "errors": errors}))
     systems.clear()
     holders.clear()
     dist.barrier()
@@ -232,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
                "overhead_us_per_node": (dp - ddp) * 1e3 / nodes if dp and ddp and nodes else None,
                "predicted_fast_ms": plans[name]["fast"]["time_s"] * 1e3,
                "predicted_dp_ms": plans[name]["dp"]["time_s"] * 1e3,
-               "fast_summary": _summary(plans[name]["fast"])}
+               "fast_summary": _summary(plans[name]["fast"]),
+               "dp_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/dp", f"{name}/ddp"),
+               "fast_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/fast", f"{name}/ddp")}
         rows.append(row)
 
         def f(v, fmt="8.1f"):
@@ -244,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     errs = [abs(r[m] - r[p]) / r[p] for r in rows for m, p in (("fast_ms", "predicted_fast_ms"),
                                                                 ("dp_ms", "predicted_dp_ms"))
             if r[m] and r[p] and r[m] == r[m]]
+    print("\nper-round ratios (each round's median over DDP's in the same round; median [min, max] over "
+          "rounds): " + "; ".join(f"{r['model']} DP {_spread(r['dp_over_ddp_rounds'])}, fastest "
+                                  f"{_spread(r['fast_over_ddp_rounds'])}" for r in rows))
     print("\nfastest plans: " + "; ".join(f"{r['model']}: {r['fast_summary']}" for r in rows))
     if errs:
         print(f"time prediction: median |measured - predicted| / predicted over the {len(errs)} plans run: "
@@ -260,6 +271,29 @@ def main(argv: list[str] | None = None) -> int:
                                                "steps": args.steps, "rounds": args.rounds,
                                                "cluster": args.cluster, "compute": args.compute}, indent=2))
     return 0
+
+
+def _paired(per_round: dict[str, list[float]], system: str, baseline: str) -> list[float]:
+    """``system``'s median step time over ``baseline``'s, round by round (the rounds where both ran).
+
+    Example:
+        >>> _paired({"a": [2.0, 3.0], "ddp": [2.0, 2.0]}, "a", "ddp")
+        [1.0, 1.5]
+    """
+    pairs = zip(per_round.get(system, []), per_round.get(baseline, []))
+    return [a / b for a, b in pairs if a == a and b == b and b > 0]
+
+
+def _spread(ratios: list[float]) -> str:
+    """``median [min, max]`` of per-round ratios, or ``-`` when there are none.
+
+    Example:
+        >>> _spread([0.9, 1.1, 1.0])
+        '1.00 [0.90, 1.10]'
+    """
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
 
 
 def _summary(plan: dict) -> str:
