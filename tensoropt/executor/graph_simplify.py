@@ -48,6 +48,12 @@ _RELABELS = {aten.detach.default, aten.alias.default}
 _VIEWS = {aten.view.default, aten._unsafe_view.default}
 
 
+def _nbytes(n: fx.Node) -> int:
+    """Bytes of ``n``'s traced result (its ``meta["val"]``; 0 when unknown or not a tensor)."""
+    val = n.meta.get("val")
+    return val.numel() * val.element_size() if isinstance(val, torch.Tensor) else 0
+
+
 def _foldable(n: fx.Node) -> bool:
     return (n.op == "call_function" and _pure(n) and not _is_collective(n) and n.target is not _WAIT
             and n.target not in _UNDEFINED_VALUES)
@@ -87,7 +93,9 @@ def fold_constants(gm: fx.GraphModule, max_bytes: int = MAX_FOLDED_BYTES) -> int
 
     Args:
         gm: a traced step (real-tensor trace: the folded operators run here on the trace's device).
-        max_bytes: most storage bytes of folded results the program keeps between steps.
+        max_bytes: most storage bytes of folded results the program keeps between steps; an
+            operator whose own result is larger is not computed here (nor what reads it), so
+            folding holds at most a few such results at once while the program is traced.
 
     Returns:
         The number of results the program now reads as constants (``get_attr`` nodes).
@@ -100,7 +108,7 @@ def fold_constants(gm: fx.GraphModule, max_bytes: int = MAX_FOLDED_BYTES) -> int
     """
     values: dict[fx.Node, object] = {}
     for n in gm.graph.nodes:
-        if not _foldable(n) or any(m not in values for m in n.all_input_nodes):
+        if not _foldable(n) or any(m not in values for m in n.all_input_nodes) or _nbytes(n) > max_bytes:
             continue
         try:
             read = values.__getitem__

@@ -89,6 +89,10 @@ def test_fold_constants_keeps_at_most_max_bytes():
     gm = make_fx(lambda x: x + torch.arange(n, dtype=torch.float32).sin())(torch.zeros(n))
     assert fold_constants(gm, max_bytes=4 * n) == 1
     assert torch.equal(gm(torch.zeros(n)), torch.arange(n, dtype=torch.float32).sin())
+    # a small result of a large constant (a mask's sum) is not computed at trace time either
+    gm = make_fx(lambda x: x + torch.arange(n, dtype=torch.float32).sin().sum())(torch.zeros(2))
+    assert fold_constants(gm) == 0 and "aten.sin.default" in _targets(gm)
+    assert fold_constants(gm, max_bytes=4 * n) == 1 and "aten.sin.default" not in _targets(gm)
 
 
 def test_drop_aliases_keeps_storage_shape_and_strides():
