@@ -21,7 +21,7 @@ Two ways (one loop over the settings, :func:`interleaved`):
 
 Usage (one command each, about 10 and 5 minutes on 2 loaded cores):
 ``TENSOROPT_CACHE=/tmp/M/cache .venv/bin/python benchmarks/allocator.py [--rounds 2] [--steps 8]
-[--single] [--models big-fc gpt hf-llama] [--settings default top_pad ...] [--json out/allocator.json]``
+[--single] [--models big-fc gpt hf-llama] [--settings default peak thp ...] [--json out/allocator.json]``
 """
 
 from __future__ import annotations
@@ -41,10 +41,18 @@ SETTINGS = {
     "top_pad": {"MALLOC_TOP_PAD_": str(16 << 20)},
     "arena2+top_pad": {"MALLOC_ARENA_MAX": "2", "MALLOC_TOP_PAD_": str(16 << 20)},
     "mmap1M": {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
+    "mmap1M+thp": {"MALLOC_MMAP_THRESHOLD_": str(1 << 20), "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+    "peak": {"TENSOROPT_WORKER_MALLOC": "peak"},
+    "thp": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+    "top_pad4M+thp": {"MALLOC_TOP_PAD_": str(4 << 20), "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+    "mmap128K+thp": {"MALLOC_MMAP_THRESHOLD_": str(128 << 10), "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
 }
 """Name -> the environment variables a worker gets (glibc reads them at start). ``top_pad``: a fixed
 16 MiB top pad (the dynamic thresholds off; the heap trimmed above 128 KiB of free top, keeping 16
-MiB); ``mmap1M``: blocks of 1 MiB and more always mmapped (returned when freed)."""
+MiB); ``peak``: ``tensoropt.launch.WORKER_MALLOC`` (16 MiB top pad + ``thp``), the launcher's
+opt-in (``TENSOROPT_WORKER_MALLOC=peak``); ``mmap1M``: blocks of 1 MiB and more always mmapped
+(returned when freed); ``+thp``: glibc (>= 2.35) asks for transparent huge pages (``madvise``) on
+what it maps, so re-touching a returned block faults once per 2 MiB, not per 4 KiB page."""
 
 
 def interleaved(rounds: int, cases: dict, run_one: Callable[[object, dict], dict],
@@ -150,9 +158,12 @@ def measure_single(rounds: int, steps: int, models: tuple[str, ...], settings: t
     import subprocess
 
     def run_one(model, env):
+        from tensoropt.launch import worker_malloc_env
+
         cmd = [sys.executable, __file__, "--single-worker", model, "--steps", str(steps)]
-        out = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, capture_output=True,
-                             text=True, check=True)
+        full_env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
+        full_env.update(worker_malloc_env(full_env))  # as the launcher does for its workers
+        out = subprocess.run(cmd, env=full_env, capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     return rows(interleaved(rounds, {m: m for m in models}, run_one, settings), "cpu_s")
@@ -177,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--models", nargs="+", default=["big-fc", "gpt"])
-    parser.add_argument("--settings", nargs="+", choices=tuple(SETTINGS), default=list(SETTINGS))
+    parser.add_argument("--settings", nargs="+", choices=tuple(SETTINGS),
+                        default=["default", "arena1+trim0", "peak", "thp"])
     parser.add_argument("--single", action="store_true",
                         help="1 process, CPU time per replayed step (load-independent), not 2 processes")
     parser.add_argument("--single-worker", default=None, help=argparse.SUPPRESS)

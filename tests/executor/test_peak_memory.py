@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,26 @@ def test_tiny_hf_llama_predicted_peak_is_near_its_measured_peak(tmp_path):
     peak, predicted = metrics["measured"]["peak_bytes"], metrics["predicted"]["peak_bytes"]
     assert metrics["executor"]["traced_nodes"] > 100, metrics["executor"]
     assert abs(predicted - peak) <= 0.10 * peak, (predicted, peak, (predicted - peak) / peak)
+
+
+def test_the_peak_allocator_setting_reaches_the_workers_and_is_opt_in(tmp_path):
+    """``TENSOROPT_WORKER_MALLOC=peak`` gives every worker tensoropt.launch.WORKER_MALLOC (what a
+    user sets stays); without it the workers keep glibc's defaults (benchmarks/allocator.py:
+    the setting costs gpt 3-8 % CPU per step)."""
+    from launch_helpers import HERE
+
+    from tensoropt.launch import WORKER_MALLOC, LaunchOptions, launch_module
+
+    seen = {}
+    for name, env in (("peak", {"TENSOROPT_WORKER_MALLOC": "peak"}),
+                      ("mine", {"TENSOROPT_WORKER_MALLOC": "peak", "MALLOC_TOP_PAD_": "4096"}),
+                      ("glibc", {"TENSOROPT_WORKER_MALLOC": "glibc"})):
+        out = tmp_path / name
+        out.mkdir()
+        rc = launch_module("launch_probe", [str(out)], LaunchOptions(1, timeout_s=240),
+                           env={"PYTHONPATH": str(HERE), **env})
+        assert rc == 0
+        seen[name] = json.loads((out / "rank0.json").read_text())["malloc"]
+    assert seen["peak"] == WORKER_MALLOC
+    assert seen["mine"] == {**WORKER_MALLOC, "MALLOC_TOP_PAD_": "4096"}
+    assert seen["glibc"] == {k: os.environ.get(k) for k in WORKER_MALLOC}  # this process's, untouched
