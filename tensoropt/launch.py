@@ -33,9 +33,10 @@ the memory model predicts (zoo gpt, 1 process) and 5-8 % more on big-fc. With th
 over 128 KiB are mapped and returned when freed, and glibc asks for transparent huge pages
 (``hugetlb=1``, glibc >= 2.35, the kernel's ``madvise`` mode) on what it maps, so a re-mapped
 tensor faults once per 2 MiB. Not the default: CPU time per replayed step against glibc's
-defaults, 1 process, three runs: gpt 1.03-1.08, big-fc 0.74-0.77, tiny HF Llama 0.93-0.96, whose
-2 MiB pages then lift its 22 MiB peak by 2.4 MiB (``benchmarks/allocator.py --single``,
-docs/results.md)."""
+defaults, 1 process, three runs: gpt 1.03-1.08, big-fc 0.74-0.77, tiny HF Llama 0.93-0.96
+(``benchmarks/allocator.py --single``); the peak's prediction error, ``benchmarks/memory_peak.py``:
+big-fc -0.5..-3.2 %, gpt +1.4 % at 1 process but -10..-11 % at 2 (glibc's defaults: -24..-46 %),
+tiny HF Llama -19..-28 % (2 MiB pages on a 22 MiB process; docs/results.md)."""
 
 WORKER_MALLOC_CHOICE = "TENSOROPT_WORKER_MALLOC"
 """Environment variable: ``glibc`` (default) leaves the workers' malloc at glibc's settings,
