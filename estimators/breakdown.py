@@ -175,15 +175,28 @@ def _node_row(cg: nx.DiGraph, n: str, d: dict, i: int) -> tuple:
     return compute, comm, mem, buf, row
 
 
+def _param_layouts(cu, cv, i: int, j: int, key: str) -> tuple[tuple, tuple]:
+    """A tied parameter's layout at its first user (where it is stored) and at another user."""
+    if cu is None or cv is None:
+        return (), ()
+    return tuple(dict(cu[i].params).get(key, ())), tuple(dict(cv[j].params).get(key, ()))
+
+
 def _edge_row(cg: nx.DiGraph, u: str, v: str, e: dict, operand: int, cu, cv, i: int, j: int) -> tuple:
-    """(comm_s, memory_bytes, buffer_bytes, redistribution row or None) of ``u -> v`` in ``(i, j)``."""
+    """(comm_s, memory_bytes, buffer_bytes, redistribution row or None) of ``u -> v`` in ``(i, j)``.
+
+    An edge that prices only a tied parameter (``tied``: :mod:`estimators.tied`) reports that
+    parameter's layouts and names it (``tied_param``)."""
     comm, mem, buf = _edge_costs(cg, e, i, j)
-    src, dst = _layouts(cu, cv, i, j, operand)
+    tied = e.get("tied_params") if e.get("tied") else None
+    src, dst = _param_layouts(cu, cv, i, j, tied[0]) if tied else _layouts(cu, cv, i, j, operand)
     row = None
     if comm or mem or src != dst:
         row = {"src": u, "dst": v, "src_config": cg.nodes[u]["configs"][i],
                "dst_config": cg.nodes[v]["configs"][j], "from_layout": list(src),
                "to_layout": list(dst), "comm_s": comm, "memory_bytes": mem}
+        if tied:
+            row["tied_param"] = str(tied[0])
     return comm, mem, buf, row
 
 
@@ -212,8 +225,8 @@ def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> d
             n = parent[n]
         return n
 
-    for u, v, *_ in edge_order:
-        if u in parent and v in parent:
+    for u, v, e, *_ in edge_order:
+        if u in parent and v in parent and not e.get("tied"):  # a tie carries no recomputed value
             parent[find(u)] = find(v)
     totals: dict[str, float] = {}
     for n in parent:

@@ -14,7 +14,9 @@ and the parts of ``memory_bytes`` ``param_bytes``, ``grad_bytes``, ``optimizer_b
 is saved activations), with ``recompute_bytes`` (rebuilt in backward; a transient) (1-D arrays;
 the part names: :data:`estimators.memory_parts.COST_PARTS`).
 Edge attributes: ``cost`` and the components ``comm_s``, ``memory_bytes``,
-``buffer_bytes`` (C_u x C_v). Graph attributes: ``mesh``, ``num_devices``, ``cluster`` (the
+``buffer_bytes`` (C_u x C_v); an edge that prices a tied parameter between its first user and
+another user (:mod:`estimators.tied`) carries ``tied_params`` (the parameter keys) and, when ``u``
+does not also feed ``v``, ``tied=True``. Graph attributes: ``mesh``, ``num_devices``, ``cluster`` (the
 :class:`estimators.profiles.Cluster`), ``objectives``, ``optimizer``, ``compute_mode``.
 """
 
@@ -32,6 +34,7 @@ from estimators.memory_parts import COST_PARTS
 from estimators.op_costs import Cost, CostModel, GraphInfo, edge_cost_table
 from estimators.options import option_edge_table, option_node_cost, with_recompute_rule
 from estimators.profiles import Cluster, load_cluster
+from estimators.tied import tied_edge_table, tied_pairs
 from tensoropt.configspace.configuration import Configuration, Mesh
 from tensoropt.precision import get_precision
 
@@ -263,7 +266,29 @@ def cost_graph(
         done += 1
         if progress:
             progress(done, total)
+    _add_tied_edges(out, g, model, info, configs_of, objectives)
     return out
+
+
+def _add_tied_edges(out: nx.DiGraph, g: nx.DiGraph, model: CostModel, info: GraphInfo,
+                    configs_of: dict[str, list[Configuration]], objectives: Sequence[str]) -> None:
+    """Price each tied parameter between its first user and every other user (:mod:`estimators.tied`):
+    an edge ``u -> v`` marked ``tied=True`` and ``tied_params`` (the keys); where ``u`` already
+    feeds ``v`` the tie's table is added to that data edge's (``tied_params`` set, ``tied`` not)."""
+    for u, v, key in tied_pairs(g):
+        comps = tied_edge_table(model, info, g, u, v, key, configs_of[u], configs_of[v])
+        zeros = np.zeros_like(comps["comm_s"])
+        columns = [comps["comm_s"] if o in ("time_s", "comm_s") else comps.get(o, zeros) for o in objectives]
+        cost = np.stack(columns, axis=-1).astype(np.float64)
+        if out.has_edge(u, v):
+            e = out.edges[u, v]
+            e["cost"] = e["cost"] + cost
+            for k in ("comm_s", "memory_bytes"):
+                e[k] = e[k] + comps[k]
+            e["buffer_bytes"] = np.maximum(e["buffer_bytes"], comps["buffer_bytes"])
+            e["tied_params"] = [*e.get("tied_params", []), key]
+        else:
+            out.add_edge(u, v, cost=cost, compute_s=zeros, tied=True, tied_params=[key], **comps)
 
 
 _COMPONENTS = ("compute_s", "comm_s", "memory_bytes", "buffer_bytes", *COST_PARTS)

@@ -120,17 +120,23 @@ class Redistribution:
     """Forward + backward time of the redistribution."""
     memory_bytes: float = 0.0
     """Per-device memory charged to the edge (e.g. an activation saved in the consumer's layout)."""
+    tied_param: str = ""
+    """A tied parameter moved from its first user's layout (where it is stored) to another user's
+    (:mod:`estimators.tied`), not an activation; "" for an activation."""
 
     def to_json(self) -> dict:
         """JSON form; the layouts are stored under "from" and "to"."""
-        return {"src": self.src, "dst": self.dst, "from": list(self.from_layout), "to": list(self.to_layout),
-                "time_s": self.time_s, "memory_bytes": self.memory_bytes}
+        out = {"src": self.src, "dst": self.dst, "from": list(self.from_layout), "to": list(self.to_layout),
+               "time_s": self.time_s, "memory_bytes": self.memory_bytes}
+        if self.tied_param:
+            out["tied_param"] = self.tied_param
+        return out
 
     @staticmethod
     def from_json(data: dict) -> Redistribution:
         """Inverse of :meth:`to_json`."""
         return Redistribution(data["src"], data["dst"], list(data["from"]), list(data["to"]),
-                              data["time_s"], data.get("memory_bytes", 0.0))
+                              data["time_s"], data.get("memory_bytes", 0.0), data.get("tied_param", ""))
 
 
 @dataclass

@@ -115,6 +115,6 @@ def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> tuple[list[
                             compute_s=row["compute_s"], comm_s=row["comm_s"],
                             memory_bytes=row["memory_bytes"] + saved_operands, **parts))
     moves = [Redistribution(r["src"], r["dst"], r["from_layout"], r["to_layout"], r["comm_s"],
-                            r["memory_bytes"])
+                            r["memory_bytes"], r.get("tied_param", ""))
              for r in b["redistributions"] if r["comm_s"] > 0 or r["from_layout"] != r["to_layout"]]
     return layers, moves

@@ -117,6 +117,7 @@ def redistributions_table(plan_file: PlanFile) -> str:
         >>> "S(0) -> R" in redistributions_table(PlanFile(p, 2, Mesh((2,), ("gpu",)), {}, {}))
         True
     """
-    rows = [[r.src, r.dst, f"{','.join(r.from_layout) or '-'} -> {','.join(r.to_layout) or '-'}",
+    rows = [[r.src, r.dst, f"{','.join(r.from_layout) or '-'} -> {','.join(r.to_layout) or '-'}"
+             + (f" (tied {r.tied_param})" if r.tied_param else ""),
              format_time(r.time_s)] for r in plan_file.plan.redistributions]
     return format_table(["from node", "to node", "placements", "time"], rows, right=[3])

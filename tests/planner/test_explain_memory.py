@@ -90,11 +90,12 @@ FILE_KEYS = {
     "layer": {"node", "op", "module", "config", "compute_s", "comm_s", "memory_bytes", "param_bytes",
               "grad_bytes", "optimizer_bytes", "activation_bytes", "recompute_bytes", "recompute_chain_bytes",
               "buffer_bytes"},
-    "redistribution": {"src", "dst", "from", "to", "time_s", "memory_bytes"},
+    "redistribution": {"src", "dst", "from", "to", "time_s", "memory_bytes", "tied_param"},
 }
 """The keys of GPT_JOB's files as written at 5d324d5, before one tuple (estimators/memory_parts.py)
 drove the memory parts: outside tools read them, so they stay (every layer key occurs in this
-frontier: recompute and zero3 plans, gradient buffers)."""
+frontier: recompute and zero3 plans, gradient buffers). Added since: a redistribution's
+``tied_param`` (the tied weight moved between its users, estimators/tied.py)."""
 
 
 def test_plan_files_keep_their_keys(planned):
