@@ -29,6 +29,7 @@ Each rule below was checked on torch 2.13 with ``torch.autograd.graph.saved_tens
     embedding                         the indices (operand)
     cross_entropy                     log_softmax of the logits (new) + target (operand) + a
                                       4-byte total weight
+    mse_loss                          prediction and target (operands)
     sdpa, math path                   q*scale and k*scale (new, q and k sized), the attention
       (CPU with dropout, or forced)   weights b*h*t*s (new), v (operand); with dropout in
                                       training two more b*h*t*s tensors on CPU (mask + dropped
@@ -168,7 +169,7 @@ def saved_spec(node: dict, rules: SavingRules = SavingRules()) -> SavedSpec:
 
     if kind in ("input", "cat", "reduce") and name not in ("amax", "amin"):
         return SavedSpec()
-    if kind in ("linear", "conv2d", "opaque"):
+    if kind in ("linear", "conv2d", "opaque", "mse_loss"):
         return SavedSpec(tuple(range(n_in)))
     if kind == "matmul":
         if name in ("addmm", "baddbmm"):

@@ -443,9 +443,10 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
             compute_s += SYNC_EXTRA_OPERATORS * device.op_overhead_dtensor_s
     if config.partial_axes:
         src = tuple("P" if a in config.partial_axes else p for a, p in enumerate(config.output))
-        # a batch-split cross entropy the executor runs on local shards leaves the loss a partial
-        # sum, read after the step; only its label count is all-reduced, during forward (overlapped)
-        reduced_locally = "cross_entropy" in str(node.get("op")) and runs_local(node, config)
+        # a batch-split cross entropy or mse_loss the executor runs on local shards leaves the loss a
+        # partial sum, read after the step; only a cross entropy's label count is all-reduced, during
+        # forward (overlapped); an mse_loss mean divides by the element count the shapes give
+        reduced_locally = runs_local(node, config)
         if not reduced_locally:
             comm_s += redistribution_time_s(
                 comm, tuple(node["out_shape"]), itemsize(out_dtype), src, config.output

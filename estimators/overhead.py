@@ -4,7 +4,7 @@ The torch executor (:mod:`tensoropt.executor.interpreter`) runs a plan whose nod
 batch splits laid out alike (:func:`batch_local`: data parallelism of an MLP) as a whole on local
 tensors, as DDP does; any other plan goes operator by operator through DTensor's dispatch
 (sharding propagation, output wrapping, DTensor autograd), except batch-split cross entropy
-(:func:`runs_local`). Both cost host time per operator on top of the op itself, forward and
+and mse_loss (:func:`runs_local`). Both cost host time per operator on top of the op itself, forward and
 backward; so does every DTensor redistribution on top of its collective. On a GPU that host time
 overlaps with the asynchronous kernels; on a CPU it adds to the step.
 
@@ -42,11 +42,13 @@ import numpy as np
 
 from estimators.profiles import Device
 
-LOCAL_PACKETS = frozenset({"cross_entropy_loss"})
+LOCAL_PACKETS = frozenset({"cross_entropy_loss", "mse_loss"})
 """Aten overload packets the executor may run on local shards inside a DTensor plan."""
 
 BATCH_LOCAL_PACKETS = frozenset({"linear", "relu", "gelu", "silu", "tanh", "sigmoid", "cross_entropy_loss"})
-"""Aten packets whose batch split is purely local (no size argument, no RNG, no batch statistics)."""
+"""Aten packets whose batch split is purely local (no size argument, no RNG, no batch statistics).
+mse_loss is not among them: ``F.mse_loss`` captures as ``broadcast_tensors`` + ``mse_loss``, so its plans
+go through the interpreter's operator path, which runs a batch-split mse_loss locally (:func:`runs_local`)."""
 
 
 CLASS_SPLIT_CROSS_ENTROPY = (17, 3)
@@ -114,6 +116,10 @@ def runs_local(node: dict, config) -> bool:
     if _packet(node) not in LOCAL_PACKETS or config.options:
         return False
     inputs = [_normalise(lay, len(e["shape"])) for lay, e in zip(config.inputs, node["inputs"])]
+    if _packet(node) == "mse_loss":  # prediction and target of one shape, split alike on dim 0
+        shapes = [tuple(e["shape"]) for e in node["inputs"]]
+        return len(inputs) == 2 and shapes[0] == shapes[1] and all(
+            p == q and p in ("R", "S(0)") for p, q in zip(*inputs))
     if len(inputs) != 2 or len(node["inputs"][0]["shape"]) != 2 or len(node["inputs"][1]["shape"]) != 1:
         return False
     attrs = node.get("attrs") or {}

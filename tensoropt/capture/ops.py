@@ -3,7 +3,7 @@
 ``kind`` is the category configspace and estimators dispatch on. Kinds: ``linear``, ``matmul``
 (mm/bmm/matmul/einsum/addmm/baddbmm), ``conv2d``, ``batch_norm``, ``layer_norm``, ``rms_norm``,
 ``group_norm``, ``embedding``, ``pool`` (max/avg), ``adaptive_pool``, ``elementwise``,
-``softmax``, ``log_softmax``, ``dropout``, ``sdpa``, ``cross_entropy``, ``cat``, ``reduce``
+``softmax``, ``log_softmax``, ``dropout``, ``sdpa``, ``cross_entropy``, ``mse_loss``, ``cat``, ``reduce``
 (sum/mean/amax over dims), ``pad`` (constant padding), ``input`` (a user input), ``opaque`` (anything else).
 """
 
@@ -61,6 +61,7 @@ _KINDS = {
     "aten.scaled_dot_product_attention.default": "sdpa",
     "aten.cross_entropy_loss.default": "cross_entropy",
     "aten.nll_loss_forward.default": "cross_entropy",
+    "aten.mse_loss.default": "mse_loss",
     "aten.cat.default": "cat",
     "aten.sum.default": "reduce",
     "aten.sum.dim_IntList": "reduce",
@@ -161,6 +162,9 @@ def op_attrs(op: str, kind: str, args: tuple, kwargs: dict, in_shapes: list[tupl
             "reduction": {0: "none", 1: "mean", 2: "sum"}.get(red, red),
             "class_dim": 1 if rank > 1 else 0,
         }
+    if kind == "mse_loss":
+        red = _arg(args, kwargs, 2, "reduction", 1)
+        return {"reduction": {0: "none", 1: "mean", 2: "sum"}.get(red, red)}
     if kind == "reduce":
         dims = _arg(args, kwargs, 1, "dim", None)
         if dims is None or "default" in op:
@@ -255,7 +259,8 @@ def op_flops(
 
     linear ``2*rows*in*out`` (bias not counted); matmul ``2*numel(out)*K``; conv2d
     ``2*N*Cout*Hout*Wout*(Cin/groups)*kh*kw``; sdpa ``4*B*H*T*S*D + 5*B*H*T*S`` (two matmuls plus
-    softmax); norms, softmax and cross_entropy 5 per element; pooling ``kh*kw`` per output;
+    softmax); norms, softmax and cross_entropy 5 per element; mse_loss 3 per element (difference,
+    square, sum); pooling ``kh*kw`` per output;
     elementwise, dropout, reductions and opaque ops one per element; views, cat and embedding 0.
 
     Example:
@@ -282,6 +287,8 @@ def op_flops(
         return 5 * out
     if kind == "cross_entropy":
         return 5 * numel(in_shapes[0])
+    if kind == "mse_loss":
+        return 3 * numel(in_shapes[0])
     if kind == "pool":
         k = attrs.get("kernel", [1, 1])
         return out * k[0] * k[1]

@@ -255,6 +255,23 @@ def cross_entropy_dims(node: dict) -> list[ParDim]:
     return dims
 
 
+def mse_loss_dims(node: dict) -> list[ParDim]:
+    """mse_loss of a prediction and a target of one shape: ``batch`` (dim 0 of both), the output a
+    partial sum when the loss is reduced (each rank sums its rows' squared errors; a mean divides by
+    the global element count, known from the shapes), else split like the operands.
+
+    Example:
+        >>> node = {"inputs": [{"shape": (4, 8)}, {"shape": (4, 8)}], "attrs": {"reduction": "mean"}}
+        >>> [(d.name, d.size, d.operand_dims, d.reduction) for d in mse_loss_dims(node)]
+        [('batch', 4, (0, 0), True)]
+    """
+    shapes = [tuple(e["shape"]) for e in node["inputs"]]
+    if len(shapes) != 2 or shapes[0] != shapes[1] or not shapes[0] or shapes[0][0] <= 1:
+        return []  # broadcast operands (or a scalar): replicated only
+    reduced = node["attrs"].get("reduction", "mean") != "none"
+    return [ParDim("batch", shapes[0][0], (0, 0), out_dim=None if reduced else 0, reduction=reduced)]
+
+
 def softmax_dims(node: dict) -> list[ParDim]:
     """softmax/log_softmax: every named dim except the softmax dim."""
     return _pointwise_dims(
@@ -351,6 +368,7 @@ RULES = {
     "embedding": embedding_dims,
     "sdpa": sdpa_dims,
     "cross_entropy": cross_entropy_dims,
+    "mse_loss": mse_loss_dims,
     "softmax": softmax_dims,
     "log_softmax": softmax_dims,
     "pool": pool_dims,

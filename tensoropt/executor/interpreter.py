@@ -29,7 +29,9 @@ step; the count of valid labels comes from an all-reduce launched when forward s
 (:meth:`_launch_label_counts`: ranks hold only their rows of the batch), or from
 :attr:`global_inputs` where a caller holds a step's whole labels. Forward then has no blocking
 collective for the loss; where the loss feeds further ops it is the replicated mean
-(:func:`local_ops.mean_cross_entropy`, one blocking all-reduce). DTensor's per-operator dispatch
+(:func:`local_ops.mean_cross_entropy`, one blocking all-reduce). A batch-split mse_loss runs on the
+local rows (:func:`local_ops.mse_loss`: a Partial(sum) share, the mean's divisor from the shapes), left
+partial when it is the graph's output, else summed. DTensor's per-operator dispatch
 costs about as much as a small operator's compute on a CPU.
 """
 
@@ -149,6 +151,8 @@ class PlanInterpreter(fx.Interpreter):
         """Loss node -> its label count's all-reduce, launched when the forward pass starts."""
         self._losses = self._partial_losses() if mesh is not None else []
         """(loss node, its labels' graph input, ignore_index) of the losses left partial sums."""
+        self._partial_sums = self._partial_mse_losses() if mesh is not None else set()
+        """Names of the batch-split mse_loss nodes returned as partial sums (no collective in forward)."""
         self.compute_dtype: torch.dtype | None = None
         """Mixed precision: the dtype each parameter is cast to where the graph reads it (its gradient
         flows back through the cast to the float32 master; :mod:`tensoropt.executor.mixed_precision`)."""
@@ -293,6 +297,19 @@ class PlanInterpreter(fx.Interpreter):
                 out.append((n, labels, dict(zip(_CE_ARGS, n.args), **n.kwargs).get("ignore_index", -100)))
         return out
 
+    def _partial_mse_losses(self) -> set[str]:
+        """The mse_loss nodes left partial sums: split (``partial_axes``), no option, and read only as
+        the graph's output (after the step); their mean's divisor is the element count of the shapes."""
+        out = set()
+        for n in self.graph.nodes:
+            config = self.placements.get(n.name)
+            if n.op != "call_function" or packet_name(n) != "mse_loss" or config is None:
+                continue
+            users = list(n.users)
+            if config.partial_axes and not config.options and len(users) == 1 and users[0].op == "output":
+                out.add(n.name)
+        return out
+
     def _launch_label_counts(self, values: dict) -> dict:
         """Loss node -> (async all-reduce work or None, float64 count of valid labels on all ranks).
 
@@ -409,7 +426,7 @@ class PlanInterpreter(fx.Interpreter):
             if out is not None:
                 return self._check_reduced(n, config, out)
         out, bias = self._compute(n, args, kwargs)
-        return self._check_and_reduce(n, config, out, bias)
+        return self._check_and_reduce(n, config, out, bias, reduce=n.name not in self._partial_sums)
 
     def fetch_args_kwargs_from_env(self, n: fx.Node):
         return fx.node.map_arg(n.args, self._value), fx.node.map_arg(n.kwargs, self._value)
@@ -475,7 +492,11 @@ class PlanInterpreter(fx.Interpreter):
         chain, root = self._chain(a)
         value = self.env[root]
         if target is None or not isinstance(value, torch.Tensor):
-            return self._replay(chain, value)
+            out = self._replay(chain, value)
+            if target is None or operand["role"] != "input" or not isinstance(out, DTensor):
+                return out
+            # one tensor of a producer's list (broadcast_tensors' outputs): laid out once taken from it
+            return self._redistribute(n, out, normalise(target, len(operand["shape"])))
         if not chain:
             return self._redistribute(n, value, target)
         if operand["role"] == "input":
@@ -533,6 +554,13 @@ class PlanInterpreter(fx.Interpreter):
             return explicit_ops.batch_norm(n.name, *args, **kwargs, stats=self.batch_norm_stats), None
         if name == "cross_entropy_loss":
             return explicit_ops.cross_entropy(n.name, n.target, *args, **kwargs), None
+        if name == "mse_loss":  # DTensor has no sharding strategy for it: the local rows' share
+            out = local_ops.mse_loss(args, kwargs)
+            if out is None:
+                raise PlacementMismatch(
+                    f"node {n.name!r} (aten.mse_loss): its prediction and target must be DTensors of one "
+                    f"shape, both batch-split (S(0)) or replicated on each mesh axis; re-plan this model")
+            return out, None
         if name in _POOLS and isinstance(args[0], DTensor):
             return explicit_ops.pool(n.name, n.target, *args, **kwargs), None
         return self.call_function(n.target, args, kwargs), None
@@ -548,7 +576,7 @@ class PlanInterpreter(fx.Interpreter):
             )
         return out
 
-    def _check_and_reduce(self, n: fx.Node, config: Configuration, out, bias):
+    def _check_and_reduce(self, n: fx.Node, config: Configuration, out, bias, reduce: bool = True):
         first = out[0] if isinstance(out, (tuple, list)) else out
         if isinstance(first, torch.Tensor):
             first = self._wrap_plain(first)
@@ -560,7 +588,7 @@ class PlanInterpreter(fx.Interpreter):
                     f"placement {expected}, DTensor produced {actual}"
                 )
             target = normalise(tuple(config.output), first.dim())
-            if actual != target:
+            if actual != target and reduce:
                 first = explicit_ops.reduce_partial(first, self.mesh, to_placements(target))
             if bias is not None:
                 first = explicit_ops.add_bias(first, bias)
