@@ -191,3 +191,27 @@ def test_the_replayed_program_issues_the_tie_collectives(tmp_path):
     collectives = {name: json.loads((tmp_path / f"{name}.json").read_text())["executor"]["collectives"]
                    for name in cases}
     assert collectives == {"rep": 0, "head-batch": 3, "emb-out": 2}, collectives
+
+
+def test_a_tie_between_adjacent_users_adds_to_their_data_edge():
+    """The same square weight applied twice in a row: the tie's table is added to the data edge
+    (no second edge), and the frontier still matches brute force."""
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(WIDTH, WIDTH))
+
+        def forward(self, x):
+            return torch.nn.functional.linear(torch.nn.functional.linear(x, self.w), self.w).sum()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = capture(Twice(), (torch.randn(4, WIDTH),))
+    [(u, v, key)] = tied_pairs(g.nx)
+    assert g.nx.has_edge(u, v)
+    plain = cost_graph(g, "cpu-local", 2)
+    e = plain.edges[u, v]
+    assert e["tied_params"] == [key] and not e.get("tied")
+    assert not any(d.get("tied") for *_, d in plain.edges(data=True))
+    got, want = frontier.solve(plain), brute_force(plain)
+    np.testing.assert_allclose([p.cost for p in got], [p.cost for p in want], rtol=1e-9)
