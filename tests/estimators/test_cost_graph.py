@@ -147,3 +147,22 @@ def test_profiled_timing_beside_co_running_ranks(tmp_path, monkeypatch):
     assert profiled.cache_key("cpu", node, op, 2) != profiled.cache_key("cpu", node, op)
     gpu = ProfiledCompute(load_cluster("h100x8").device, g.program, cache_dir=tmp_path, co_runners=7)
     assert gpu.co_runners == 0  # a GPU is timed alone: its ranks do not share it
+
+
+def test_a_linear_is_keyed_as_the_gemm_it_computes():
+    """(16, 64, 512) and (8, 128, 512) are one (1024 x 512) product: one timing, not two noisy ones."""
+    import estimators.profiled as profiled
+    from estimators.compute import LocalOp
+
+    node = {"op": "aten.linear.default", "attrs": {}}
+
+    def linear(*lead):
+        return LocalOp("linear", "float32", 0.0, ((*lead, 512),), ("float32",), ((2048, 512), (2048,)),
+                       (*lead, 2048), True, (True,))
+
+    key = profiled.cache_key
+    assert key("cpu", node, linear(16, 64)) == key("cpu", node, linear(8, 128))
+    assert key("cpu", node, linear(16, 64)) == key("cpu", node, linear(1024))
+    assert key("cpu", node, linear(8, 64)) != key("cpu", node, linear(16, 64))
+    matmul = {"op": "aten.matmul.default", "attrs": {}}  # a batched matmul is not one GEMM: kept apart
+    assert key("cpu", matmul, linear(16, 64)) != key("cpu", matmul, linear(8, 128))
