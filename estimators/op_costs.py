@@ -8,6 +8,8 @@ Node cost c(v, s) (shared/guide/ALGORITHM.md):
   (``Configuration.partial_axes``: all-reduce to R, or reduce-scatter to S with an all-gather
   backward) and the weight-gradient all-reduce over ``grad_sync_axes``, bucketed
   (:func:`estimators.collectives.grad_all_reduce_time_s`);
+* a cross entropy whose logits' class dim is split: its two blocking forward all-reduces
+  (:mod:`estimators.vocab_parallel`);
 * a training batch norm whose batch is split, with synchronised statistics: one all-reduce of
   its packed per-channel sums per direction; whose channels are split: the all-gather of its
   updated running statistics (:mod:`estimators.batch_norm`);
@@ -74,6 +76,7 @@ from estimators.redistribution import (
     redistribution_time_s,
     through_view,
 )
+from estimators.vocab_parallel import class_split_time_s
 
 FLOATING = ("float", "bfloat", "complex")
 DEFAULT_RULES = SavingRules()
@@ -441,6 +444,8 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
         comm_s += bn_running_stats_time_s(comm, node, config)
         if bn_synchronized(node, config, model.batch_norm_stats):
             compute_s += SYNC_EXTRA_OPERATORS * device.op_overhead_dtensor_s
+    if node["kind"] == "cross_entropy":  # a class split's blocking all-reduces (0 otherwise)
+        comm_s += class_split_time_s(comm, node, config.inputs)
     if config.partial_axes:
         src = tuple("P" if a in config.partial_axes else p for a, p in enumerate(config.output))
         # a batch-split cross entropy or mse_loss the executor runs on local shards leaves the loss a

@@ -51,11 +51,13 @@ mse_loss is not among them: ``F.mse_loss`` captures as ``broadcast_tensors`` + `
 go through the interpreter's operator path, which runs a batch-split mse_loss locally (:func:`runs_local`)."""
 
 
-CLASS_SPLIT_CROSS_ENTROPY = (17, 3)
-"""DTensor operators and partial-sum reductions of the executor's class-split cross entropy
-(``explicit_ops.cross_entropy``: max, shift, exp, sums, log, the target mask and pick, the mean;
-three all-reduces), each charged its overhead (the reductions' collectives are in the node's
-communication)."""
+CLASS_SPLIT_CROSS_ENTROPY = (42, 0)
+"""Program nodes and DTensor redistributions of the executor's class-split cross entropy
+(:mod:`tensoropt.executor.vocab_parallel`: the row maxima, shift, pick, ``exp``, the packed sums,
+the softmax kept for backward, the masked mean and its backward: 38 nodes traced by ``make_fx``
+on one rank, plus the two all-reduces and their waits; the fused op it replaces traces as 10),
+each charged its overhead (the all-reduces' time is the node's communication,
+:mod:`estimators.vocab_parallel`)."""
 
 
 def _packet(node: dict) -> str:

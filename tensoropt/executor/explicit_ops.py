@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import local_map
 
 from tensoropt.executor.batch_norm import batch_norm as sync_batch_norm
+from tensoropt.executor.vocab_parallel import class_split_cross_entropy
 
 
 class UnsupportedConfiguration(RuntimeError):
@@ -344,9 +345,10 @@ def cross_entropy(node_name: str, op, logits, labels, weight=None, reduction: in
                   ignore_index: int = -100, label_smoothing: float = 0.0):
     """Cross entropy; logits split on the class dim (over any number of mesh axes) computed explicitly.
 
-    With the class dim sharded, the log-sum-exp and the target logit are partial sums over the
-    shards (a max, then two all-reduces), as in Megatron's vocabulary-parallel cross entropy;
-    DTensor's ``loss_parallel`` only handles one mesh axis. Other layouts run the op itself.
+    With the class dim sharded, :func:`tensoropt.executor.vocab_parallel.class_split_cross_entropy`
+    (Megatron's vocabulary-parallel cross entropy: a max and one packed sum all-reduced, a fused
+    local pass each way); DTensor's ``loss_parallel`` only handles one mesh axis. Other layouts run
+    the op itself.
 
     Example:
         >>> ce = torch.ops.aten.cross_entropy_loss.default
@@ -363,22 +365,4 @@ def cross_entropy(node_name: str, op, logits, labels, weight=None, reduction: in
             f"node {node_name!r} (aten.cross_entropy_loss): a class-split cross entropy needs 2-D logits, "
             "mean reduction, no class weights and no label smoothing"
         )
-    num_classes = logits.shape[1]
-    mesh = logits.device_mesh
-    class_placements = [Shard(0) if isinstance(p, Shard) and p.dim == 1 else Replicate()
-                        for p in logits.placements]
-    classes = distribute_tensor(torch.arange(num_classes, device=logits.to_local().device), mesh,
-                                class_placements, src_data_rank=None)
-    shift = _reduced(logits.detach().amax(dim=1, keepdim=True))
-    z = logits - shift
-    lse = _reduced(z.exp().sum(dim=1, keepdim=True)).log()
-    picked = _reduced((z * (classes.view(1, -1) == labels.view(-1, 1))).sum(dim=1, keepdim=True))
-    valid = (labels != ignore_index).view(-1, 1)
-    # Partial over the batch-split axes, like the op itself: the caller reduces them.
-    return ((lse - picked) * valid).sum() / _reduced(valid.sum())
-
-
-def _reduced(t: DTensor) -> DTensor:
-    if any(p.is_partial() for p in t.placements):
-        return t.redistribute(placements=[Replicate() if p.is_partial() else p for p in t.placements])
-    return t
+    return class_split_cross_entropy(logits, labels, ignore_index)
