@@ -9,7 +9,8 @@ rotated order, the first step of each round left out):
 
 * ``ddp``: plain ``DistributedDataParallel`` on the same module, same global batch, AdamW;
 * ``dp``: the data-parallel plan (every node ``batch=2``), replayed local program;
-* ``fast``: the frontier's fastest predicted plan, replayed;
+* ``fast``: the frontier's fastest predicted plan, replayed (when it is the data-parallel plan, it
+  is not run twice: its figures are ``dp``'s, and the summary says so);
 * ``fast-interp``: the same plan through the DTensor interpreter (the replay's speed-up);
 * ``fast-inductor``: the same plan replayed and compiled by Inductor (``--compile``; models named
   by ``--compile-models``).
@@ -89,7 +90,8 @@ def spec_of(name: str, steps: int = 5):
 def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchronized") -> dict[str, dict]:
     """Plan documents of model ``name`` at 2 devices: ``dp`` (all ``batch=2``) and ``fast`` (the
     frontier's fastest), each with its predicted ``time_s`` / ``memory_bytes``, and the frontier size.
-    ``batch_norm``: the job's ``training.batch_norm`` the plans are priced for."""
+    ``batch_norm``: the job's ``training.batch_norm`` the plans are priced for. ``same``: the fastest
+    plan is the data-parallel plan (every node in the same configuration): it runs once, as ``dp``."""
     import frontier
     from tensoropt.baselines import data_parallel_assignment, plan_cost
     from tensoropt.capture import capture
@@ -110,8 +112,9 @@ def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchro
                 "placements": {n: cg.nodes[n]["configurations"][c].to_json() for n, c in assignment.items()}}
 
     dp = data_parallel_assignment(cg)
-    fastest = min(points, key=lambda p: p.cost[0])
-    return {"dp": doc("dp", dp), "fast": doc("fast", dict(fastest.assignment)), "frontier": len(points)}
+    fastest = dict(min(points, key=lambda p: p.cost[0]).assignment)
+    return {"dp": doc("dp", dp), "fast": doc("fast", fastest), "frontier": len(points),
+            "same": fastest == dp}
 
 
 def worker(options: dict) -> None:
@@ -127,13 +130,16 @@ def worker(options: dict) -> None:
     init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     steps, rounds = options["steps"], options["rounds"]
-    systems, kept, info, errors = [], {}, {}, {}
+    systems, kept, info, errors, aliases = [], {}, {}, {}, []
     per_round: dict[str, list[float]] = {}  # system -> median step ms of each round
     holders = []  # DDP modules: released before the process group
     for name, plans in options["plans"].items():
         spec = spec_of(name, steps)
         runs = [("dp", plans["dp"], "replay", "none"), ("fast", plans["fast"], "replay", "none"),
                 ("fast-interp", plans["fast"], "interpret", "none")]
+        if plans.get("same"):  # one plan: its two samples would differ by the machine's noise only
+            runs.pop(1)
+            aliases.append((f"{name}/fast", f"{name}/dp"))
         if name in options["compile_models"]:
             runs.append(("fast-inductor", plans["fast"], "replay", "inductor"))
         for label, plan_json, mode, backend in runs:
@@ -165,6 +171,10 @@ def worker(options: dict) -> None:
         for _key, one_round in (order[::-1] if r % 2 else order):
             dist.barrier()
             one_round(r)
+    for alias, source in aliases:
+        for table in (kept, per_round, info):
+            if source in table:
+                table[alias] = table[source]
     if rank == 0:
         Path(options["out"]).write_text(json.dumps({"times": kept, "per_round": per_round, "info": info,
                                                     "errors": errors}))
@@ -238,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                "overhead_us_per_node": (dp - ddp) * 1e3 / nodes if dp and ddp and nodes else None,
                "predicted_fast_ms": plans[name]["fast"]["time_s"] * 1e3,
                "predicted_dp_ms": plans[name]["dp"]["time_s"] * 1e3,
-               "fast_summary": _summary(plans[name]["fast"]),
+               "fast_summary": _summary(plans[name]["fast"]) + (" (the DP plan)" if plans[name].get("same")
+                                                                  else ""),
                "dp_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/dp", f"{name}/ddp"),
                "fast_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/fast", f"{name}/ddp")}
         rows.append(row)

@@ -136,6 +136,30 @@ def static_key(n, role, key) -> str:
     return roots.pop() if len(roots) == 1 else n.name
 
 
+SAME_LAYOUT_TUPLE_OPS = frozenset({"aten.broadcast_tensors.default"})
+"""Tuple-valued compute ops whose elements all take the layout of element 0 when they have one shape
+(``broadcast_tensors`` of same-shape tensors: each element is its input, laid out alike)."""
+
+
+def same_layout_element(node, element_shape: tuple[int, ...]) -> bool:
+    """Whether an element of tuple-valued ``node``'s output (of ``element_shape``) is laid out like its
+    element 0: ``node`` is one of :data:`SAME_LAYOUT_TUPLE_OPS` and all its tensor inputs and the
+    element have element 0's shape.
+
+    Example:
+        >>> from tensoropt.capture.export import export_program
+        >>> ep = export_program(torch.nn.MSELoss(), (torch.ones(4, 3), torch.ones(4, 3)))
+        >>> node = next(n for n in ep.graph.nodes if op_name(n.target) == "aten.broadcast_tensors.default")
+        >>> same_layout_element(node, (4, 3)), same_layout_element(node, (1, 3))
+        (True, False)
+    """
+    if op_name(node.target) not in SAME_LAYOUT_TUPLE_OPS:
+        return False
+    first = shape_of(node)
+    inputs = [a for a in (node.args[0] if node.args else []) if hasattr(a, "meta")]
+    return tuple(element_shape) == first and all(shape_of(a) == first for a in inputs)
+
+
 def resolve(arg, role):
     """Walk back through folded views: (root fx node, [view op names], dim map root -> arg)."""
     chain = []
@@ -152,9 +176,11 @@ def resolve(arg, role):
         if op == "operator.getitem":
             if i > 0 and op_name(chain[i - 1].target) in SPLIT_OPS:
                 continue  # the split op before it already mapped to this element
-            # an element of a tuple-valued compute op: element 0 is the node's output
-            step = list(range(len(shape))) if v.args[1] == 0 else [None] * len(shape)
+            # an element of a tuple-valued compute op: element 0 is the node's output; another
+            # element is laid out like it only where every element is (same_layout_element)
             out_shape = shape_of(v)
+            same = v.args[1] == 0 or (i == 0 and same_layout_element(root, out_shape))
+            step = list(range(len(shape))) if same else [None] * len(shape)
         else:
             picked = chain[i + 1] if op in SPLIT_OPS and i + 1 < len(chain) else v
             out_shape = shape_of(picked)

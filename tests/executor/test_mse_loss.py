@@ -77,6 +77,30 @@ def test_the_batch_split_loss_output_pays_no_all_reduce():
     assert comm_s["batch=2"] == 0.0  # a partial sum read after the step: no all-reduce in the step
 
 
+def test_the_target_reaches_the_loss_in_the_layout_of_the_split_it_had():
+    """F.mse_loss reads both elements of ``broadcast_tensors``' output; the second is laid out like the
+    first (both are its same-shape inputs), so the data-parallel plan moves nothing between them. It
+    was priced as an all-gather each way (6.35 ms of the issue's transformer block's DP plan, which
+    made a model-parallel plan look 1.5 % faster than DP; measured 3-8 % slower)."""
+    from estimators.profiles import load_cluster
+    from tensoropt.baselines import data_parallel_assignment
+    from tensoropt.planner import job_cost_graph
+
+    job = _job()
+    graph = capture_job(job)
+    loss = next(n for n, d in graph.nx.nodes(data=True) if d["kind"] == "mse_loss")
+    operands = graph.nx.nodes[loss]["inputs"]
+    assert [e["views"] for e in operands] == [["operator.getitem"]] * 2
+    assert [e["dim_map"] for e in operands] == [[0, 1], [0, 1]]
+    G = job_cost_graph(graph, job, load_cluster(job.cluster), 2)
+    dp = data_parallel_assignment(G)
+    (producer,) = {e["source"] for e in operands}
+    table = G.edges[producer, loss]["cost"]
+    assert table[dp[producer], dp[loss]][0] == 0.0  # batch -> batch: free
+    replicated = [i for i, c in enumerate(G.nodes[loss]["configurations"]) if c.label == "replicate"]
+    assert table[dp[producer], replicated[0]][0] > 0.0  # batch -> replicated: an all-gather
+
+
 def _run(reduction: str, scale: float, replicated: bool = False):
     """The job's spec and data-parallel plan; ``replicated``: with the loss node replicated instead
     (its operands all-gathered, the loss computed whole on every rank)."""
