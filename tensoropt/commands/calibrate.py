@@ -188,8 +188,11 @@ def _timed_s(fn, iters: int, warmup: int, device, statistic: str) -> float:
     return _slowest_rank(summarise_s(_times_s(fn, iters, warmup, device), statistic), device)
 
 
-OVERHEAD_DEPTHS = (1, 4, 8, 16)
-"""Hidden layers of the MLPs the overhead calibration times (2 operators each: linear + relu)."""
+OVERHEAD_DEPTHS = (1, 8, 32, 64)
+"""Hidden layers of the MLPs the overhead calibration times (2 operators each: linear + relu; 4 to 130
+operators). Each timed replayed step carries its gradient all-reduce, whose jitter on gloo (~0.3 ms)
+was larger than what 34 operators cost: depths up to 16 gave 5.9-24.9 us per operator in three
+quiet runs, depths up to 64 gave 6.3-10.3 us."""
 
 
 def _overhead_points(nproc: int, backend: str, iters: int, statistic: str = "mean") -> dict[str, list]:
