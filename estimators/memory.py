@@ -38,6 +38,7 @@ Each rule below was checked on torch 2.13 with ``torch.autograd.graph.saved_tens
       efficient: the default)         next transpose + reshape is a view of it) and the
                                       logsumexp b*h*t float32; with an explicit mask also the
                                       mask as a float t*s bias
+    broadcast (broadcast_tensors)     nothing (expands; backward needs only the shapes)
     opaque                            assumed: every activation operand (conservative)
     parameters (mixed precision:      the compute-dtype copy of a parameter the op keeps
       :func:`keeps_param`)            (linear/conv/matmul weights when the input needs a
@@ -167,7 +168,7 @@ def saved_spec(node: dict, rules: SavingRules = SavingRules()) -> SavedSpec:
     def at(*positions: int) -> tuple[int, ...]:
         return tuple(sorted({act[p] for p in positions if p in act}))
 
-    if kind in ("input", "cat", "reduce") and name not in ("amax", "amin"):
+    if kind in ("input", "cat", "reduce", "broadcast") and name not in ("amax", "amin"):
         return SavedSpec()
     if kind in ("linear", "conv2d", "opaque", "mse_loss"):
         return SavedSpec(tuple(range(n_in)))

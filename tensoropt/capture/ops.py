@@ -4,7 +4,9 @@
 (mm/bmm/matmul/einsum/addmm/baddbmm), ``conv2d``, ``batch_norm``, ``layer_norm``, ``rms_norm``,
 ``group_norm``, ``embedding``, ``pool`` (max/avg), ``adaptive_pool``, ``elementwise``,
 ``softmax``, ``log_softmax``, ``dropout``, ``sdpa``, ``cross_entropy``, ``mse_loss``, ``cat``, ``reduce``
-(sum/mean/amax over dims), ``pad`` (constant padding), ``input`` (a user input), ``opaque`` (anything else).
+(sum/mean/amax over dims), ``pad`` (constant padding), ``broadcast`` (``broadcast_tensors``: its
+operands expanded to one shape, element 0 the node's output), ``input`` (a user input), ``opaque``
+(anything else).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ _KINDS = {
     "aten.amax.default": "reduce",
     "aten.pad.default": "pad",
     "aten.constant_pad_nd.default": "pad",
+    "aten.broadcast_tensors.default": "broadcast",
 }
 
 
@@ -261,7 +264,8 @@ def op_flops(
     ``2*N*Cout*Hout*Wout*(Cin/groups)*kh*kw``; sdpa ``4*B*H*T*S*D + 5*B*H*T*S`` (two matmuls plus
     softmax); norms, softmax and cross_entropy 5 per element; mse_loss 3 per element (difference,
     square, sum); pooling ``kh*kw`` per output;
-    elementwise, dropout, reductions and opaque ops one per element; views, cat and embedding 0.
+    elementwise, dropout, reductions and opaque ops one per element; views, cat, embedding and
+    broadcast (expands, no arithmetic) 0.
 
     Example:
         >>> op_flops("linear", {}, [(4, 8), (16, 8)], (4, 16))
@@ -294,7 +298,7 @@ def op_flops(
         return out * k[0] * k[1]
     if kind in ("adaptive_pool", "reduce"):
         return numel(in_shapes[0]) if in_shapes else out
-    if kind in ("cat", "embedding", "input"):
+    if kind in ("cat", "embedding", "input", "broadcast"):
         return 0
     return out
 

@@ -378,6 +378,7 @@ RULES = {
     "pad": pad_dims,
     "elementwise": lambda node: _pointwise_dims(node, node["dim_names"]),
     "dropout": lambda node: _pointwise_dims(node, node["dim_names"]),
+    "broadcast": lambda node: _pointwise_dims(node, node["dim_names"]),
     "opaque": opaque_dims,
 }
 """kind -> rule(node attrs) -> list[ParDim]."""

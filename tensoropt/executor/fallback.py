@@ -25,6 +25,11 @@ from tensoropt.configspace.configuration import Configuration
 from tensoropt.executor.placements import normalise, to_placements
 from tensoropt.executor.program import op_name
 
+LOCAL_KINDS = ("opaque", "broadcast")
+"""Kinds run here: ``opaque`` (no rule), and ``broadcast`` (``broadcast_tensors``), whose local result
+on operands laid out as its configuration says (aligned by broadcasting: a size-1 dim stays whole
+where the output splits it) is each element's shard in the output's layout, for any split."""
+
 
 class FallbackError(RuntimeError):
     """The fallback cannot wrap an op's result in the configuration's layout."""
@@ -43,7 +48,7 @@ def fallback_nodes(graph: fx.Graph) -> set[str]:
     """
     return {n.name for n in graph.nodes
             if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-            and op_name(n) not in VIEW_OPS and op_kind(op_name(n)) == "opaque"}
+            and op_name(n) not in VIEW_OPS and op_kind(op_name(n)) in LOCAL_KINDS}
 
 
 def _grad_placements(x: DTensor, out_placements) -> list:

@@ -55,6 +55,26 @@ def test_mse_loss_is_its_own_kind_with_a_partial_batch_split():
     assert batch.output == ("S(0)",) and batch.partial_axes == ()  # elementwise: split like its operands
 
 
+def test_broadcast_tensors_has_a_rule_and_splits_like_its_operands():
+    """``F.mse_loss`` emits ``broadcast_tensors`` before the loss: kind ``broadcast`` (no
+    CaptureWarning), every dim of the output offered as a split (rows and columns here), saving
+    nothing for backward and computing nothing."""
+    import warnings
+
+    from estimators.memory import saved_spec
+    from tensoropt.capture.graph import CaptureWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CaptureWarning)
+        graph = capture(Regressor(), (torch.randn(8, 8), torch.randn(8, 4)))
+    name = next(n for n, d in graph.nx.nodes(data=True) if d["op"] == "aten.broadcast_tensors.default")
+    node = graph.nx.nodes[name]
+    assert node["kind"] == "broadcast" and node["flops"] == 0
+    assert saved_spec(node).inputs == () and not saved_spec(node).output
+    outputs = {c.output for c in configurations(graph, MESH)[name]}
+    assert outputs == {("R",), ("S(0)",), ("S(1)",)}, outputs
+
+
 def test_a_broadcast_target_is_only_replicated():
     class Broadcast(torch.nn.Module):
         def forward(self, x, target):
@@ -101,18 +121,25 @@ def test_the_target_reaches_the_loss_in_the_layout_of_the_split_it_had():
     assert table[dp[producer], replicated[0]][0] > 0.0  # batch -> replicated: an all-gather
 
 
-def _run(reduction: str, scale: float, replicated: bool = False):
+def _run(reduction: str, scale: float, replicated: bool = False, columns: bool = False):
     """The job's spec and data-parallel plan; ``replicated``: with the loss node replicated instead
-    (its operands all-gathered, the loss computed whole on every rank)."""
+    (its operands all-gathered, the loss computed whole on every rank); ``columns``: besides, the
+    ``broadcast_tensors`` before it split on the columns (dim 1) of the prediction and target."""
     job = _job(reduction, scale)
     plan = data_parallel_plan_json(job, 2)
     name = next(k for k in plan["placements"] if k.startswith("mse_loss"))
     assert plan["placements"][name]["label"] == "batch=2", plan["placements"][name]
-    if replicated:
+    if replicated or columns:
         graph = capture_job(job)
-        plan["placements"][name] = configurations(graph, MESH)[name][0].to_json()
+        confs = configurations(graph, MESH)
+        plan["placements"][name] = confs[name][0].to_json()
         assert plan["placements"][name]["label"] == "replicate"
         plan["id"] = "d2-loss-replicated"
+    if columns:
+        bt = next(k for k in plan["placements"] if k.startswith("broadcast_tensors"))
+        (split,) = [c for c in confs[bt] if c.output == ("S(1)",)]
+        plan["placements"][bt] = split.to_json()
+        plan["id"] = "d2-broadcast-columns"
     return TrainSpec.from_job(job), plan
 
 
@@ -122,6 +149,7 @@ def test_batch_split_mse_loss_matches_one_process(tmp_path):
     cases = {f"{reduction}-x{scale:g}": _run(reduction, scale)
              for reduction, scale in (("mean", 1.0), ("sum", 1.0), ("mean", 3.0))}
     cases["mean-replicated"] = _run("mean", 1.0, replicated=True)
+    cases["mean-columns"] = _run("mean", 1.0, columns=True)
     runs = [{"spec": spec.to_json(), "plan": plan, "executor": {"mode": mode},
              "metrics": str(tmp_path / f"{case}-{mode}-{plan['id']}.json"),
              "params_out": str(tmp_path / f"{case}-{mode}-{plan['id']}.pt")}
@@ -139,4 +167,6 @@ def test_batch_split_mse_loss_matches_one_process(tmp_path):
     # reads the loss (no all-gather of the prediction and the target, as a replicated loss needed)
     collectives = {case: json.loads((tmp_path / f"{case}-replay-{plan['id']}.json").read_text())["executor"]
                    ["collectives"] for case, (_, plan) in cases.items()}
+    assert collectives["mean-columns"] > collectives["mean-replicated"], collectives  # rows -> columns -> all
+    del collectives["mean-columns"]
     assert collectives == {"mean-x1": 1, "sum-x1": 1, "mean-x3": 2, "mean-replicated": 3}, collectives
