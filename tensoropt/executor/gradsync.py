@@ -109,6 +109,19 @@ class GradSync:
         self._inflight.append((work, flat, members))
         self._collectives += 1
 
+    def release_buffers(self) -> int:
+        """Drop the flat bucket buffers kept across steps; returns their bytes. For a runtime whose
+        interpreted steps are rare (the replayed program's first step of each ``train`` call): kept,
+        they hold a second copy of every synchronised gradient beside the program's own buckets.
+
+        Example:
+            >>> GradSync([torch.zeros(2, requires_grad=True)]).release_buffers()
+            0
+        """
+        freed = sum(t.numel() * t.element_size() for t in self._buffers.values())
+        self._buffers.clear()
+        return freed
+
     def finish(self) -> int:
         """Start the open buckets, wait for every bucket, set the reduced gradients; returns collectives."""
         for key in list(self._open):

@@ -217,7 +217,10 @@ class Trainer:
         if measure_memory:
             grads = [p.grad for p in self.params.values() if p.grad is not None] + self.zero.gradients()
             self.grad_bytes = storage_bytes(grads)
-        return (*self._update(loss, start, self.optimizer.step), activation_bytes)
+        result = (*self._update(loss, start, self.optimizer.step), activation_bytes)
+        if self.program is not None:  # the replayed program has its own buckets: keep no second copy
+            self.grad_sync.release_buffers()
+        return result
 
     def runtime_info(self) -> dict:
         """How this trainer ran its steps: mode, compile backend, traces, program nodes and collectives.

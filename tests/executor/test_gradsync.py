@@ -49,6 +49,8 @@ def _worker(rank: int, store_path: str, out_path: str) -> None:
             if step == 0:
                 for p in params:
                     p.grad = None
+        kept = sum(b.numel() * b.element_size() for b in sync._buffers.values())
+        out["released"] = (kept, sync.release_buffers(), len(sync._buffers))
         if rank == 0:
             torch.save(out, out_path)
     finally:
@@ -72,3 +74,6 @@ def test_buckets_reduce_each_step_and_reuse_their_buffers(tmp_path):
     # views of it, so that step flattened into a fresh one
     assert got["buffers"][1] == got["buffers"][0]
     assert got["buffers"][2] != got["buffers"][1]
+    # a replaying trainer drops them after its interpreted step (the program has its own buckets)
+    kept, freed, left = got["released"]
+    assert kept >= 4 * sum(torch.Size(s).numel() for s in SHAPES) and freed == kept and left == 0
