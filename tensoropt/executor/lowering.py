@@ -207,15 +207,20 @@ def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
             else:
                 sync.add(leaf)
 
-        for leaf in leaves.values():
-            if isinstance(leaf, DTensor) and leaf.requires_grad:
-                leaf.register_post_accumulate_grad_hook(on_grad)
+        hooks = [leaf.register_post_accumulate_grad_hook(on_grad) for leaf in leaves.values()
+                 if isinstance(leaf, DTensor) and leaf.requires_grad]
         interp.on_grad = on_grad  # the whole-graph local mode sets its leaves' gradients itself
         interp.global_inputs = whole
         out = interp.run(*step_values)
         loss = out[0] if isinstance(out, (tuple, list)) else out
         loss.backward()
         sync.finish()
+        # leaf -> its hook (held in C++, which the garbage collector cannot see) -> on_grad -> sync ->
+        # sync.params -> leaf: a cycle nothing collects, which kept the traced leaves and their
+        # gradients (the buckets: every synchronised gradient's bytes) for the whole run
+        for handle in hooks:
+            handle.remove()
+        sync.params.clear()
         grad_keys = [k for k in param_keys if leaves[k].grad is not None]
         outputs.update(grad_keys=tuple(grad_keys), shard_grad_keys=tuple(shard_grads),
                        loss_spec=loss._spec if isinstance(loss, DTensor) else None)
