@@ -36,7 +36,7 @@ calibrate --memory`` measures both).
   paged in, the autograd engine, the allocator's slack) plus ``bytes_per_program_node`` per node
   (the trace's and the program's Python objects, the heap they fragment), both of the device
   profile, measured by ``tensoropt calibrate --memory`` on a tiny GPT at two depths (cpu.yaml:
-  12.2 MiB + 8.0 KiB per node; 219 and 726 nodes), the model's and ``torch.export``'s code being
+  12.2 MiB + 5.0 KiB per node; 219 and 726 nodes), the model's and ``torch.export``'s code being
   loaded before the baseline (:mod:`tensoropt.executor.peak_memory`). Measured per traced node on
   other families, 1 process: an MLP 9.0 KiB, the tiny HF Llama 12.2 KiB; the constant part follows
   the kernels a model runs (code pages: 5.1 MiB for an MLP, 6.8 for HF Llama, 10.3 for the zoo
