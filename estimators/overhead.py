@@ -41,6 +41,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from estimators.profiles import Device
+from estimators.vocab_parallel import class_axes
 
 LOCAL_PACKETS = frozenset({"cross_entropy_loss", "mse_loss"})
 """Aten overload packets the executor may run on local shards inside a DTensor plan."""
@@ -143,8 +144,7 @@ def node_overhead_s(device: Device, node: dict, config) -> float:
         return 0.0
     if batch_local(node, config):
         return device.op_overhead_local_s
-    if _packet(node) == "cross_entropy_loss" and config is not None and config.inputs and any(
-            _shard(p) == 1 for p in _normalise(config.inputs[0], 2)):
+    if config is not None and class_axes(node, config.inputs):  # estimators/vocab_parallel.py
         ops, redistributions = CLASS_SPLIT_CROSS_ENTROPY
         return ops * device.op_overhead_dtensor_s + 2 * redistributions * device.redistribute_overhead_s
     return device.op_overhead_dtensor_s

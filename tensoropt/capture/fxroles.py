@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from tensoropt.capture.ops import op_kind
 from tensoropt.capture.views import SPLIT_OPS, VIEW_OPS, compose, view_dim_map
 
 
@@ -136,15 +137,10 @@ def static_key(n, role, key) -> str:
     return roots.pop() if len(roots) == 1 else n.name
 
 
-SAME_LAYOUT_TUPLE_OPS = frozenset({"aten.broadcast_tensors.default"})
-"""Tuple-valued compute ops whose elements all take the layout of element 0 when they have one shape
-(``broadcast_tensors`` of same-shape tensors: each element is its input, laid out alike)."""
-
-
 def same_layout_element(node, element_shape: tuple[int, ...]) -> bool:
     """Whether an element of tuple-valued ``node``'s output (of ``element_shape``) is laid out like its
-    element 0: ``node`` is one of :data:`SAME_LAYOUT_TUPLE_OPS` and all its tensor inputs and the
-    element have element 0's shape.
+    element 0: ``node`` is of kind ``broadcast`` (``ops.op_kind``: ``broadcast_tensors``, each element
+    its input expanded) and all its tensor inputs and the element have element 0's shape.
 
     Example:
         >>> from tensoropt.capture.export import export_program
@@ -153,7 +149,7 @@ def same_layout_element(node, element_shape: tuple[int, ...]) -> bool:
         >>> same_layout_element(node, (4, 3)), same_layout_element(node, (1, 3))
         (True, False)
     """
-    if op_name(node.target) not in SAME_LAYOUT_TUPLE_OPS:
+    if op_kind(op_name(node.target)) != "broadcast":
         return False
     first = shape_of(node)
     inputs = [a for a in (node.args[0] if node.args else []) if hasattr(a, "meta")]
