@@ -160,3 +160,27 @@ def load_job_cluster(job: Job):
             "use a larger cluster profile or fewer devices"
         )
     return cluster
+
+
+def tokens_per_sample(job: Job) -> int | None:
+    """Tokens in one sample of a job with token inputs, else None: a language model's ``seq_len``, or
+    the length of a factory model's first 1-D integer input (``input_ids: {shape: [128], dtype: int64}``).
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> tokens_per_sample(Job(model={"name": "gpt2-small", "seq_len": 512}, cluster="h100x8",
+        ...                       devices=[1]))
+        512
+        >>> tokens_per_sample(Job(model={"factory": "m:f", "inputs": {"input_ids": {"shape": [64],
+        ...     "dtype": "int64", "high": 100}}}, cluster="h100x8", devices=[1]))
+        64
+        >>> tokens_per_sample(Job(model={"name": "vgg16"}, cluster="h100x8", devices=[1])) is None
+        True
+    """
+    m = job.model
+    if m.task == "language_model" and m.seq_len:
+        return int(m.seq_len)
+    for spec in (m.inputs or {}).values():
+        if spec["dtype"].startswith("int") and len(spec["shape"]) == 1:
+            return int(spec["shape"][0])
+    return None
