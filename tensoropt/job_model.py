@@ -6,7 +6,7 @@ and read the same budget. It sits below both the planner and the executor (docs/
 "Layers").
 
 Example:
-    >>> from tensoropt.config import Job
+    >>> from tensoropt.config import FieldError, Job
     >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1])
     >>> resolve_job(job).training.global_batch_size > 0
     True
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensoropt.config import Job
+from tensoropt.config import FieldError, Job
 
 
 class PlanningError(RuntimeError):
@@ -134,7 +134,10 @@ def resolve_job(job: Job, spec=None, cluster=None) -> Job:
     )
     budget = job.memory_budget if job.memory_budget is not None else int(cluster.device.memory_bytes)
     batch = job.training.global_batch_size or spec.default_batch_size
-    training = dataclasses.replace(job.training, global_batch_size=batch)
+    try:  # the preset's batch is known only now: training.micro_batches must divide it
+        training = dataclasses.replace(job.training, global_batch_size=batch)
+    except FieldError as e:
+        raise PlanningError(f"training.{e}") from None
     return dataclasses.replace(job, model=model, training=training, memory_budget=budget)
 
 
