@@ -48,7 +48,7 @@ from tensoropt.training.metrics import (
 from tensoropt.training.optimizer import build_optimizer
 from tensoropt.training.schedule import make_scheduler
 
-__all__ = ["GlobalBatches", "train", "main"]
+__all__ = ["GlobalBatches", "latest_checkpoint", "load_checkpoint", "main", "save_checkpoint", "train"]
 
 
 class GlobalBatches:
@@ -121,8 +121,66 @@ def _step_flops(job: Job, plan: dict, devices: int) -> tuple[float | None, float
     return float(plan["mfu"]) * float(plan["time_s"]) * devices * peak, peak
 
 
+CHECKPOINT_PREFIX = "step-"
+TRAINER_STATE = "trainer.json"
+"""Inside each checkpoint folder, beside the DCP shards: the step, the scheduler's state and the
+data position (written last: a folder without it is incomplete and ignored)."""
+
+
+def latest_checkpoint(directory: str | Path | None) -> Path | None:
+    """The newest complete checkpoint folder under ``directory`` (``step-<n>`` with its trainer.json).
+
+    Example:
+        >>> import tempfile; d = Path(tempfile.mkdtemp())
+        >>> (d / "step-4").mkdir(); (d / "step-4" / TRAINER_STATE).write_text("{}"); (d / "step-6").mkdir()
+        >>> latest_checkpoint(d).name
+        'step-4'
+    """
+    if directory is None or not Path(directory).is_dir():
+        return None
+    done = [p for p in Path(directory).glob(CHECKPOINT_PREFIX + "*") if (p / TRAINER_STATE).is_file()]
+    return max(done, key=lambda p: int(p.name.removeprefix(CHECKPOINT_PREFIX)), default=None)
+
+
+def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) -> Path:
+    """A DCP checkpoint of the model and optimizer state (DTensors: resharded on load at any device
+    count) and the trainer's state: ``step`` updates done, the scheduler, the data position (the next
+    global batch is step ``step``'s). Fp32 training has no loss scale to keep."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    folder = Path(directory) / f"{CHECKPOINT_PREFIX}{step}"
+    model_sd, optim_sd = get_state_dict(pm, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(folder))
+    if dist.is_initialized():
+        dist.barrier()
+    if _rank() == 0:
+        state = {"step": step, "scheduler": scheduler.state_dict(), "data_position": step, "loss_scale": None}
+        (folder / TRAINER_STATE).write_text(json.dumps(state))
+    if dist.is_initialized():
+        dist.barrier()
+    return folder
+
+
+def load_checkpoint(folder: Path, pm, optimizer, scheduler) -> int:
+    """Load a :func:`save_checkpoint` folder into this run (any device count); returns its step."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_sd, optim_sd = get_state_dict(pm, optimizer)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=str(folder))
+    set_state_dict(pm, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    trainer = json.loads((folder / TRAINER_STATE).read_text())
+    scheduler.load_state_dict(trainer["scheduler"])
+    for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
+        group["lr"] = lr
+    return int(trainer["step"])
+
+
 def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int | None = None,
-          stream=None, mode: str = "replay") -> list[dict]:
+          stream=None, mode: str = "replay", checkpoint_dir: str | Path | None = None,
+          checkpoint_every: int = 0, stop_after: int | None = None) -> list[dict]:
     """Train ``job`` with ``plan`` on this rank (under torchrun, or one process); returns the metrics
     records of every step (rank 0 also writes them, every ``log_every`` steps).
 
@@ -134,6 +192,9 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
         steps: overrides ``training.steps``.
         stream: the progress line's stream (default stderr).
         mode: the executor mode (replay | interpret).
+        checkpoint_dir: resume from its newest checkpoint (if any) and write one every
+            ``checkpoint_every`` steps (and at the end).
+        stop_after: end after this step as if killed there (tests of resume).
     """
     import tensoropt
     from tensoropt.job_model import resolve_job, tokens_per_sample
@@ -163,8 +224,15 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
                                 prefix="val/") if held_out is not None else None
         bar = ProgressLine(total, stream=stream)
     records = []
+    first = 0
+    resume = latest_checkpoint(checkpoint_dir)
+    if resume is not None:
+        first = load_checkpoint(resume, pm, optimizer, scheduler)
+        if rank0:
+            print(f"[tensoropt] resumed from {resume} at step {first} on {_world()} process(es)", flush=True)
+    last = min(total, stop_after) if stop_after is not None else total
     try:
-        for step in range(total):
+        for step in range(first, last):
             start = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]  # the rate this step's update uses
             loss = 0.0
@@ -186,6 +254,11 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
                 bar.update(step + 1, loss=loss, lr=lr)
             if held_out is not None and ((step + 1) % job.validation.every == 0 or step + 1 == total):
                 _validate(pm, held_out, job.validation.steps, step + 1, val_log)
+            every = checkpoint_every and (step + 1) % checkpoint_every == 0
+            if checkpoint_dir and (every or step + 1 == last):
+                save_checkpoint(checkpoint_dir, step + 1, pm, optimizer, scheduler)
+        if last < total:
+            return records
         if job.checkpoint.export:
             tensoropt.save_model(pm, job.checkpoint.export)
     finally:
@@ -206,8 +279,9 @@ def _validate(pm, held_out: GlobalBatches, batches: int, step: int, log: Metrics
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tensoropt.training.loop RUN.json`` under torchrun: RUN.json holds ``job`` (the
-    job's dict), ``plan`` (plan.json's content or path), ``out_dir``, optional ``steps``, ``mode``
-    and ``records`` (a path: rank 0 writes every step's record there as JSON)."""
+    job's dict), ``plan`` (plan.json's content or path), ``out_dir``, optional ``steps``, ``mode``,
+    ``checkpoint_dir``, ``checkpoint_every``, ``stop_after`` and ``records`` (a path: rank 0 writes
+    every step's record there as JSON)."""
     argv = sys.argv[1:] if argv is None else argv
     config = json.loads(Path(argv[0]).read_text())
     import tensoropt
@@ -215,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     tensoropt.init_distributed()
     try:
         records = train(Job.from_dict(config["job"]), config["plan"], out_dir=config["out_dir"],
-                        steps=config.get("steps"), mode=config.get("mode", "replay"))
+                        steps=config.get("steps"), mode=config.get("mode", "replay"),
+                        checkpoint_dir=config.get("checkpoint_dir"),
+                        checkpoint_every=int(config.get("checkpoint_every", 0)),
+                        stop_after=config.get("stop_after"))
         if _rank() == 0 and config.get("records"):
             Path(config["records"]).write_text(json.dumps(records))
         return 0
