@@ -132,7 +132,8 @@ def latest_checkpoint(directory: str | Path | None) -> Path | None:
 
     Example:
         >>> import tempfile; d = Path(tempfile.mkdtemp())
-        >>> (d / "step-4").mkdir(); (d / "step-4" / TRAINER_STATE).write_text("{}"); (d / "step-6").mkdir()
+        >>> (d / "step-4").mkdir(); (d / "step-6").mkdir()
+        >>> _ = (d / "step-4" / TRAINER_STATE).write_text("{}")
         >>> latest_checkpoint(d).name
         'step-4'
     """
