@@ -77,6 +77,26 @@ def capture_job(job: Job, spec_and_model=None):
     return capture(model, inputs)
 
 
+def input_shapes_line(job: Job) -> str:
+    """The job's per-sample input shapes as key paths, and the batch: what a shape error is about.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> input_shapes_line(Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1],
+        ...                       training={"global_batch_size": 4}))
+        'model.input_shape (default), training.global_batch_size 4'
+    """
+    m = job.model
+    parts = [f"model.inputs.{name}.shape {list(spec.get('shape', []))}"
+             for name, spec in (m.inputs or {}).items()]
+    if m.targets:
+        parts.append(f"model.targets.shape {list(m.targets.get('shape', []))}")
+    if not parts:
+        parts.append(f"model.input_shape {list(m.input_shape)}" if m.input_shape
+                     else "model.input_shape (default)")
+    return ", ".join(parts) + f", training.global_batch_size {job.training.global_batch_size}"
+
+
 def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress | None = None) -> Frontier:
     """Cost graph, exact frontier and per-plan breakdown for one device count.
 
@@ -324,6 +344,9 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
             cause = cause.__cause__ or cause.__context__
         if cause is not None:  # the job's model contract is broken: say which key, not export's advice
             raise PlanningError(str(cause)) from None
+        if getattr(e, "kind", None) in ("size", "shapes"):  # the job's shapes are the cause: name them
+            raise PlanningError(f"{input_shapes_line(job)}: capture of model "
+                                f"{job.model.name or job.model.factory!r}: {e}") from None
         raise PlanningError(f"capture of model {job.model.name or job.model.factory!r}: {e}") from e
     try:  # an op without a kernel or a backward: say so now, not in every worker
         check_runnable(graph.program, cluster.device.kind)
