@@ -110,9 +110,9 @@ def build_local_state(spec, plan: ExecPlan, mesh: DeviceMesh | None, device: tor
         value = to_compute(value, compute)
         if isinstance(value, torch.Tensor):
             if value.is_meta:
-                raise ValueError(f"model {spec.model!r}: tensor constant {key!r} has no value on meta; "
-                                 "register it as a buffer (module.register_buffer) so the executor can "
-                                 "materialise it")
+                raise ValueError(f"model {spec.model!r}: tensor constant {key!r} has no value: the "
+                                 "module holds it as a tensor on the meta device; build the model's tensor "
+                                 "attributes on the CPU (only parameters may be on meta)")
             value = local_shard(value, mesh, ("R",) * ndim, device)
         constants[key] = value
     return LocalState(ep, operands, sig, param_of, layouts, params, buffers, constants)
