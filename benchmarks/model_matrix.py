@@ -93,9 +93,8 @@ def architectures(family: str) -> list[tuple[str, str]]:
         >>> ("gpt2", "GPT2LMHeadModel") in architectures("causal_lm")
         True
     """
-    from transformers.models.auto import modeling_auto
-
     import transformers
+    from transformers.models.auto import modeling_auto
 
     mapping = getattr(modeling_auto, FAMILIES[family])
     rows = {}
