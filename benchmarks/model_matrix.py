@@ -338,6 +338,7 @@ def measure(model_type: str, architecture: str, family: str, workdir: Path) -> d
                predicted_peak_bytes=metrics["predicted"].get("peak_bytes"),
                measured_memory_bytes=metrics["measured"]["memory_bytes"],
                peak_tensor_bytes=metrics["measured"].get("peak_tensor_bytes"),
+               load_average=os.getloadavg()[0],
                max_loss_error=max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)),
                seconds=time.perf_counter() - start)
     if errors:
@@ -432,7 +433,10 @@ def markdown(rows: list[dict], header: str = "") -> str:
     """
     counts = {o: sum(r["outcome"] == o for r in rows) for o in OUTCOMES}
     summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
-    lines = [header, f"{len(rows)} architectures: {summary}", "",
+    loads = [r["load_average"] for r in rows if r.get("load_average") is not None]
+    load = (f" Step times measured at load averages {min(loads):.0f}-{max(loads):.0f} on this machine's "
+            f"{os.cpu_count()} cores (shared): the measured column is slowed by that much." if loads else "")
+    lines = [header, f"{len(rows)} architectures: {summary}.{load}", "",
              "| family | architecture | params | outcome | stage: why | plan (2 processes) "
              "| step ms, predicted → measured | peak MiB, predicted → measured |",
              "|---|---|---|---|---|---|---|---|"]
@@ -473,6 +477,8 @@ def main() -> None:
                         help="rows and logs (default out/model_matrix); rows.json accumulates across runs")
     parser.add_argument("--doc", default=str(REPO / "docs" / "models.md"), help="the table to write")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per model")
+    parser.add_argument("--rows", nargs="+", help="only write the table from these rows.json files "
+                        "(runs split over several --out folders)")
     parser.add_argument("--one", nargs=3, metavar=("TYPE", "ARCH", "FAMILY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -482,6 +488,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="matrix-") as tmp:
             row = measure(model_type, arch, family, Path(tmp))
         (out / f"{arch}.json").write_text(json.dumps(row, indent=1))
+        return
+    if args.rows:
+        merged = {r["architecture"]: r for f in args.rows for r in json.loads(Path(f).read_text())}
+        Path(args.doc).write_text(DOC_HEADER + markdown(list(merged.values())) + "\n")
         return
     out.mkdir(parents=True, exist_ok=True)
     rows_file = out / "rows.json"
