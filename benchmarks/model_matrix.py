@@ -338,6 +338,7 @@ def measure(model_type: str, architecture: str, family: str, workdir: Path) -> d
                predicted_peak_bytes=metrics["predicted"].get("peak_bytes"),
                measured_memory_bytes=metrics["measured"]["memory_bytes"],
                peak_tensor_bytes=metrics["measured"].get("peak_tensor_bytes"),
+               predicted_peak_tensor_bytes=metrics["predicted"].get("peak_tensor_bytes"),
                load_average=os.getloadavg()[0],
                max_loss_error=max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)),
                seconds=time.perf_counter() - start)
@@ -429,7 +430,7 @@ def markdown(rows: list[dict], header: str = "") -> str:
     Example:
         >>> print(markdown([{"architecture": "A", "family": "causal_lm", "outcome": "crash",
         ...                  "stage": "plan", "reason": "x"}]).splitlines()[-1])
-        | causal_lm | A | - | crash | plan: x | - | - | - |
+        | causal_lm | A | - | crash | plan: x | - | - | - | - |
     """
     counts = {o: sum(r["outcome"] == o for r in rows) for o in OUTCOMES}
     summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
@@ -438,8 +439,9 @@ def markdown(rows: list[dict], header: str = "") -> str:
             f"{os.cpu_count()} cores (shared): the measured column is slowed by that much." if loads else "")
     lines = [header, f"{len(rows)} architectures: {summary}.{load}", "",
              "| family | architecture | params | outcome | stage: why | plan (2 processes) "
-             "| step ms, predicted → measured | peak MiB, predicted → measured |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| step ms, predicted → measured | peak tensor MiB, predicted → measured "
+             "| peak resident MiB, predicted → measured |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["family"], r["architecture"])):
         why = f"{r['stage']}: {r['reason']}" if r.get("reason") else ""
         plan = ", ".join(r.get("plan_labels", [])) or "-"
@@ -447,9 +449,11 @@ def markdown(rows: list[dict], header: str = "") -> str:
             if r.get("measured_time_s") is not None else "-"
         peak = f"{_mib(r.get('predicted_peak_bytes'))} → {_mib(r.get('measured_peak_bytes'))}" \
             if r.get("measured_peak_bytes") is not None else "-"
+        tensors = f"{_mib(r.get('predicted_peak_tensor_bytes'))} → {_mib(r.get('peak_tensor_bytes'))}" \
+            if r.get("peak_tensor_bytes") else "-"
         params = f"{r['params'] / 1e3:.0f} k" if r.get("params") else "-"
         lines.append(f"| {r['family']} | {r['architecture']} | {params} | {r['outcome']} | "
-                     f"{why.replace('|', '/')} | {plan} | {time_} | {peak} |")
+                     f"{why.replace('|', '/')} | {plan} | {time_} | {tensors} | {peak} |")
     return "\n".join(lines)
 
 
