@@ -266,9 +266,11 @@ def _is_clear_planning_error(err: BaseException) -> bool:
         "AssertionError",)
 
 
-def measure(model_type: str, architecture: str, family: str, workdir: Path) -> dict:
+def measure(model_type: str, architecture: str, family: str, workdir: Path,
+            report=lambda stage: None) -> dict:
     """One row of the matrix: build, plan at 1 and 2 devices, run a model-parallel plan on 2
-    processes against 1 process. Every stage's failure becomes the row's outcome.
+    processes against 1 process. Every stage's failure becomes the row's outcome; ``report(stage)``
+    is called as each stage starts.
 
     Example:
         >>> # not run here: plans and starts torchrun workers (a minute per model)
@@ -287,6 +289,7 @@ def measure(model_type: str, architecture: str, family: str, workdir: Path) -> d
 
     row = {"model_type": model_type, "architecture": architecture, "family": family}
     start = time.perf_counter()
+    report("build")
     try:  # transformers' own eager step on the tiny config: a failure here is not ours
         config = tiny_config(model_type, family)
         torch.manual_seed(0)
@@ -298,6 +301,7 @@ def measure(model_type: str, architecture: str, family: str, workdir: Path) -> d
         return {**row, "outcome": "build error", "stage": "build", "reason": _one_line(err)}
     job = Job.from_dict(job_dict(architecture, family, config))
     try:
+        report("plan")
         frontier = plan_job(job).to_json()
     except Exception as err:  # noqa: BLE001 - recorded
         clear = _is_clear_planning_error(err)
@@ -314,6 +318,7 @@ def measure(model_type: str, architecture: str, family: str, workdir: Path) -> d
                predicted_memory_bytes=plan.get("memory_bytes"))
     two = dataclasses.replace(job, devices=[2])
     spec = TrainSpec.from_job(two, steps=STEPS)
+    report("run (1 process)")
     try:
         single = Trainer(spec, ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []},
                                                     "placements": {}}), mode="interpret")
@@ -325,6 +330,7 @@ def measure(model_type: str, architecture: str, family: str, workdir: Path) -> d
     metrics_path, params_path = workdir / "metrics.json", workdir / "params.pt"
     config_run = {"steps": STEPS, "runs": [{"spec": spec.to_json(), "plan": plan,
                                             "metrics": str(metrics_path), "params_out": str(params_path)}]}
+    report("run (2 processes)")
     rc = launch_workers(config_run, LaunchOptions(2, timeout_s=RUN_TIMEOUT_S),
                         env={"TENSOROPT_COLLECTIVE_TIMEOUT_S": "120"})
     if rc != 0 or not metrics_path.exists():
@@ -397,23 +403,48 @@ def run_row(model_type: str, architecture: str, family: str, out: Path, timeout_
 
     out.mkdir(parents=True, exist_ok=True)
     row_file, log_file = out / f"{architecture}.json", out / f"{architecture}.log"
-    row_file.unlink(missing_ok=True)
+    stage_file = out / f"{architecture}.stage"
+    for f in (row_file, stage_file):
+        f.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--one", model_type, architecture, family, "--out", str(out)]
+    why = None
     with log_file.open("w") as log:
-        try:
-            subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
-                           start_new_session=True)
-        except subprocess.TimeoutExpired:
-            pass
+        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while child.poll() is None:
+            rss = _rss_bytes(child.pid)
+            if rss > MAX_RESIDENT_BYTES:
+                why = f"killed: {rss / 2**30:.1f} GiB resident, over {MAX_RESIDENT_BYTES / 2**30:.0f} GiB"
+            elif time.monotonic() > deadline:
+                why = f"killed: no result within {timeout_s:.0f} s"
+            if why:
+                os.killpg(child.pid, 9)
+                child.wait()
+                break
+            time.sleep(2)
     text = log_file.read_text(errors="replace")
     if not row_file.exists():
-        reason = _worker_error(text) or f"no result within {timeout_s:.0f} s"
+        stage = stage_file.read_text() if stage_file.exists() else "start"
         return {"model_type": model_type, "architecture": architecture, "family": family,
-                "outcome": "crash", "stage": "timeout or abort", "reason": reason}
+                "outcome": "crash", "stage": stage, "reason": why or _worker_error(text) or "no result"}
     row = json.loads(row_file.read_text())
     if row["outcome"] == "crash" and row["stage"] == "run (2 processes)":
         row["reason"] = _worker_error(text) or row["reason"]
     return row
+
+
+MAX_RESIDENT_BYTES = 4 << 30
+"""A matrix model whose process grows past this is stopped (the machine is shared)."""
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def _mib(n) -> str:
@@ -490,7 +521,8 @@ def main() -> None:
     if args.one:
         model_type, arch, family = args.one
         with tempfile.TemporaryDirectory(prefix="matrix-") as tmp:
-            row = measure(model_type, arch, family, Path(tmp))
+            row = measure(model_type, arch, family, Path(tmp),
+                          report=(out / f"{arch}.stage").write_text)
         (out / f"{arch}.json").write_text(json.dumps(row, indent=1))
         return
     if args.rows:
