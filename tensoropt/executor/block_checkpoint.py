@@ -84,7 +84,7 @@ class BlockSpan:
 
 def block_spans(graph: fx.Graph, placements: dict[str, Configuration], lazy: set[str],
                 checkpoint_modules: Sequence[str] | None = None) -> dict[fx.Node, BlockSpan]:
-    """First node of each checkpointed block -> its :class:`BlockSpan` (empty when no node has a block option).
+    """First node of each checkpointed block -> its :class:`BlockSpan` (empty: no block option).
 
     Raises:
         BlockError: a block whose operators disagree on the option (the plan was not made for this

@@ -47,8 +47,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
 from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
-from tensoropt.executor import explicit_ops, fallback, local_ops
-from tensoropt.executor import block_checkpoint
+from tensoropt.executor import block_checkpoint, explicit_ops, fallback, local_ops
 from tensoropt.executor import options as memory_options
 from tensoropt.executor.mixed_precision import cast_param, scale_grad
 from tensoropt.executor.placements import normalise, raw_output_layout, to_layout, to_placements
