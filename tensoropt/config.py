@@ -20,7 +20,9 @@ A job file is a 1:1 serialisation of :class:`Job`::
       precision: fp32             # fp32 | bf16 | fp16 | bf16-mixed | fp16-mixed (dtype: the older alias)
       seed: 0
       steps: 100
-      memory_options: []          # recompute, zero1, zero2, zero3: offered per operator (empty: none)
+      memory_options: []          # recompute, zero1, zero2, zero3: offered per operator (empty: none);
+                                  # block_recompute, block_selective: whole-block checkpointing
+      checkpoint_modules: []      # module paths checkpointed as blocks (empty: the repeated modules)
       batch_norm: synchronized    # synchronized | local: batch-norm statistics under a batch split
     cluster: h100x8               # a profile name or path, or an inline mapping
     devices: [1, 2, 4, 8]         # device counts to plan for
@@ -362,7 +364,12 @@ class TrainingConfig:
     learning_rate: float = 1e-3
     """Learning rate of the optimizer; the older spelling of ``optimizer.lr``."""
     memory_options: list = field(default_factory=list)
-    """Memory options the planner may give each operator: recompute, zero1, zero2, zero3 (empty: none)."""
+    """Memory options the planner may give each operator: recompute, zero1, zero2, zero3 (empty: none);
+    block_recompute, block_selective: whole-block activation checkpointing of each block."""
+    checkpoint_modules: list = field(default_factory=list)
+    """Module paths (as in ``named_modules()``) the block options checkpoint as blocks; a container of
+    indexed children (``model.layers``) names each child. Empty: the repeated modules the capture finds
+    (transformer layers, residual stages)."""
     batch_norm: str = "synchronized"
     """synchronized | local: where a plan splits a batch norm's batch, its statistics are summed over the
     ranks (one all-reduce of 2 x channels numbers in forward and one in backward, priced by the planner;
@@ -381,6 +388,7 @@ class TrainingConfig:
         _int(self.steps, "steps")
         self.learning_rate = _positive_float(self.learning_rate, "learning_rate")
         self.memory_options = _memory_options(self.memory_options)
+        self.checkpoint_modules = _checkpoint_modules(self.checkpoint_modules)
         _choice(self.batch_norm, "batch_norm", BATCH_NORM_MODES)
         self.max_grad_norm = _positive_float(self.max_grad_norm, "max_grad_norm", zero_ok=True)
         self.micro_batches = _micro_batches(self.micro_batches, self.global_batch_size)
@@ -412,6 +420,15 @@ def _memory_options(value: Any) -> list:
     for v in value:
         if v not in MEMORY_OPTIONS:
             raise FieldError("memory_options", f"unknown option {v!r}", expected)
+    return list(dict.fromkeys(value))
+
+
+def _checkpoint_modules(value: Any) -> list:
+    expected = "a list of module paths, e.g. [model.layers]"
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise FieldError("checkpoint_modules", f"got {value!r}", expected)
     return list(dict.fromkeys(value))
 
 

@@ -262,7 +262,8 @@ def job_cost_graph(graph, job: Job, cluster, num_devices: int,
                           optimizer=job.training.optimizer, compute_mode=job.planner.compute,
                           progress=progress, memory_options=job.training.memory_options,
                           configurations=configs, precision=job.training.precision,
-                          batch_norm_stats=job.training.batch_norm)
+                          batch_norm_stats=job.training.batch_norm,
+                          checkpoint_modules=job.training.checkpoint_modules)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
 
