@@ -6,7 +6,7 @@ and read the same budget. It sits below both the planner and the executor (docs/
 "Layers").
 
 Example:
-    >>> from tensoropt.config import Job
+    >>> from tensoropt.config import FieldError, Job
     >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1])
     >>> resolve_job(job).training.global_batch_size > 0
     True
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensoropt.config import Job
+from tensoropt.config import FieldError, Job
 
 
 class PlanningError(RuntimeError):
@@ -142,7 +142,10 @@ def resolve_job(job: Job, spec=None, cluster=None) -> Job:
     )
     budget = job.memory_budget if job.memory_budget is not None else int(cluster.device.memory_bytes)
     batch = job.training.global_batch_size or spec.default_batch_size
-    training = dataclasses.replace(job.training, global_batch_size=batch)
+    try:  # the preset's batch is known only now: training.micro_batches must divide it
+        training = dataclasses.replace(job.training, global_batch_size=batch)
+    except FieldError as e:
+        raise PlanningError(f"training.{e}") from None
     return dataclasses.replace(job, model=model, training=training, memory_budget=budget)
 
 
@@ -168,3 +171,27 @@ def load_job_cluster(job: Job):
             "use a larger cluster profile or fewer devices"
         )
     return cluster
+
+
+def tokens_per_sample(job: Job) -> int | None:
+    """Tokens in one sample of a job with token inputs, else None: a language model's ``seq_len``, or
+    the length of a factory model's first 1-D integer input (``input_ids: {shape: [128], dtype: int64}``).
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> tokens_per_sample(Job(model={"name": "gpt2-small", "seq_len": 512}, cluster="h100x8",
+        ...                       devices=[1]))
+        512
+        >>> tokens_per_sample(Job(model={"factory": "m:f", "inputs": {"input_ids": {"shape": [64],
+        ...     "dtype": "int64", "high": 100}}}, cluster="h100x8", devices=[1]))
+        64
+        >>> tokens_per_sample(Job(model={"name": "vgg16"}, cluster="h100x8", devices=[1])) is None
+        True
+    """
+    m = job.model
+    if m.task == "language_model" and m.seq_len:
+        return int(m.seq_len)
+    for spec in (m.inputs or {}).values():
+        if spec["dtype"].startswith("int") and len(spec["shape"]) == 1:
+            return int(spec["shape"][0])
+    return None
