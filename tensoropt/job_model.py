@@ -77,10 +77,10 @@ def build_job_model(job: Job, device: str | None = "meta"):
         if refused is not None and refused[0] is not None:
             raise PlanningError(f"model.kwargs.{refused[0]}: {name!r} refused {overrides[refused[0]]!r}: "
                                 f"{refused[1]}") from None
-        if isinstance(e, TypeError) or refused is not None:
+        if isinstance(e, TypeError) or refused is not None or (m.factory is not None and overrides):
             where = "model.kwargs" if m.factory is not None else "model"
-            raise PlanningError(f"{where}: cannot build {name!r} with kwargs {overrides}: "
-                                f"{refused[1] if refused else e}") from None
+            why = refused[1] if refused else f"{type(e).__name__}: {e}" if not isinstance(e, TypeError) else e
+            raise PlanningError(f"{where}: cannot build {name!r} with kwargs {overrides}: {why}") from None
         if isinstance(e, ValueError):
             raise PlanningError(f"model: cannot build {name!r}: {e}") from None
         raise
