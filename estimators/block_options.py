@@ -28,7 +28,7 @@ Prices (additive; :func:`block_node_cost`, :func:`block_edge_table`):
   by the checkpoint, each once per block (on the edge to its first consumer in the block, in the
   layout its producer made it); in a mixed precision the compute-dtype copies of the parameters
   are the checkpoint's inputs too (cast outside the block: kept, as a recomputing operator keeps
-  them), except under zero3, where the gather runs inside the block;
+  them; under zero3 the cast shards, the gather running inside the block);
 * the recompute transient: the block's activations rebuilt during its backward (each operator's
   output, where something saves it, and the extra tensors it saves) is each operator's
   ``recompute_bytes``; :func:`estimators.breakdown.recompute_chains` adds the largest block's sum
@@ -302,14 +302,26 @@ def block_node_cost(model, info, name: str, node: dict, config: Configuration, p
     else:
         compute_s += forward_s
     param = plain_cost.param_bytes
-    if model.precision.mixed and "zero3" not in config.options:
-        from estimators.options import _copies_kept_for_recompute
-
-        copies = _copies_kept_for_recompute(model, info, node, base)
-        param += copies
-        state += copies
+    if model.precision.mixed:  # the compute-dtype copies, cast outside the block, are its inputs
+        param += _kept_copies(model, info, node, config, base)
+        state = param + plain_cost.grad_bytes + plain_cost.optimizer_bytes
     return dataclasses.replace(plain_cost, compute_s=compute_s, memory_bytes=float(state + kept),
                                param_bytes=float(param), recompute_bytes=float(0.0 if kept else rebuilt))
+
+
+def _kept_copies(model, info, node: dict, config: Configuration, base: Configuration) -> float:
+    """Bytes of the compute-dtype parameter copies a checkpointed block keeps for ``node`` beyond
+    what its plain cost charges: every copy (a recomputing operator's rule), or under zero3 the
+    cast shards (the gather runs inside the block; the plain zero3 cost keeps no copy)."""
+    from estimators.op_costs import param_bytes
+    from estimators.options import _copies_kept_for_recompute
+
+    if "zero3" not in config.options:
+        return float(_copies_kept_for_recompute(model, info, node, base))
+    stored, shared = dict(config.params), set(node.get("shared_params") or ())
+    dtype = str(node.get("out_dtype", "float32"))
+    return float(sum(param_bytes(model, shape, stored[key], dtype).compute
+                     for key, shape in node["params"].items() if key not in shared and key in stored))
 
 
 def edge_role(g: nx.DiGraph, inside: dict[str, str], u: str, v: str,

@@ -24,12 +24,12 @@ Example:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from estimators.block_options import BlockError, block_option, find_blocks
@@ -120,6 +120,22 @@ def block_spans(graph: fx.Graph, placements: dict[str, Configuration], lazy: set
     return out
 
 
+def _report_saved(caching_mode) -> None:
+    """Show the outputs a selective checkpoint saved (its cache) to the saved-tensor hooks active
+    around the block, as autograd's saved tensors are: the trainer's memory measurement
+    (:class:`tensoropt.executor.memory.SavedTensors`) counts them as held."""
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    storage = getattr(caching_mode, "storage", None)
+    if not hooks or not storage:
+        return
+    for per_call in storage.values():  # op -> {call index: a _VersionWrapper of its outputs}
+        entries = per_call.values() if isinstance(per_call, dict) else per_call
+        for entry in entries:
+            for t in pytree.tree_leaves(getattr(entry, "val", entry)):
+                if isinstance(t, torch.Tensor):
+                    hooks[0](t)
+
+
 def run_block(interp, span: BlockSpan, lazy_marker: Any) -> Any:
     """Run ``span`` under checkpoint; returns its first node's value and fills ``interp.env`` for the rest.
 
@@ -149,10 +165,17 @@ def run_block(interp, span: BlockSpan, lazy_marker: Any) -> Any:
                 interp._memo = saved_memo
         return tuple(env[n] for n in span.returned)
 
-    kwargs = {}
+    kwargs, contexts = {}, []
     if span.option == "block_selective":
-        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _policy)
+        def context_fn():
+            pair = create_selective_checkpoint_contexts(_policy)
+            contexts.append(pair[0])
+            return pair
+
+        kwargs["context_fn"] = context_fn
     results = checkpoint(fn, *values, use_reentrant=False, **kwargs)
+    if contexts:
+        _report_saved(contexts[0])
     for n, value in zip(span.returned, results):
         outer[n] = value
     for n in span.lazy_out:
