@@ -53,7 +53,8 @@ CASES = {
     "gpt2-small": {"model": {"name": "gpt2-small", "task": "language_model", "seq_len": 1024,
                              "vocab_size": 50257},
                    "training": {"global_batch_size": 64, "optimizer": "adamw", "dtype": "float32"},
-                   "cluster": "h100x8", "devices": [8], "memory_budget": "80GiB", "planner": {"epsilon": 0.01}},
+                   "cluster": "h100x8", "devices": [8], "memory_budget": "80GiB",
+                   "planner": {"epsilon": 0.01}},
     "llama3-8b": _llama(["recompute", "zero1", "zero2", "zero3"]),
     "llama3-8b-plain": _llama([]),
 }

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from tensoropt.commands import CommandError, command_parser
@@ -59,6 +60,7 @@ def run(args) -> int:
     from tensoropt.executor.spec import TrainSpec
     from tensoropt.launch import launch_workers
     from tensoropt.planner import PlanningError
+    from tensoropt.training.checks import trainer_keys
 
     problem = elastic.check_run_arguments(args)
     if problem:
@@ -83,6 +85,9 @@ def run(args) -> int:
     _check_training_keys(args, spec, plan)
     nproc = _nproc(args, plan, nnodes)
     executor = _executor(args, job)
+    trainer = trainer_keys(job, plan)
+    if trainer:
+        return _run_trainer(args, job, spec, plan, nproc, executor, trainer)
     if args.metrics:
         entry["metrics"] = str(Path(args.metrics).resolve())
     config = {"spec": spec.to_json(), "steps": spec.steps, "runs": [entry], "executor": executor}
@@ -233,6 +238,34 @@ def _check_plan_graph(args, spec, plan: dict) -> None:
         raise CommandError(f"{args.job}: capturing the model to check the plan: {e}") from None
     for warning in warnings:
         print(f"tensoropt run: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def _run_trainer(args, job, spec, plan: dict | None, nproc: int, executor: dict, keys: list[str]) -> int:
+    """Train with the trainer's loop (:mod:`tensoropt.training.loop`): the job sets trainer keys."""
+    from tensoropt import elastic
+    from tensoropt.launch import launch_module
+
+    if plan is None:
+        raise CommandError(f"{args.job}: the trainer keys ({', '.join(keys)}) run with a fixed --plan, not "
+                           "--elastic, for now; give --plan or drop those keys")
+    out_dir = Path(args.metrics).resolve().parent if args.metrics else Path("out") / Path(args.job).stem
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run = {"job": spec.job, "plan": plan, "out_dir": str(out_dir), "steps": spec.steps,
+           "mode": executor.get("mode", "replay"), "checkpoint_every": args.checkpoint_every,
+           "checkpoint_dir": str(Path(args.checkpoint_dir).resolve()) if args.checkpoint_dir else None}
+    print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc} process(es), plan {plan['id']} "
+          f"({plan.get('micro_batches', 1)} micro-batches; trainer keys: {', '.join(keys)})", flush=True)
+    with tempfile.TemporaryDirectory(prefix="tensoropt-train-") as tmp:
+        path = Path(tmp) / "run.json"
+        path.write_text(json.dumps(run))
+        rc = launch_module("tensoropt.training.loop", [str(path)],
+                           elastic.launch_options(args, nproc, spec.to_json(), args.timeout_s))
+    if rc != 0:
+        print(f"tensoropt run: the workers failed (exit code {rc}); see the messages above", file=sys.stderr)
+        return rc
+    jsonl = Path(job.metrics.jsonl) if job.metrics.jsonl else out_dir / "metrics.jsonl"
+    print(f"tensoropt run: metrics in {jsonl}")
+    return 0
 
 
 def _check_training_keys(args, spec, plan: dict | None) -> None:

@@ -17,7 +17,31 @@ from collections.abc import Iterable
 from tensoropt.training.metrics import writable_directory_error
 from tensoropt.training.optimizer import unmatched_words
 
-__all__ = ["launch_problems", "micro_batch_problem"]
+__all__ = ["launch_problems", "micro_batch_problem", "trainer_keys"]
+
+
+def trainer_keys(job, plan: dict | None = None) -> list[str]:
+    """The trainer keys ``job`` sets (and ``training.micro_batches`` when the plan runs more than
+    one): with any, ``tensoropt run`` trains with :mod:`tensoropt.training.loop`.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1],
+        ...           training={"max_grad_norm": 1.0}, lr_scheduler={"warmup_steps": 2})
+        >>> trainer_keys(job), trainer_keys(Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1]))
+        (['lr_scheduler', 'training.max_grad_norm'], [])
+    """
+    from tensoropt.config import CheckpointConfig, LrSchedulerConfig, MetricsConfig
+
+    keys = [name for name, default in (("optimizer", None), ("lr_scheduler", LrSchedulerConfig()),
+                                       ("metrics", MetricsConfig()), ("validation", None),
+                                       ("checkpoint", CheckpointConfig()))
+            if getattr(job, name) != default]
+    if job.training.max_grad_norm:
+        keys.append("training.max_grad_norm")
+    if int((plan or {}).get("micro_batches", 1)) > 1:
+        keys.append("training.micro_batches")
+    return keys
 
 
 def launch_problems(job, parameter_names: Iterable[str], plan: dict | None = None) -> list[str]:
