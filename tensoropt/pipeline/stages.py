@@ -103,6 +103,13 @@ def find_blocks(graph) -> Blocks:
             unit[n] = len(indices) + 1
         else:
             unit[n] = max((unit[u] for u in g.predecessors(n) if u in unit), default=0)
+    feeds_blocks: dict[str, bool] = {}
+    for n in reversed(order):  # an operator before the blocks that feeds none (the labels' pad) moves to
+        succ = [v for v in g.successors(n) if v in unit]  # its first consumer's block (the head's loss)
+        feeds_blocks[n] = any(unit[v] > 0 or feeds_blocks.get(v, False) for v in succ if v in index_of) or any(
+            unit[v] == 0 and feeds_blocks.get(v, False) for v in succ)
+        if unit[n] == 0 and n not in index_of and succ and not feeds_blocks[n]:
+            unit[n] = min(unit[v] for v in succ)
     counts = Counter(unit.values())
     present = [u for u in range(len(indices) + 2) if counts[u]]
     names = {0: "embedding", len(indices) + 1: "head"}
