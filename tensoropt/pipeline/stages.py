@@ -104,9 +104,9 @@ def find_blocks(graph) -> Blocks:
         else:
             unit[n] = max((unit[u] for u in g.predecessors(n) if u in unit), default=0)
     feeds_blocks: dict[str, bool] = {}
-    for n in reversed(order):  # an operator before the blocks that feeds none (the labels' pad) moves to
-        succ = [v for v in g.successors(n) if v in unit]  # its first consumer's block (the head's loss)
-        feeds_blocks[n] = any(unit[v] > 0 or feeds_blocks.get(v, False) for v in succ if v in index_of) or any(
+    for n in reversed(order):  # an operator before the blocks feeding none (the labels' pad) moves
+        succ = [v for v in g.successors(n) if v in unit]  # to its first consumer's block (the loss's)
+        feeds_blocks[n] = any(v in index_of for v in succ) or any(
             unit[v] == 0 and feeds_blocks.get(v, False) for v in succ)
         if unit[n] == 0 and n not in index_of and succ and not feeds_blocks[n]:
             unit[n] = min(unit[v] for v in succ)
