@@ -339,11 +339,12 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
     layers, redistributions = plan_layers(G, solver.graph, assignment)
     redistributions = [r for r in redistributions if stage_of.get(r.src) == stage_of.get(r.dst)]
     mesh = G.graph["mesh"]
-    stages = ", ".join(f"{pp.block_names[a]}..{pp.block_names[b]}" for a, b in pp.point.blocks)
-    summary = (
-        f"pipeline {pp.stages} x {mesh.num_devices} ({pp.schedule}, {pp.micro_batches} micro-batches; "
-        f"{stages}) | {plan_summary(solver.graph, ops)}"
-    )
+    per = devices // pp.stages
+    stages = "; ".join(f"{pp.block_names[a]}..{pp.block_names[b]} on {s * per}-{(s + 1) * per - 1}, "
+                       f"{o.memory_bytes / 2**30:.1f} GiB"
+                       for s, ((a, b), o) in enumerate(zip(pp.point.blocks, pp.options)))
+    summary = (f"pipeline {pp.stages} x {mesh.num_devices} ({pp.schedule}, {pp.micro_batches} micro-batches, "
+               f"bubble {100 * pp.bubble:.0f} %; {stages}) | {plan_summary(solver.graph, ops)}")
     detail = {
         "bubble_fraction": pp.bubble,
         "stage_mesh": list(mesh.shape),
@@ -367,3 +368,32 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
         pipeline_detail=detail,
     )
     return plan, configurations
+
+
+def stages_text(plan) -> str:
+    """The stages of a pipelined :class:`tensoropt.plans.Plan` as lines ("" for another plan):
+    schedule, micro-batches, bubble, and per stage its blocks, devices, in-flight micro-batches,
+    time per micro-batch, once-per-step time and memory.
+
+    Example:
+        >>> from tensoropt.plans import Plan
+        >>> detail = {"bubble_fraction": 0.2, "stages": [
+        ...     {"stage": 0, "first": "embedding", "last": "layers.0", "devices": [0, 3], "in_flight": 2,
+        ...      "time_s": 0.01, "step_s": 0.002, "memory_bytes": 2 ** 30}]}
+        >>> plan = Plan("d8-p0", 0.1, 2 ** 30, {}, pipeline={"stages": 2, "schedule": "1F1B",
+        ...             "micro_batches": 4, "blocks": [[0, 1], [2, 3]]}, pipeline_detail=detail)
+        >>> print(stages_text(plan).splitlines()[0])
+        pipeline: 2 stages, 1F1B, 4 micro-batches, bubble 20.0 % of the micro-batch phase
+    """
+    if not plan.pipeline:
+        return ""
+    pipe, detail = plan.pipeline, plan.pipeline_detail or {}
+    lines = [f"pipeline: {pipe['stages']} stages, {pipe['schedule']}, {pipe['micro_batches']} micro-batches, "
+             f"bubble {100 * detail.get('bubble_fraction', 0.0):.1f} % of the micro-batch phase"]
+    lines.append("  stage | blocks | devices | in flight | time per micro-batch | once per step | "
+                 "memory per device")
+    for s in detail.get("stages", []):
+        lines.append(f"  {s['stage']} | {s['first']} .. {s['last']} | {s['devices'][0]}-{s['devices'][1]} | "
+                     f"{s['in_flight']} | {1e3 * s['time_s']:.2f} ms | {1e3 * s['step_s']:.2f} ms | "
+                     f"{s['memory_bytes'] / 2**30:.2f} GiB")
+    return "\n".join(lines)

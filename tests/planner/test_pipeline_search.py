@@ -13,11 +13,13 @@ from tensoropt.config import Job
 from tensoropt.pipeline.schedules import PipelineError, check_pipeline, in_flight_micro_batches
 from tensoropt.pipeline.stages import find_blocks
 from tensoropt.planner import PlanningError, capture_job, plan_job
-from tensoropt.plans import frontier_file_text, plan_file_text
+from tensoropt.commands.explain import explain_text
+from tensoropt.plans import PlanFile, frontier_file_text, plan_file_text
 
 GPT = {"name": "gpt", "kwargs": {"layers": 2, "width": 32, "heads": 2, "seq_len": 8, "vocab_size": 64}}
 LLAMA = {"factory": "tensoropt.models.hf:llama",
-         "kwargs": {"num_hidden_layers": 4, "hidden_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1,
+         "kwargs": {"num_hidden_layers": 4, "hidden_size": 32, "num_attention_heads": 2,
+                    "num_key_value_heads": 1,
                     "intermediate_size": 64, "vocab_size": 64, "max_position_embeddings": 16},
          "inputs": {"input_ids": {"shape": [16], "dtype": "int64", "high": 64},
                     "labels": {"shape": [16], "dtype": "int64", "high": 64}}, "loss": "model"}
@@ -74,7 +76,8 @@ def test_bad_requests_name_the_field():
 
 
 def test_pipelined_plans_on_hf_llama_price_as_the_formula_says(tmp_path):
-    ff = plan_job(_job(LLAMA, [2, 4], {"stages": [2], "schedules": ["1F1B", "GPipe"], "micro_batches": [2, 4]}))
+    request = {"stages": [2], "schedules": ["1F1B", "GPipe"], "micro_batches": [2, 4]}
+    ff = plan_job(_job(LLAMA, [2, 4], request))
     data = json.loads(frontier_file_text(ff.to_json()))
     for f in data["frontiers"]:
         assert all("pipeline" in p for p in f["plans"])  # the contract: null or the mapping
@@ -99,6 +102,10 @@ def test_pipelined_plans_on_hf_llama_price_as_the_formula_says(tmp_path):
             assert stages[1]["devices"] == [f["devices"] // 2, f["devices"] - 1]
             plan = json.loads(plan_file_text(data, p["id"]))
             assert plan["pipeline"] == pipe and set(plan["placements"]) == set(p["ops"])
+            text = explain_text(PlanFile.from_json(plan))
+            assert f"pipeline: 2 stages, {pipe['schedule']}, {pipe['micro_batches']} micro-batches" in text
+            assert f"embedding .. {detail['block_names'][blocks[0][1]]}" in text
+            assert p["summary"].startswith(f"pipeline 2 x {f['devices'] // 2} ({pipe['schedule']}")
         times = [p["time_s"] for p in f["plans"]]
         assert times == sorted(times)
     assert any(p["pipeline"] for f in data["frontiers"] for p in f["plans"])
