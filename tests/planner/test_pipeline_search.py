@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from frontier.pipeline import step_time_s
+from tensoropt.commands.explain import explain_text
 from tensoropt.config import Job
 from tensoropt.pipeline.schedules import PipelineError, check_pipeline, in_flight_micro_batches
 from tensoropt.pipeline.stages import find_blocks
 from tensoropt.planner import PlanningError, capture_job, plan_job
-from tensoropt.commands.explain import explain_text
 from tensoropt.plans import PlanFile, frontier_file_text, plan_file_text
 
 GPT = {"name": "gpt", "kwargs": {"layers": 2, "width": 32, "heads": 2, "seq_len": 8, "vocab_size": 64}}
