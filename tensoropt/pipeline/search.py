@@ -42,7 +42,7 @@ from estimators.pipeline import once_per_step_s, p2p_time_s
 from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
 from tensoropt.configspace.configuration import local_shape
 from tensoropt.pipeline.schedules import in_flight_micro_batches
-from tensoropt.pipeline.stages import Blocks
+from tensoropt.pipeline.stages import Blocks, block_order
 
 #: Models of more blocks than this keep each stage within ``BALANCE`` blocks of the even split.
 ALL_SIZES_UP_TO = 16
@@ -176,12 +176,23 @@ class StageSolver:
         self.solves = 0
 
     def key(self, first: int, last: int, in_flight: int) -> tuple:
-        """What a stage's options depend on: with identical blocks, not which blocks."""
+        """What a stage's options depend on: with identical blocks, not which blocks (only how many,
+        whether it holds the first or the last, whether it receives the first block's output)."""
         b = self.blocks
         if not b.identical:
             return (first, last, in_flight)
         holds_first, holds_last = first == 0, last == b.count - 1
-        return (last - first + 1, holds_first, holds_last, in_flight)
+        after_first = first == 1  # receives the first block's output (the embedding's, not a block's)
+        return (last - first + 1, holds_first, holds_last, after_first, in_flight)
+
+    def canonical(self, first: int, last: int) -> list[str]:
+        """The stage's nodes in an order that identical stages share: the received tensor's
+        producer, each block's operators in graph order (:func:`block_order`), the graph inputs read."""
+        b, G = self.blocks, self.G
+        nodes = [n for i in range(first, last + 1) for n in block_order(self.g, b.nodes[i])]
+        inputs = sorted({u for n in nodes for u in G.predecessors(n) if G.nodes[u]["kind"] == "input"})
+        received = [b.boundary[b.names[first - 1]]] if first > 0 else []
+        return received + nodes + inputs
 
     def options(
         self, first: int, last: int, in_flight: int, other_in_flight: tuple[int, ...] = ()
@@ -189,43 +200,37 @@ class StageSolver:
         """The options of the stage ``[first, last]`` holding ``in_flight`` micro-batches.
 
         ``other_in_flight``: further counts whose exact frontiers are solved too and re-priced at
-        ``in_flight`` (the union's Pareto set is kept).
+        ``in_flight`` (the union's Pareto set is kept). Options are cached by :meth:`key` as
+        configuration vectors over :meth:`canonical`, so identical stages elsewhere reuse them.
         """
-        key = self.key(first, last, in_flight)
-        if key in self.cache:
-            return self.cache[key]
-        plans = []
-        for k in sorted({in_flight, *other_in_flight}):
-            solved = self._solved(first, last, k)
-            plans += [o.assignment for o in solved]
-        H = self._stage_graph(first, last, in_flight)
-        rows, kept = [], []
-        seen = set()
-        for a in plans:
-            sig = tuple(sorted(a.items()))
-            if sig in seen:
-                continue
-            seen.add(sig)
-            rows.append(self._price(H, a))
-            kept.append(a)
         from frontier.pareto import pareto_select
 
-        if rows:
-            arr = np.array(rows)
-            keep = pareto_select(np.stack([arr[:, 0] + arr[:, 1] / self.m, arr[:, 2]], axis=1))
-            out = [StageOption(kept[i], *map(float, arr[i])) for i in keep]
-        else:
-            out = []
-        self.cache[key] = out
-        return out
+        key = self.key(first, last, in_flight)
+        names = self.canonical(first, last)
+        if key not in self.cache:
+            vectors = []
+            for k in sorted({in_flight, *other_in_flight}):
+                vectors += self._solved(first, last, k)
+            vectors = list(dict.fromkeys(vectors))
+            H = self._stage_graph(first, last, in_flight)
+            rows = [self._price(H, dict(zip(names, v))) for v in vectors]
+            if rows:
+                arr = np.array(rows)
+                keep = pareto_select(np.stack([arr[:, 0] + arr[:, 1] / self.m, arr[:, 2]], axis=1))
+                self.cache[key] = [(vectors[i], tuple(map(float, arr[i]))) for i in keep]
+            else:
+                self.cache[key] = []
+        return [StageOption(dict(zip(names, v)), *row) for v, row in self.cache[key]]
 
-    def _solved(self, first: int, last: int, k: int) -> list[StageOption]:
+    def _solved(self, first: int, last: int, k: int) -> list[tuple[int, ...]]:
+        """The stage's thinned FT frontier at ``k`` in flight, as vectors over :meth:`canonical`."""
         key = ("solved", *self.key(first, last, k))
         if key not in self.cache:
             H = self._stage_graph(first, last, k)
+            names = self.canonical(first, last)
             points = self.solve(H)
             self.solves += 1
-            self.cache[key] = [StageOption(dict(p.assignment), *self._price(H, p.assignment)) for p in points]
+            self.cache[key] = [tuple(int(p.assignment[n]) for n in names) for p in points]
         return self.cache[key]
 
     def _stage_graph(self, first: int, last: int, k: int) -> nx.DiGraph:

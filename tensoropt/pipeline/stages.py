@@ -175,11 +175,23 @@ def _container(g: nx.DiGraph, order: list[str]) -> tuple[str, dict[str, int]]:
     return ranked[0], found[ranked[0]]
 
 
+def block_order(g: nx.DiGraph, nodes: set[str]) -> list[str]:
+    """A block's operators in the graph's own order (torch.export's, a topological one): identical
+    blocks list corresponding operators at the same positions, whatever their names.
+
+    Example:
+        >>> g = nx.DiGraph([("linear_9", "add_9"), ("add_9", "linear_10")])
+        >>> block_order(g, {"linear_10", "linear_9", "add_9"})
+        ['linear_9', 'add_9', 'linear_10']
+    """
+    return [n for n in g.nodes if n in nodes]
+
+
 def _identical(g: nx.DiGraph, blocks: list[set[str]]) -> bool:
     """Whether the numbered blocks have the same operators, shapes and internal wiring, in order."""
 
     def signature(nodes: set[str]) -> tuple:
-        order = [n for n in nx.lexicographical_topological_sort(g.subgraph(nodes))]
+        order = block_order(g, nodes)
         index = {n: k for k, n in enumerate(order)}
         return tuple(
             (
