@@ -46,7 +46,7 @@ from tensoropt.pipeline.stages import Blocks, block_order
 
 #: Models of more blocks than this keep each stage within ``BALANCE`` blocks of the even split.
 ALL_SIZES_UP_TO = 16
-BALANCE = 2
+BALANCE = 1
 
 
 @dataclass
@@ -119,7 +119,7 @@ def stage_sizes(num_blocks: int, num_stages: int, balance: int = BALANCE) -> lis
 
     Example:
         >>> stage_sizes(6, 2), stage_sizes(82, 8)
-        ([1, 2, 3, 4, 5], [8, 9, 10, 11, 12, 13])
+        ([1, 2, 3, 4, 5], [9, 10, 11, 12])
     """
     if num_blocks <= ALL_SIZES_UP_TO:
         return list(range(1, num_blocks - num_stages + 2))
