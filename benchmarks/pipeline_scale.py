@@ -66,7 +66,8 @@ def main() -> int:
                   f"{search.get('stage_solves', 0)} | {f.get('timing_s', {}).get('pipeline', 0):.1f} | "
                   f"{100 * (f.get('epsilon_bound') or 0):.2g} % |")
             for p in piped[:3]:
-                print(f"    {p['id']}: {p['time_s']:.3f} s, {p['memory_bytes'] / GIB:.1f} GiB: {p['summary'][:200]}")
+                print(f"    {p['id']}: {p['time_s']:.3f} s, {p['memory_bytes'] / GIB:.1f} GiB: "
+                      f"{p['summary'][:200]}")
     return 0
 
 
