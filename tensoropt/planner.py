@@ -163,8 +163,9 @@ def auto_micro_batches(num_stages: int, batch_size: int) -> int | None:
 def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) -> list[tuple[int, str, int]]:
     """The (stages, schedule, micro-batches) ``planner.pipeline`` asks for on ``num_devices``.
 
-    ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B with :func:`auto_micro_batches`,
-    only beyond one node or when no plan without a pipeline fits the budget. A mapping: every
+    ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B, all with the micro-batch count
+    :func:`auto_micro_batches` gives the most stages (one capture at one micro-batch size), only
+    beyond one node or when no plan without a pipeline fits the budget. A mapping: every
     combination, each checked (:func:`tensoropt.pipeline.schedules.check_pipeline`).
 
     Raises:
@@ -175,7 +176,7 @@ def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) 
         ...                      "training": {"global_batch_size": 64}})
         >>> from estimators.profiles import load_cluster
         >>> pipeline_candidates(job, 16, load_cluster("h100-4x8-ib"), True)
-        [(2, '1F1B', 4), (4, '1F1B', 8), (8, '1F1B', 16)]
+        [(2, '1F1B', 16), (4, '1F1B', 16), (8, '1F1B', 16)]
     """
     from tensoropt.pipeline.schedules import PipelineError, check_pipeline
 
@@ -185,12 +186,11 @@ def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) 
     if setting == "auto":
         if num_devices <= cluster.devices_per_node and fits_budget:
             return []
-        out = []
-        for p in (2, 4, 8):
-            m = auto_micro_batches(p, batch)
-            if num_devices % p == 0 and m is not None:
-                out.append((p, "1F1B", m))
-        return out
+        stages = [p for p in (2, 4, 8) if num_devices % p == 0 and auto_micro_batches(p, batch)]
+        if not stages:
+            return []
+        m = auto_micro_batches(max(stages), batch)  # one micro-batch size: one capture for all
+        return [(p, "1F1B", m) for p in stages]
     out = []
     for p in setting["stages"]:
         for schedule in setting["schedules"]:
