@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from tensoropt.capture.assertions import drop_no_data_ops
+from tensoropt.capture.constants import ConstantError, evaluate_forward_constants
 
 
 class TraceError(RuntimeError):
@@ -59,7 +60,10 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> torch.ex
     model.train()
     try:
         with _no_stack_traces():
-            ep = torch.export.export(model, args, strict=False)
+            ep = _export(model, args)
+            evaluate_forward_constants(ep, model, args, _export)
+    except ConstantError as err:
+        raise TraceError(f"cannot capture {type(model).__name__}: {err}") from None
     except Exception as err:  # torch raises many types (UserError, GuardOnDataDependent, ...)
         reason = str(err).strip().splitlines()
         short = "\n  ".join(reason[:12]) if reason else type(err).__name__
@@ -71,6 +75,11 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> torch.ex
         model.train(was_training)
     drop_no_data_ops(ep)
     return ep
+
+
+def _export(model: torch.nn.Module, args: tuple) -> torch.export.ExportedProgram:
+    """``torch.export.export`` as :func:`export_program` calls it (non-strict), nothing more."""
+    return torch.export.export(model, args, strict=False)
 
 
 @contextlib.contextmanager

@@ -26,6 +26,8 @@ LAYERS = {
     "tensoropt.checkpoint": 4, "tensoropt.executor": 4,
     # starting processes
     "tensoropt.launch": 5, "tensoropt.elastic": 5,
+    # the parallel model in your own training loop (tensoropt.parallelize), above the executor it runs
+    "tensoropt.parallel": 5,
     # the command line
     "tensoropt.commands": 6, "tensoropt.cli": 6, "tensoropt.demo": 6, "tensoropt": 6,
 }
