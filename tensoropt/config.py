@@ -457,6 +457,10 @@ class PlannerConfig:
     ``full_space_max_devices``, hierarchical beyond: the full space grows as ~(dims+1)^log2(P))."""
     full_space_max_devices: int = 8
     """With ``space: auto``, the largest device count planned in the full space."""
+    pipeline: Any = "auto"
+    """Pipeline parallelism (issue 27): auto (pipelined plans beside the others beyond one node, or
+    when no plan fits the memory budget) | off | ``{stages: [2, 4], schedules: [1F1B, GPipe],
+    micro_batches: [8, 16]}`` (every combination that can run; micro_batches optional)."""
 
     def __post_init__(self):
         if isinstance(self.epsilon, str) and self.epsilon != "auto":
@@ -467,6 +471,7 @@ class PlannerConfig:
         _choice(self.compute, "compute", ("roofline", "profiled"))
         _choice(self.space, "space", ("auto", "full", "hierarchical"))
         self.full_space_max_devices = _int(self.full_space_max_devices, "full_space_max_devices")
+        self.pipeline = _pipeline(self.pipeline)
 
     def hierarchical_for(self, num_devices: int) -> bool:
         """Whether ``num_devices`` is planned in the hierarchical space.
@@ -477,6 +482,41 @@ class PlannerConfig:
         """
         return self.space == "hierarchical" or (
             self.space == "auto" and num_devices > self.full_space_max_devices)
+
+
+PIPELINE_KEYS = ("stages", "schedules", "micro_batches")
+"""Keys of a ``planner.pipeline`` mapping."""
+
+
+def _pipeline(value: Any) -> str | dict:
+    """Check ``planner.pipeline``: auto, off, or a mapping of lists (stages >= 2, known schedules).
+
+    Example:
+        >>> _pipeline({"stages": [2]}), _pipeline("off")
+        ({'stages': [2], 'schedules': ['1F1B'], 'micro_batches': None}, 'off')
+    """
+    if isinstance(value, str):
+        return _choice(value, "pipeline", ("auto", "off"))
+    if not isinstance(value, dict):
+        raise FieldError("pipeline", f"got {type(value).__name__} {value!r}",
+                         "auto, off or {stages: [...], schedules: [...], micro_batches: [...]}")
+    unknown = sorted(set(value) - set(PIPELINE_KEYS))
+    if unknown:
+        raise FieldError(f"pipeline.{unknown[0]}", "unknown key", "one of " + ", ".join(PIPELINE_KEYS))
+    stages = value.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise FieldError("pipeline.stages", f"got {stages!r}", "a list of stage counts, e.g. [2, 4]")
+    stages = [_int(v, "pipeline.stages", minimum=2) for v in stages]
+    schedules = value.get("schedules") or ["1F1B"]
+    if not isinstance(schedules, list):
+        raise FieldError("pipeline.schedules", f"got {schedules!r}", "a list such as [1F1B, GPipe]")
+    schedules = [_choice(v, "pipeline.schedules", ("1F1B", "GPipe")) for v in schedules]
+    micro = value.get("micro_batches")
+    if micro is not None:
+        if not isinstance(micro, list) or not micro:
+            raise FieldError("pipeline.micro_batches", f"got {micro!r}", "a list of micro-batch counts")
+        micro = [_int(v, "pipeline.micro_batches") for v in micro]
+    return {"stages": stages, "schedules": schedules, "micro_batches": micro}
 
 
 EXECUTOR_MODES = ("replay", "interpret")

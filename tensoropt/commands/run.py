@@ -80,6 +80,10 @@ def run(args) -> int:
     plan = None
     if "select" not in entry:
         plan = _load_plan(args) if args.plan else _select(args, job, nnodes)
+        if plan.get("pipeline"):  # issue 27: planned, not yet run
+            raise CommandError(f"plan {plan.get('id')} is pipelined ({plan['pipeline']['stages']} stages, "
+                               f"{plan['pipeline']['schedule']}); tensoropt run does not run pipelines yet: "
+                               "select a plan whose \"pipeline\" is null, or plan with planner.pipeline: off")
         entry["plan"] = plan
         _check_plan_graph(args, spec, plan)
     _check_training_keys(args, spec, plan)
