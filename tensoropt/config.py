@@ -20,7 +20,9 @@ A job file is a 1:1 serialisation of :class:`Job`::
       precision: fp32             # fp32 | bf16 | fp16 | bf16-mixed | fp16-mixed (dtype: the older alias)
       seed: 0
       steps: 100
-      memory_options: []          # recompute, zero1, zero2, zero3: offered per operator (empty: none)
+      memory_options: []          # recompute, zero1, zero2, zero3: offered per operator (empty: none);
+                                  # block_recompute, block_selective: whole-block checkpointing
+      checkpoint_modules: []      # module paths checkpointed as blocks (empty: the repeated modules)
       batch_norm: synchronized    # synchronized | local: batch-norm statistics under a batch split
     cluster: h100x8               # a profile name or path, or an inline mapping
     devices: [1, 2, 4, 8]         # device counts to plan for
@@ -362,7 +364,12 @@ class TrainingConfig:
     learning_rate: float = 1e-3
     """Learning rate of the optimizer; the older spelling of ``optimizer.lr``."""
     memory_options: list = field(default_factory=list)
-    """Memory options the planner may give each operator: recompute, zero1, zero2, zero3 (empty: none)."""
+    """Memory options the planner may give each operator: recompute, zero1, zero2, zero3 (empty: none);
+    block_recompute, block_selective: whole-block activation checkpointing of each block."""
+    checkpoint_modules: list = field(default_factory=list)
+    """Module paths (as in ``named_modules()``) the block options checkpoint as blocks; a container of
+    indexed children (``model.layers``) names each child. Empty: the repeated modules the capture finds
+    (transformer layers, residual stages)."""
     batch_norm: str = "synchronized"
     """synchronized | local: where a plan splits a batch norm's batch, its statistics are summed over the
     ranks (one all-reduce of 2 x channels numbers in forward and one in backward, priced by the planner;
@@ -381,6 +388,7 @@ class TrainingConfig:
         _int(self.steps, "steps")
         self.learning_rate = _positive_float(self.learning_rate, "learning_rate")
         self.memory_options = _memory_options(self.memory_options)
+        self.checkpoint_modules = _checkpoint_modules(self.checkpoint_modules)
         _choice(self.batch_norm, "batch_norm", BATCH_NORM_MODES)
         self.max_grad_norm = _positive_float(self.max_grad_norm, "max_grad_norm", zero_ok=True)
         self.micro_batches = _micro_batches(self.micro_batches, self.global_batch_size)
@@ -415,6 +423,15 @@ def _memory_options(value: Any) -> list:
     return list(dict.fromkeys(value))
 
 
+def _checkpoint_modules(value: Any) -> list:
+    expected = "a list of module paths, e.g. [model.layers]"
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise FieldError("checkpoint_modules", f"got {value!r}", expected)
+    return list(dict.fromkeys(value))
+
+
 @dataclass
 class PlannerConfig:
     """Knobs of the planner itself (all optional).
@@ -440,6 +457,10 @@ class PlannerConfig:
     ``full_space_max_devices``, hierarchical beyond: the full space grows as ~(dims+1)^log2(P))."""
     full_space_max_devices: int = 8
     """With ``space: auto``, the largest device count planned in the full space."""
+    pipeline: Any = "auto"
+    """Pipeline parallelism (issue 27): auto (pipelined plans beside the others beyond one node, or
+    when no plan fits the memory budget) | off | ``{stages: [2, 4], schedules: [1F1B, GPipe],
+    micro_batches: [8, 16]}`` (every combination that can run; micro_batches optional)."""
 
     def __post_init__(self):
         if isinstance(self.epsilon, str) and self.epsilon != "auto":
@@ -450,6 +471,7 @@ class PlannerConfig:
         _choice(self.compute, "compute", ("roofline", "profiled"))
         _choice(self.space, "space", ("auto", "full", "hierarchical"))
         self.full_space_max_devices = _int(self.full_space_max_devices, "full_space_max_devices")
+        self.pipeline = _pipeline(self.pipeline)
 
     def hierarchical_for(self, num_devices: int) -> bool:
         """Whether ``num_devices`` is planned in the hierarchical space.
@@ -460,6 +482,41 @@ class PlannerConfig:
         """
         return self.space == "hierarchical" or (
             self.space == "auto" and num_devices > self.full_space_max_devices)
+
+
+PIPELINE_KEYS = ("stages", "schedules", "micro_batches")
+"""Keys of a ``planner.pipeline`` mapping."""
+
+
+def _pipeline(value: Any) -> str | dict:
+    """Check ``planner.pipeline``: auto, off, or a mapping of lists (stages >= 2, known schedules).
+
+    Example:
+        >>> _pipeline({"stages": [2]}), _pipeline("off")
+        ({'stages': [2], 'schedules': ['1F1B'], 'micro_batches': None}, 'off')
+    """
+    if isinstance(value, str):
+        return _choice(value, "pipeline", ("auto", "off"))
+    if not isinstance(value, dict):
+        raise FieldError("pipeline", f"got {type(value).__name__} {value!r}",
+                         "auto, off or {stages: [...], schedules: [...], micro_batches: [...]}")
+    unknown = sorted(set(value) - set(PIPELINE_KEYS))
+    if unknown:
+        raise FieldError(f"pipeline.{unknown[0]}", "unknown key", "one of " + ", ".join(PIPELINE_KEYS))
+    stages = value.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise FieldError("pipeline.stages", f"got {stages!r}", "a list of stage counts, e.g. [2, 4]")
+    stages = [_int(v, "pipeline.stages", minimum=2) for v in stages]
+    schedules = value.get("schedules") or ["1F1B"]
+    if not isinstance(schedules, list):
+        raise FieldError("pipeline.schedules", f"got {schedules!r}", "a list such as [1F1B, GPipe]")
+    schedules = [_choice(v, "pipeline.schedules", ("1F1B", "GPipe")) for v in schedules]
+    micro = value.get("micro_batches")
+    if micro is not None:
+        if not isinstance(micro, list) or not micro:
+            raise FieldError("pipeline.micro_batches", f"got {micro!r}", "a list of micro-batch counts")
+        micro = [_int(v, "pipeline.micro_batches") for v in micro]
+    return {"stages": stages, "schedules": schedules, "micro_batches": micro}
 
 
 EXECUTOR_MODES = ("replay", "interpret")

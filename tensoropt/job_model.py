@@ -65,17 +65,25 @@ def build_job_model(job: Job, device: str | None = "meta"):
         (1024,)
     """
     from tensoropt.models import build_model
+    from tensoropt.models.kwarg_errors import kwarg_error
 
     m = job.model
     overrides = job_model_kwargs(job)
     name = m.name if m.name is not None else m.factory
     try:
         model, spec = build_model(name, device=device, **overrides)
-    except TypeError as e:
-        where = "model.kwargs" if m.factory is not None else "model"
-        raise PlanningError(f"{where}: cannot build {name!r} with kwargs {overrides}: {e}") from None
-    except ValueError as e:
-        raise PlanningError(f"model: cannot build {name!r}: {e}") from None
+    except Exception as e:  # a library's own validation errors too (HF's StrictDataclassFieldValidationError)
+        refused = kwarg_error(e, overrides) if m.factory is not None else None
+        if refused is not None and refused[0] is not None:
+            raise PlanningError(f"model.kwargs.{refused[0]}: {name!r} refused {overrides[refused[0]]!r}: "
+                                f"{refused[1]}") from None
+        if isinstance(e, TypeError) or refused is not None or (m.factory is not None and overrides):
+            where = "model.kwargs" if m.factory is not None else "model"
+            why = refused[1] if refused else f"{type(e).__name__}: {e}" if not isinstance(e, TypeError) else e
+            raise PlanningError(f"{where}: cannot build {name!r} with kwargs {overrides}: {why}") from None
+        if isinstance(e, ValueError):
+            raise PlanningError(f"model: cannot build {name!r}: {e}") from None
+        raise
     if m.contract:
         from tensoropt.models.contract import ContractError, training_step
 

@@ -78,8 +78,29 @@ def capture_job(job: Job, spec_and_model=None):
     return capture(model, inputs)
 
 
+def input_shapes_line(job: Job) -> str:
+    """The job's per-sample input shapes as key paths, and the batch: what a shape error is about.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> input_shapes_line(Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1],
+        ...                       training={"global_batch_size": 4}))
+        'model.input_shape (default), training.global_batch_size 4'
+    """
+    m = job.model
+    parts = [f"model.inputs.{name}.shape {list(spec.get('shape', []))}"
+             for name, spec in (m.inputs or {}).items()]
+    if m.targets:
+        parts.append(f"model.targets.shape {list(m.targets.get('shape', []))}")
+    if not parts:
+        parts.append(f"model.input_shape {list(m.input_shape)}" if m.input_shape
+                     else "model.input_shape (default)")
+    return ", ".join(parts) + f", training.global_batch_size {job.training.global_batch_size}"
+
+
 def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress | None = None,
-                 micro_graph: Callable[[int], object] | None = None) -> Frontier:
+                 micro_graph: Callable[[int], object] | None = None,
+                 pipeline_graphs: dict | None = None) -> Frontier:
     """Cost graph, exact frontier and per-plan breakdown for one device count.
 
     With ``training.micro_batches`` other than 1, each micro-batch count ``m`` is planned on the
@@ -94,6 +115,8 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
         num_devices: device count.
         progress: called with the solver's progress (fraction of this device count).
         micro_graph: ``m -> OpGraph`` captured at global batch ``B / m`` (default: captured here).
+        pipeline_graphs: captures at each micro-batch size, shared across device counts
+            (:func:`plan_pipelines`).
 
     Returns:
         The :class:`Frontier`, plans sorted by time with ids ``d<P>-p<i>``.
@@ -140,6 +163,11 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     frontier.epsilon_bound = float(bound)
     timing["breakdown"] = time.perf_counter() - t0
     frontier.timing_s = timing
+    pipeline_start = time.perf_counter()
+    frontier = plan_pipelines(graph, job, cluster, num_devices, frontier,
+                              {} if pipeline_graphs is None else pipeline_graphs, progress)
+    if frontier.pipeline_search is not None:
+        timing["pipeline"] = time.perf_counter() - pipeline_start
     return frontier
 
 
@@ -198,6 +226,170 @@ def _solve_count(graph, job: Job, cluster, num_devices: int, micro_batches: int,
     return G, points, (report.bound if epsilon == "auto" else 0.0)
 
 
+#: Plans kept per stage frontier (a proven cover, :func:`thin_to_count`) before the DP across stages.
+PIPELINE_STAGE_PLANS = 12
+
+
+def auto_micro_batches(num_stages: int, batch_size: int) -> int | None:
+    """``planner.pipeline: auto``'s micro-batch count: the least divisor of the batch >= ``2 p`` (a
+    bubble of at most (p - 1) / 2p), else the largest one >= ``p`` (1F1B's minimum), else None.
+
+    Example:
+        >>> auto_micro_batches(4, 64), auto_micro_batches(4, 4), auto_micro_batches(8, 4)
+        (8, 4, None)
+    """
+    divisors = [m for m in range(1, batch_size + 1) if batch_size % m == 0]
+    wide = [m for m in divisors if m >= 2 * num_stages]
+    if wide:
+        return wide[0]
+    enough = [m for m in divisors if m >= num_stages]
+    return enough[-1] if enough else None
+
+
+def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) -> list[tuple[int, str, int]]:
+    """The (stages, schedule, micro-batches) ``planner.pipeline`` asks for on ``num_devices``.
+
+    ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B, all with the micro-batch count
+    :func:`auto_micro_batches` gives the most stages (one capture at one micro-batch size), only
+    beyond one node or when no plan without a pipeline fits the budget. A mapping: every
+    combination, each checked (:func:`tensoropt.pipeline.schedules.check_pipeline`).
+
+    Raises:
+        PlanningError: an explicit request that cannot run (stage count, micro-batches).
+
+    Example:
+        >>> job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "h100-4x8-ib", "devices": [16],
+        ...                      "training": {"global_batch_size": 64}})
+        >>> from estimators.profiles import load_cluster
+        >>> pipeline_candidates(job, 16, load_cluster("h100-4x8-ib"), True)
+        [(2, '1F1B', 16), (4, '1F1B', 16), (8, '1F1B', 16)]
+    """
+    from tensoropt.pipeline.schedules import PipelineError, check_pipeline
+
+    setting, batch = job.planner.pipeline, job.training.global_batch_size
+    if setting == "off" or batch is None:
+        return []
+    if setting == "auto":
+        if num_devices <= cluster.devices_per_node and fits_budget:
+            return []
+        stages = [p for p in (2, 4, 8) if num_devices % p == 0 and auto_micro_batches(p, batch)]
+        if not stages:
+            return []
+        m = auto_micro_batches(max(stages), batch)  # one micro-batch size: one capture for all
+        return [(p, "1F1B", m) for p in stages]
+    out = []
+    for p in setting["stages"]:
+        for schedule in setting["schedules"]:
+            for m in setting["micro_batches"] or [auto_micro_batches(p, batch) or p]:
+                try:
+                    check_pipeline(schedule, p, m, num_devices, batch)
+                except PipelineError as e:
+                    raise PlanningError(f"{_devices(num_devices)}: {e}") from None
+                out.append((p, schedule, m))
+    return out
+
+
+def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontier, graphs: dict,
+                   progress: Progress | None = None) -> Frontier:
+    """Add the pipelined plans ``planner.pipeline`` asks for to ``frontier`` (issue 27).
+
+    For each candidate (:func:`pipeline_candidates`) the model is captured at the micro-batch size
+    (once per size, kept in ``graphs``), priced on ``num_devices / p`` devices, each stage's
+    frontier solved (:class:`tensoropt.pipeline.search.StageSolver`) and the stages combined by the
+    exact DP (:func:`tensoropt.pipeline.search.pipelined_frontier`). The result is the Pareto set
+    of the plans without a pipeline and the pipelined ones, by time, renumbered.
+
+    Raises:
+        PlanningError: an explicit request that cannot be planned (the field and the fix named).
+
+    Example:
+        >>> job = Job.from_dict({"model": {"name": "gpt", "kwargs": {"layers": 2, "width": 32, "heads": 2,
+        ...     "seq_len": 8, "vocab_size": 64}}, "cluster": "cpu-local", "devices": [2],
+        ...     "training": {"global_batch_size": 4}, "planner": {"pipeline": {"stages": [2]}}})
+        >>> ff = plan_job(job)
+        >>> any(p.pipeline for p in ff.frontiers[0].plans), ff.frontiers[0].pipeline_search["candidates"]
+        (True, [[2, '1F1B', 4]])
+    """
+    import dataclasses
+
+    import frontier as ft
+    from frontier.pareto import pareto_select
+    from tensoropt.pipeline.schedules import PipelineError
+    from tensoropt.pipeline.search import StageSolver, pipelined_frontier, to_plan
+    from tensoropt.pipeline.stages import find_blocks
+
+    budget = job.memory_budget
+    fits = budget is None or any(p.memory_bytes <= budget for p in frontier.plans)
+    candidates = pipeline_candidates(job, num_devices, cluster, fits)
+    if not candidates:
+        return frontier
+    explicit = isinstance(job.planner.pipeline, dict)
+    batch = job.training.global_batch_size
+    stage_bound = 0.0
+
+    def solve(H):
+        nonlocal stage_bound
+        report = ft.SolveReport()
+        points = ft.solve(H, report=report, step_epsilon=AUTO_STEP_EPSILON,
+                          box_min_candidates=AUTO_BOX_MIN_CANDIDATES)
+        points, bound = thin_to_count(points, PIPELINE_STAGE_PLANS)
+        stage_bound = max(stage_bound, (1.0 + bound) * (1.0 + report.bound) - 1.0)
+        return points
+
+    plans, configurations, tried, solves = [], {}, [], 0
+    for p, schedule, m in candidates:
+        if progress is not None:
+            progress(f"{_devices(num_devices)}: pipeline of {p} stages, {m} micro-batches ({schedule})", 1.0)
+        if m not in graphs:
+            training = dataclasses.replace(job.training, global_batch_size=batch // m)
+            job_m = dataclasses.replace(job, training=training)
+            graph_m = capture_job(job_m) if m > 1 else graph
+            try:
+                blocks = find_blocks(graph_m)
+            except PipelineError as e:
+                if explicit:
+                    raise PlanningError(str(e)) from None
+                return frontier
+            graphs[m] = (job_m, graph_m, blocks, {})
+        job_m, graph_m, blocks, solvers = graphs[m]
+        if blocks.count < p:
+            if explicit:
+                raise PlanningError(f"planner.pipeline.stages: {p} stages but the model has "
+                                    f"{blocks.count} blocks "
+                                    f"(embedding, {blocks.container}.*, head)")
+            continue
+        key = (num_devices // p, m)
+        if key not in solvers:
+            G = job_cost_graph(graph_m, job_m, cluster, num_devices // p)
+            solvers[key] = StageSolver(G, graph_m, blocks, m, solve)
+        solver = solvers[key]
+        before = solver.solves
+        found, _ = pipelined_frontier(solver, p, schedule)
+        solves += solver.solves - before
+        tried.append([p, schedule, m])
+        for pp in found:
+            plan, configs = to_plan(pp, solver, num_devices, batch)
+            plans.append(plan)
+            for n, c in configs.items():
+                configurations.setdefault(n, {}).update(c)
+    unpiped = frontier.plans
+    merged = unpiped + plans
+    keep = pareto_select([[q.time_s, q.memory_bytes] for q in merged]) if merged else []
+    merged = sorted((merged[i] for i in keep), key=lambda q: (q.time_s, q.memory_bytes))
+    for i, q in enumerate(merged):
+        q.id = plan_id(num_devices, i)
+    for n, c in configurations.items():
+        frontier.configurations.setdefault(n, {}).update(c)
+    frontier.plans = merged
+    frontier.pipeline_search = {
+        "candidates": tried, "stage_solves": solves, "stage_bound": stage_bound,
+        "unpipelined_fastest_s": min((q.time_s for q in unpiped), default=None),
+        "unpipelined_leanest_bytes": min((q.memory_bytes for q in unpiped), default=None),
+        "pipelined_plans": sum(1 for q in merged if q.pipeline),
+    }
+    return frontier
+
+
 def job_cost_graph(graph, job: Job, cluster, num_devices: int,
                    progress: Callable[[int, int], None] | None = None):
     """The cost graph ``tensoropt plan`` solves for one device count of ``job``.
@@ -242,7 +434,8 @@ def job_cost_graph(graph, job: Job, cluster, num_devices: int,
                           optimizer=job.training.optimizer, compute_mode=job.planner.compute,
                           progress=progress, memory_options=job.training.memory_options,
                           configurations=configs, precision=job.training.precision,
-                          batch_norm_stats=job.training.batch_norm)
+                          batch_norm_stats=job.training.batch_norm,
+                          checkpoint_modules=job.training.checkpoint_modules)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
 
@@ -452,6 +645,9 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
             cause = cause.__cause__ or cause.__context__
         if cause is not None:  # the job's model contract is broken: say which key, not export's advice
             raise PlanningError(str(cause)) from None
+        if getattr(e, "kind", None) in ("size", "shapes"):  # the job's shapes are the cause: name them
+            raise PlanningError(f"{input_shapes_line(job)}: capture of model "
+                                f"{job.model.name or job.model.factory!r}: {e}") from None
         raise PlanningError(f"capture of model {job.model.name or job.model.factory!r}: {e}") from e
     try:  # an op without a kernel or a backward: say so now, not in every worker
         check_runnable(graph.program, cluster.device.kind)
@@ -468,6 +664,7 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
     weights = [d * d for d in job.devices]  # solve time grows with the device count
     done, total = 0.05, sum(weights)
     frontiers = []
+    pipeline_graphs: dict = {}
     with frozen_heap():  # the model, its graph and torch live to the end: collections skip them
         for d, w in zip(job.devices, weights):
 
@@ -475,7 +672,7 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
                 report(message, base + width * fraction)
 
             sub(f"cost graph for {_devices(d)}", 0.0)
-            frontiers.append(plan_devices(graph, job, cluster, d, sub, micro_graph))
+            frontiers.append(plan_devices(graph, job, cluster, d, sub, micro_graph, pipeline_graphs))
             done += 0.95 * w / total
             report(f"{_devices(d)}: {len(frontiers[-1].plans)} plans", done)
     from tensoropt.capture.fingerprint import fingerprint

@@ -84,6 +84,10 @@ def explain_text(plan_file: PlanFile, sort: str = "graph") -> str:
     lines.append(plan_units_line(plan))
     if plan.summary:
         lines.append(f"split: {plan.summary}")
+    if plan.pipeline:  # issue 27: the stages, their devices, in-flight micro-batches and memory
+        from tensoropt.pipeline.search import stages_text
+
+        lines.append(stages_text(plan))
     lines.append("")
     if plan.layers:
         lines.append(layers_table(plan_file))

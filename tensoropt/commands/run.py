@@ -80,6 +80,10 @@ def run(args) -> int:
     plan = None
     if "select" not in entry:
         plan = _load_plan(args) if args.plan else _select(args, job, nnodes)
+        if plan.get("pipeline"):  # issue 27: planned, not yet run
+            raise CommandError(f"plan {plan.get('id')} is pipelined ({plan['pipeline']['stages']} stages, "
+                               f"{plan['pipeline']['schedule']}); tensoropt run does not run pipelines yet: "
+                               "select a plan whose \"pipeline\" is null, or plan with planner.pipeline: off")
         entry["plan"] = plan
         _check_plan_graph(args, spec, plan)
     _check_training_keys(args, spec, plan)
@@ -121,6 +125,15 @@ def format_metrics(metrics: dict) -> str:
         ...     "measured": {"time_s": 0.01, "memory_bytes": 2**20, "peak_bytes": 2**21 * 1.1}})
         >>> print(lines.splitlines()[-1])
         peak per process predicted 2.00 MiB, measured 2.20 MiB (+10%)
+
+        and the high-water mark of live tensor bytes (``measured.peak_tensor_bytes``), which no
+        allocator setting changes, beside the memory model's figure without the runtime's own memory:
+
+        >>> print(format_metrics({"plan_id": "d2-p0", "devices": 2, "steps": [],
+        ...     "predicted": {"time_s": 0.01, "memory_bytes": 2**20, "peak_tensor_bytes": 2**21},
+        ...     "measured": {"time_s": 0.01, "memory_bytes": 2**20, "peak_tensor_bytes": 2**21 * 0.95}}
+        ...     ).splitlines()[-1])
+        peak tensor bytes predicted 2.00 MiB, measured 1.90 MiB (-5%)
     """
     pred, meas = metrics.get("predicted", {}), metrics.get("measured", {})
 
@@ -141,6 +154,12 @@ def format_metrics(metrics: dict) -> str:
                      + (f"{predicted_peak / 2**20:.2f} MiB" if predicted_peak is not None else "n/a")
                      + f", measured {meas['peak_bytes'] / 2**20:.2f} MiB"
                      + rel(meas["peak_bytes"], predicted_peak))
+    if meas.get("peak_tensor_bytes"):  # live tensor storage at its high-water mark (no allocator in it)
+        predicted_tensors = pred.get("peak_tensor_bytes")
+        lines.append("peak tensor bytes predicted "
+                     + (f"{predicted_tensors / 2**20:.2f} MiB" if predicted_tensors is not None else "n/a")
+                     + f", measured {meas['peak_tensor_bytes'] / 2**20:.2f} MiB"
+                     + rel(meas["peak_tensor_bytes"], predicted_tensors))
     return "\n".join(lines)
 
 

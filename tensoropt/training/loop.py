@@ -197,14 +197,14 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
             ``checkpoint_every`` steps (and at the end).
         stop_after: end after this step as if killed there (tests of resume).
     """
-    import tensoropt
     from tensoropt.job_model import resolve_job, tokens_per_sample
+    from tensoropt.parallel import micro_batches, parallelize, save_model
 
     plan = json.loads(Path(plan).read_text()) if isinstance(plan, (str, Path)) else plan
     job = resolve_job(job)
     total = int(steps if steps is not None else job.training.steps)
     m = int(plan.get("micro_batches", 1))
-    pm = tensoropt.parallelize(_job_model(job), plan, mode=mode)
+    pm = parallelize(_job_model(job), plan, mode=mode)
     optimizer = build_optimizer(pm.named_parameters(), effective_optimizer(job))
     scheduler = make_scheduler(optimizer, job.lr_scheduler, total)
     batches = GlobalBatches(job)
@@ -237,7 +237,7 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
             start = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]  # the rate this step's update uses
             loss = 0.0
-            for i, mb in enumerate(tensoropt.micro_batches(batches(step), m)):
+            for i, mb in enumerate(micro_batches(batches(step), m)):
                 defer = pm.no_sync() if i < m - 1 else contextlib.nullcontext()
                 with defer:
                     loss += float(pm.train_step(mb, loss_scale=1.0 / m)) / m
@@ -261,7 +261,7 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
         if last < total:
             return records
         if job.checkpoint.export:
-            tensoropt.save_model(pm, job.checkpoint.export)
+            save_model(pm, job.checkpoint.export)
     finally:
         for thing in (log, val_log, bar):
             if thing is not None:
@@ -285,9 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     every step's record there as JSON)."""
     argv = sys.argv[1:] if argv is None else argv
     config = json.loads(Path(argv[0]).read_text())
-    import tensoropt
+    from tensoropt.parallel import init_distributed
 
-    tensoropt.init_distributed()
+    init_distributed()
     try:
         records = train(Job.from_dict(config["job"]), config["plan"], out_dir=config["out_dir"],
                         steps=config.get("steps"), mode=config.get("mode", "replay"),

@@ -13,7 +13,7 @@ from tensoropt.cli import build_parser
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
 
-NOT_OURS = {"--help", "--standalone", "--rdzv-id"}
+NOT_OURS = {"--help", "--standalone", "--rdzv-id", "--nproc-per-node"}
 """Options the guide names that are not a tensoropt command's: ``tensoropt --help`` and torchrun's own."""
 
 

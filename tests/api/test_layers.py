@@ -21,7 +21,7 @@ LAYERS = {
     "tensoropt.job_model": 2, "tensoropt.accumulation": 2,
     # planning and selection: plan/frontier files, the planner, the selector
     "tensoropt.plans": 3, "tensoropt.summary": 3, "tensoropt.solver_size": 3, "tensoropt.planner": 3,
-    "tensoropt.selector": 3, "tensoropt.tables": 3, "tensoropt.baselines": 3,
+    "tensoropt.selector": 3, "tensoropt.tables": 3, "tensoropt.baselines": 3, "tensoropt.pipeline": 3,
     # execution: the DTensor executor and its checkpoints
     "tensoropt.checkpoint": 4, "tensoropt.executor": 4,
     # starting processes
