@@ -143,9 +143,8 @@ def tiny_config(model_type: str, family: str) -> dict:
     put(("num_experts_per_tok", "moe_topk", "top_k"), 2)
     put(("moe_intermediate_size", "expert_intermediate_size"), WIDTH)
     put(("embedding_size",), WIDTH)
-    for key, value in defaults.items():  # dropout off: a run must match 1 process step by step
-        if ("dropout" in key or key.endswith("_pdrop") or key.endswith("drop_rate")) \
-                and isinstance(value, float):
+    for key, value in defaults.items():  # dropout, drop path, layer drop off: a run must match 1 process
+        if "drop" in key and isinstance(value, float):
             out[key] = 0.0
     if family == "image_classification":
         out.update({k: v for k, v in VISION["vit"].items() if k in defaults})
