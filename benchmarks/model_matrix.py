@@ -511,8 +511,8 @@ def main() -> None:
                         help="rows and logs (default out/model_matrix); rows.json accumulates across runs")
     parser.add_argument("--doc", default=str(REPO / "docs" / "models.md"), help="the table to write")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per model")
-    parser.add_argument("--rows", nargs="+", help="only write the table from these rows.json files "
-                        "(runs split over several --out folders)")
+    parser.add_argument("--rows", nargs="+", help="only write the table from these rows.json (or one "
+                        "model's ARCH.json) files, a later file's row replacing an earlier one's")
     parser.add_argument("--one", nargs=3, metavar=("TYPE", "ARCH", "FAMILY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -527,7 +527,9 @@ def main() -> None:
         (out / f"{arch}.json").write_text(json.dumps(row, indent=1))
         return
     if args.rows:
-        merged = {r["architecture"]: r for f in args.rows for r in json.loads(Path(f).read_text())}
+        loaded = [json.loads(Path(f).read_text()) for f in args.rows]  # rows.json or one model's row
+        merged = {r["architecture"]: r
+                  for rows in loaded for r in ([rows] if isinstance(rows, dict) else rows)}
         Path(args.doc).write_text(DOC_HEADER + markdown(list(merged.values())) + "\n")
         return
     out.mkdir(parents=True, exist_ok=True)
