@@ -163,7 +163,7 @@ def auto_micro_batches(num_stages: int, batch_size: int) -> int | None:
 def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) -> list[tuple[int, str, int]]:
     """The (stages, schedule, micro-batches) ``planner.pipeline`` asks for on ``num_devices``.
 
-    ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B, all with the micro-batch count
+    ``off`` (the default): none. ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B, all with the micro-batch count
     :func:`auto_micro_batches` gives the most stages (one capture at one micro-batch size), only
     beyond one node or when no plan without a pipeline fits the budget. A mapping: every
     combination, each checked (:func:`tensoropt.pipeline.schedules.check_pipeline`).
@@ -173,7 +173,8 @@ def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) 
 
     Example:
         >>> job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "h100-4x8-ib", "devices": [16],
-        ...                      "training": {"global_batch_size": 64}})
+        ...                      "training": {"global_batch_size": 64},
+        ...                      "planner": {"pipeline": "auto"}})
         >>> from estimators.profiles import load_cluster
         >>> pipeline_candidates(job, 16, load_cluster("h100-4x8-ib"), True)
         [(2, '1F1B', 16), (4, '1F1B', 16), (8, '1F1B', 16)]
