@@ -163,8 +163,8 @@ def auto_micro_batches(num_stages: int, batch_size: int) -> int | None:
 def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) -> list[tuple[int, str, int]]:
     """The (stages, schedule, micro-batches) ``planner.pipeline`` asks for on ``num_devices``.
 
-    ``off`` (the default): none. ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B, all with the micro-batch count
-    :func:`auto_micro_batches` gives the most stages (one capture at one micro-batch size), only
+    ``off`` (the default): none. ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B,
+    all with the micro-batch count :func:`auto_micro_batches` gives the most stages (one capture at one micro-batch size), only
     beyond one node or when no plan without a pipeline fits the budget. A mapping: every
     combination, each checked (:func:`tensoropt.pipeline.schedules.check_pipeline`).
 
