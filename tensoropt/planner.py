@@ -165,8 +165,8 @@ def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) 
 
     ``off`` (the default): none. ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B,
     all with the micro-batch count :func:`auto_micro_batches` gives the most stages (one capture
-    at one micro-batch size), only beyond one node or when no plan without a pipeline fits the budget. A mapping: every
-    combination, each checked (:func:`tensoropt.pipeline.schedules.check_pipeline`).
+    at one micro-batch size), only beyond one node or when no plan without a pipeline fits the
+    budget. A mapping: every combination, each checked (:func:`tensoropt.pipeline.schedules.check_pipeline`).
 
     Raises:
         PlanningError: an explicit request that cannot run (stage count, micro-batches).
