@@ -317,6 +317,7 @@ def parallelize(model: nn.Module, plan, *, mode: str = "replay", compile: str = 
     local = shard_state(ep, operands, step, exec_plan, mesh, device, fill, host_buffers, name=spec.model)
     runtime = Runtime(step, local, exec_plan, spec, mesh, device, mode=mode, compile=compile)
     installed = _install(step, runtime, local)
+    runtime.installed = list({id(p): p for p in installed.values()}.values())
     model.__class__ = _parallel_class(type(model))
     model.__dict__["_tensoropt_runtime"] = runtime
     model.__dict__["_tensoropt_input_names"] = tuple(spec.input_names) or tuple(runtime.graphs[

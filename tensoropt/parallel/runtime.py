@@ -207,6 +207,11 @@ class Runtime:
         """Whether some gradient holds unsynchronised micro-batches (a partial sum)."""
         self.local_rows: dict[int, int] = {}
         """Rows of this rank's part of a batch -> the global batch size (from :meth:`rows`)."""
+        self.installed: list[torch.Tensor] = []
+        """The parameters the model shows (ZeRO shard parameters where they exist): what an optimizer
+        steps and ``zero_grad`` clears."""
+        self.grad_syncs = 0
+        """Gradient synchronisations so far (one per step outside ``no_sync``; counted by tests)."""
 
     def graph(self, batch_size: int) -> StepGraph:
         """The step graph of a ``batch_size``-row global batch (exported on first use)."""
@@ -228,6 +233,10 @@ class Runtime:
 
         Returns the loss (the global mean of this batch) as a plain tensor.
         """
+        if all(p.grad is None for p in self.installed):  # the user zeroed the gradients: a fresh step
+            for p in self.params.values():
+                p.grad = None
+            self.pending = False
         values = graph.values(local_inputs)
         defer = not self.syncing and self.mode == "replay" and self.mesh is not None
         if graph.program is not None:
@@ -237,6 +246,7 @@ class Runtime:
         self.pending = self.pending or defer
         if not defer and self.pending:
             self.sync_pending()
+        self.grad_syncs += 0 if defer else 1
         self.zero.shard_gradients()
         value = loss.full_tensor() if isinstance(loss, DTensor) else loss
         return value.detach()
@@ -309,12 +319,6 @@ class Runtime:
         """Bring ZeRO-1/2 parameters up to date with their stepped shards (an all-gather)."""
         self.zero.gather()
 
-    def zero_grad(self) -> None:
-        """Drop every gradient (parameters and shard parameters)."""
-        for p in self.params.values():
-            p.grad = None
-        self.zero.zero_grad()
-        self.pending = False
 
 
 def _accumulate(p: torch.Tensor, grad: torch.Tensor, scale: float) -> None:

@@ -255,15 +255,22 @@ def export_checkpoint(checkpoint_dir, out, dtype: torch.dtype | None = None) -> 
             if hasattr(found[-1].manifest, "to_json") else {}
     reader = dcp.FileSystemReader(str(step_dir))
     stored = reader.read_metadata().state_dict_metadata
-    prefix = _user_prefix(manifest)
+    job = (manifest.get("job") or {}).get("job") or {}
+    model = _job_model(job)
+    prefix = "model." if model is not None and hasattr(model, "forward_names") else ""
     keys = {}
     for name, md in stored.items():
-        if not name.startswith("model.") or not hasattr(md, "size"):
-            continue
-        user = name[len("model."):]
-        keys[user.removeprefix(prefix)] = (name, md)
+        if name.startswith("model.") and hasattr(md, "size"):
+            keys[name[len("model."):].removeprefix(prefix)] = (name, md)
     if not keys:
         raise ValueError(f"export: {step_dir} holds no model tensors (model.<key>)")
+    if model is not None:  # tied parameters: every key of the model's state dict, as load_state_dict wants
+        groups: dict[int, list[str]] = {}
+        for key, p in model.named_parameters(remove_duplicate=False):
+            groups.setdefault(id(p), []).append(key.removeprefix(prefix))
+        for group in groups.values():
+            first = next((k for k in group if k in keys), None)
+            keys.update({k: keys[first] for k in group if first is not None and k not in keys})
     meta = {}
     for k, (_, md) in keys.items():
         stored_dtype = md.properties.dtype
@@ -276,31 +283,20 @@ def export_checkpoint(checkpoint_dir, out, dtype: torch.dtype | None = None) -> 
         dcp.load({name: value}, storage_reader=reader, no_dist=True)
         return value
 
-    config = _hf_config(manifest)
-    write_safetensors(Path(out), meta, tensor,
-                      extra=(lambda tmp: config.to_json_file(str(tmp / "config.json"))) if config else None)
+    user = getattr(model, "model", model) if prefix else model
+    config = getattr(user, "config", None)
+    write = (lambda tmp: config.to_json_file(str(tmp / "config.json"))) \
+        if callable(getattr(config, "to_json_file", None)) else None
+    write_safetensors(Path(out), meta, tensor, extra=write)
     return Path(out)
 
 
-def _user_prefix(manifest: dict) -> str:
-    """``model.`` where the checkpoint's job wraps the user's model in a training step (its loss)."""
-    job = (manifest.get("job") or {}).get("job") or manifest.get("job") or {}
-    model = job.get("model") if isinstance(job, dict) else None
-    if isinstance(model, dict) and model.get("factory") and not model.get("task"):
-        return "model."
-    return ""
-
-
-def _hf_config(manifest: dict):
-    """The HF config of the checkpoint's job model, when it is a transformers model (else None)."""
-    job = (manifest.get("job") or {}).get("job") or manifest.get("job") or {}
+def _job_model(job: dict):
+    """The checkpoint's job model built on meta (a training step around a factory's model), or None."""
     try:
         from tensoropt.config import Job
         from tensoropt.job_model import build_job_model
 
-        model = build_job_model(Job.from_dict(job), device="meta")[0]
-    except Exception:  # noqa: BLE001 - no job, or a model that cannot be built here: no config.json
+        return build_job_model(Job.from_dict(job), device="meta")[0]
+    except Exception:  # noqa: BLE001 - no job, or a model that cannot be built here: keys as stored
         return None
-    model = getattr(model, "model", model)
-    config = getattr(model, "config", None)
-    return config if callable(getattr(config, "to_json_file", None)) else None

@@ -13,12 +13,18 @@ from tensoropt.plans import plan_file_text
 JOBS_DIR = Path(__file__).resolve().parents[2] / "configs" / "jobs"
 
 
-def hf_job(model: str, batch: int, options: tuple[str, ...] = ()):
-    """configs/jobs/hf-<model>.yaml at 2 devices with global batch ``batch`` and memory options."""
+def hf_job(model: str, batch: int, options: tuple[str, ...] = (), devices: int = 2):
+    """configs/jobs/hf-<model>.yaml at ``devices`` devices with global batch ``batch`` and memory options."""
     job = load_job(JOBS_DIR / f"hf-{model}.yaml")
     training = dataclasses.replace(job.training, global_batch_size=batch, optimizer="adamw",
                                    memory_options=list(options))
-    return dataclasses.replace(job, devices=[2], training=training)
+    return dataclasses.replace(job, devices=[devices], training=training)
+
+
+def one_device_plan(model: str, batch: int) -> dict:
+    """The fastest 1-device plan.json of hf-<model>."""
+    frontier = plan_job(hf_job(model, batch, devices=1)).to_json()
+    return json.loads(plan_file_text(frontier, frontier["frontiers"][0]["plans"][0]["id"]))
 
 
 def pick_plan(model: str, batch: int, kind: str) -> dict:

@@ -10,8 +10,6 @@ loss and the final full state dict equal the plain 1-process loop within 1e-5 (f
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,21 +22,18 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from loop_plans import model_config, pick_plan  # noqa: E402
 from loop_reference import reference  # noqa: E402
+from torchrun import torchrun  # noqa: E402
 
 STEPS = 8
 MAX_NORM = 0.5
 TOL = 1e-5
 
 
-def launch(cases: list[dict], tmp_path: Path, timeout_s: float = 600) -> subprocess.CompletedProcess:
-    """Run tests/parallel/loop_worker.py on 2 gloo processes (torchrun --standalone: a free port)."""
+def launch(cases: list[dict], tmp_path: Path, timeout_s: float = 600):
+    """Run tests/parallel/loop_worker.py on 2 gloo processes."""
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(cases))
-    env = {**os.environ, "TENSOROPT_COLLECTIVE_TIMEOUT_S": "60",
-           "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(HERE / "loop_worker.py"), str(path)]
-    return subprocess.run(command, env=env, timeout=timeout_s, capture_output=True, text=True)
+    return torchrun(HERE / "loop_worker.py", [str(path)], timeout_s)
 
 
 def case(model: str, kind: str, tmp_path: Path, **extra) -> dict:
