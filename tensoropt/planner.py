@@ -311,7 +311,6 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         >>> any(p.pipeline for p in ff.frontiers[0].plans), ff.frontiers[0].pipeline_search["candidates"]
         (True, [[2, '1F1B', 4]])
     """
-    import dataclasses
 
     import frontier as ft
     from frontier.pareto import pareto_select
@@ -342,8 +341,7 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         if progress is not None:
             progress(f"{_devices(num_devices)}: pipeline of {p} stages, {m} micro-batches ({schedule})", 1.0)
         if m not in graphs:
-            training = dataclasses.replace(job.training, global_batch_size=batch // m)
-            job_m = dataclasses.replace(job, training=training)
+            job_m = micro_batch_job(job, m)
             graph_m = capture_job(job_m) if m > 1 else graph
             try:
                 blocks = find_blocks(graph_m)

@@ -88,6 +88,7 @@ def test_pipelined_plans_on_hf_llama_price_as_the_formula_says(tmp_path):
             if p["pipeline"] is None:
                 continue
             assert set(p["pipeline"]) == {"stages", "schedule", "micro_batches", "blocks"}
+            assert p["micro_batches"] == p["pipeline"]["micro_batches"]  # the step runs m micro-batches
             pipe, detail = p["pipeline"], p["pipeline_detail"]
             blocks = pipe["blocks"]
             assert blocks[0][0] == 0 and blocks[-1][1] == len(detail["block_names"]) - 1
