@@ -136,7 +136,7 @@ def tiny_config(model_type: str, family: str) -> dict:
     put(_HEAD_KEYS, HEADS)
     put(("num_key_value_heads", "multi_query_group_num"), HEADS // 2)
     put(_FFN_KEYS, 2 * WIDTH)
-    put(("head_dim", "attention_head_size", "kv_channels"), WIDTH // HEADS)
+    put(("head_dim", "attention_head_size", "kv_channels", "rotary_dim"), WIDTH // HEADS)
     put(("vocab_size",), VOCAB)
     put(_POSITION_KEYS, 64)
     put(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4)

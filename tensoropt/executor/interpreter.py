@@ -49,6 +49,7 @@ from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
 from tensoropt.executor import block_checkpoint, explicit_ops, fallback, local_ops
 from tensoropt.executor import options as memory_options
+from tensoropt.executor.dtensor_rules import register_elementwise_rules
 from tensoropt.executor.mixed_precision import cast_param, scale_grad
 from tensoropt.executor.placements import normalise, raw_output_layout, to_layout, to_placements
 from tensoropt.executor.program import arg_nodes, op_name, packet_name
@@ -58,6 +59,8 @@ _POOLS = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool1d", "avg_
           "adaptive_avg_pool1d"}
 """Pooling ops (one output) run per sample and channel through ``explicit_ops.pool``."""
 
+
+register_elementwise_rules()
 
 DTENSOR_EQUIVALENTS = {torch.ops.aten.lift_fresh_copy.default: torch.ops.aten.clone.default}
 """Ops DTensor has no sharding strategy for -> an op of the same result it has one for."""

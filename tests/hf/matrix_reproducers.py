@@ -48,3 +48,17 @@ class TensorOfSize(nn.Module):
         h = self.fc1(x)
         scale = torch.sqrt(torch.tensor(h.size(-1), dtype=torch.float) * 1)
         return self.fc2(h / scale.to(dtype=h.dtype))
+
+
+class Activations(nn.Module):
+    """ReLU6, Hardswish, ELU, LeakyReLU, Softplus and Mish between linear layers: their backward ops
+    (``hardtanh_backward``, ...) had no DTensor strategy (MobileNetV2's ReLU6)."""
+
+    def __init__(self, width: int = 16, classes: int = 4):
+        super().__init__()
+        acts = (nn.ReLU6(), nn.Hardswish(), nn.ELU(), nn.LeakyReLU(0.1), nn.Softplus(), nn.Mish())
+        self.body = nn.Sequential(*(m for act in acts for m in (nn.Linear(width, width), act)))
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))

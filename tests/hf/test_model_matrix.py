@@ -3,6 +3,8 @@
 One model per family (decoder LM, encoder LM, ViT, CNN with batch norm), built from a tiny config
 as transformers makes it, planned at 1 and 2 devices; its model-parallel 2-process plan runs and
 matches 1 process (fp32, rtol 1e-5); the row carries predicted and measured step time and peak.
+The reproducers of the crash classes the matrix found run in tests/hf/test_matrix_reproducers.py
+(one launch) and tests/capture/test_cpu_kernels.py.
 """
 
 from __future__ import annotations
