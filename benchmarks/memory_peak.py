@@ -14,7 +14,10 @@ of its own so no other plan's memory is alive), and tabulates per process:
   the process's level before the model was built (:mod:`tensoropt.executor.peak_memory`);
 * ``predicted peak``: the memory model's peak (:mod:`estimators.peak`: ``predicted`` plus the
   optimizer step's temporaries beyond the saved activations plus the device profile's
-  ``runtime_overhead_bytes``) and its error against ``peak``; ``peak / 1-process peak``.
+  ``runtime_overhead_bytes``) and its error against ``peak``; ``peak / 1-process peak``;
+* ``tensor peak``: ``measured.peak_tensor_bytes``, the high-water mark of live tensor bytes in the
+  first step (:mod:`tensoropt.executor.tensor_peak`; no allocator setting changes it), beside the
+  memory model's peak without the runtime's own memory (``predicted.peak_tensor_bytes``) and its error.
 
 ``--calibrate`` measures ``runtime_overhead_bytes`` instead, as ``tensoropt calibrate --memory``
 does: the peak of a tiny model's training loop (an MLP 8 -> 16 -> 4, SGD) in one worker process;
@@ -113,20 +116,29 @@ def measure(steps: int, mode: str = "replay", models: tuple[str, ...] = tuple(JO
                              "peak_bytes": peak, "predicted_peak_bytes": predicted_peak,
                              "peak_error": (predicted_peak - peak) / peak,
                              "peak_vs_single": peak / single_peak,
-                             "traced_nodes": m.get("executor", {}).get("traced_nodes", 0)})
+                             "traced_nodes": m.get("executor", {}).get("traced_nodes", 0),
+                             "tensor_peak_bytes": m["measured"].get("peak_tensor_bytes", 0),
+                             "predicted_tensor_peak_bytes": m["predicted"].get("peak_tensor_bytes", 0)})
     return rows
 
 
 def _table(rows: list[dict]) -> str:
     mib = 2**20
     lines = ["| model | processes | plan | predicted MiB | memory MiB | peak MiB | predicted peak MiB "
-             "| error | peak / 1-process |", "|---|---|---|---|---|---|---|---|---|"]
+             "| error | peak / 1-process | tensor peak MiB | predicted tensor peak MiB | error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['processes']} | {r['plan']} | {r['predicted_bytes'] / mib:.1f} | "
                      f"{r['memory_bytes'] / mib:.1f} | {r['peak_bytes'] / mib:.1f} | "
                      f"{r['predicted_peak_bytes'] / mib:.1f} | {r['peak_error']:+.1%} | "
-                     f"{r['peak_vs_single']:.2f} |")
+                     f"{r['peak_vs_single']:.2f} | {r['tensor_peak_bytes'] / mib:.1f} | "
+                     f"{r['predicted_tensor_peak_bytes'] / mib:.1f} | "
+                     f"{_error(r['predicted_tensor_peak_bytes'], r['tensor_peak_bytes'])} |")
     return "\n".join(lines)
+
+
+def _error(predicted: float, measured: float) -> str:
+    return f"{(predicted - measured) / measured:+.1%}" if measured else "n/a"
 
 
 def report(table: str, rows: list[dict], load_before: tuple, json_path: Path | None) -> None:

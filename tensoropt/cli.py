@@ -13,7 +13,7 @@ import os
 import sys
 from types import ModuleType
 
-COMMANDS = ("plan", "select", "explain", "run", "calibrate", "plot", "ui")
+COMMANDS = ("plan", "select", "explain", "run", "export", "calibrate", "plot", "ui")
 """Command modules, in the order ``--help`` lists them."""
 
 EXIT_ERROR = 1

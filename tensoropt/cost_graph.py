@@ -9,8 +9,10 @@ in bytes (parameters, gradients, optimizer state, saved activations; see
 
 Node attributes added: ``cost``, ``configs`` (labels, index-aligned with the rows),
 ``configurations`` (the :class:`Configuration` objects), ``op``, ``kind``, ``module`` and the
-per-configuration components ``compute_s``, ``comm_s``, ``memory_bytes``, ``buffer_bytes``
-and the parts of ``memory_bytes`` ``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` (the rest
+per-configuration components ``compute_s``, ``comm_s``, ``memory_bytes``, ``buffer_bytes``,
+``step_compute_s`` and ``step_comm_s`` (the parts of ``compute_s`` and ``comm_s`` paid once per step
+whatever the micro-batch count: :mod:`tensoropt.accumulation`) and the parts of ``memory_bytes``
+``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` (the rest
 is saved activations), with ``recompute_bytes`` (rebuilt in backward; a transient) (1-D arrays;
 the part names: :data:`estimators.memory_parts.COST_PARTS`).
 Edge attributes: ``cost`` and the components ``comm_s``, ``memory_bytes``,
@@ -320,7 +322,8 @@ def _add_tied_edges(out: nx.DiGraph, g: nx.DiGraph, model: CostModel, info: Grap
             out.add_edge(u, v, cost=cost, compute_s=zeros, tied=True, tied_params=[key], **comps)
 
 
-_COMPONENTS = ("compute_s", "comm_s", "memory_bytes", "buffer_bytes", *COST_PARTS)
+_COMPONENTS = ("compute_s", "comm_s", "memory_bytes", "buffer_bytes", *COST_PARTS,
+               "step_compute_s", "step_comm_s")
 
 
 def _components(costs: list[Cost]) -> dict[str, np.ndarray]:

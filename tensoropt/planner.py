@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tensoropt.config import Job
 
@@ -77,34 +78,136 @@ def capture_job(job: Job, spec_and_model=None):
     return capture(model, inputs)
 
 
-def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress | None = None) -> Frontier:
+def input_shapes_line(job: Job) -> str:
+    """The job's per-sample input shapes as key paths, and the batch: what a shape error is about.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> input_shapes_line(Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1],
+        ...                       training={"global_batch_size": 4}))
+        'model.input_shape (default), training.global_batch_size 4'
+    """
+    m = job.model
+    parts = [f"model.inputs.{name}.shape {list(spec.get('shape', []))}"
+             for name, spec in (m.inputs or {}).items()]
+    if m.targets:
+        parts.append(f"model.targets.shape {list(m.targets.get('shape', []))}")
+    if not parts:
+        parts.append(f"model.input_shape {list(m.input_shape)}" if m.input_shape
+                     else "model.input_shape (default)")
+    return ", ".join(parts) + f", training.global_batch_size {job.training.global_batch_size}"
+
+
+def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress | None = None,
+                 micro_graph: Callable[[int], object] | None = None,
+                 pipeline_graphs: dict | None = None) -> Frontier:
     """Cost graph, exact frontier and per-plan breakdown for one device count.
 
+    With ``training.micro_batches`` other than 1, each micro-batch count ``m`` is planned on the
+    graph captured at the micro-batch's shapes (:mod:`tensoropt.accumulation` prices its step) and
+    the frontier is the Pareto set over counts and splits together; ``auto`` stops doubling ``m``
+    once a count adds no plan to that set.
+
     Args:
-        graph: the captured OpGraph.
+        graph: the captured OpGraph (the global batch's).
         job: the (resolved) job.
         cluster: the loaded cluster profile.
         num_devices: device count.
         progress: called with the solver's progress (fraction of this device count).
+        micro_graph: ``m -> OpGraph`` captured at global batch ``B / m`` (default: captured here).
+        pipeline_graphs: captures at each micro-batch size, shared across device counts
+            (:func:`plan_pipelines`).
 
     Returns:
         The :class:`Frontier`, plans sorted by time with ids ``d<P>-p<i>``.
     """
-    import frontier as ft
+    from tensoropt.accumulation import micro_batch_counts, pareto_over_counts
 
-    timing: dict[str, float] = {}
+    batch = job.training.global_batch_size
+    setting = job.training.micro_batches
+    try:
+        counts = micro_batch_counts(batch, setting) if batch else [1]
+    except ValueError as e:
+        raise PlanningError(str(e)) from None
+    graph_for = micro_graph or (lambda m: graph if m == 1 else capture_job(micro_batch_job(job, m)))
+    timing = {"cost_graph": 0.0, "solve": 0.0}
+    solved: dict[int, tuple] = {}  # m -> (cost graph, OpGraph)
+    merged: list[tuple[int, object]] = []
+    bound = 0.0
+    for k, m in enumerate(counts):
+        share = (k / len(counts), 1 / len(counts))
+
+        def sub(message, fraction, share=share):
+            if progress is not None:
+                progress(message, share[0] + share[1] * fraction)
+
+        g_m = graph if m == 1 else graph_for(m)
+        G, points, count_bound = _solve_count(g_m, job, cluster, num_devices, m, sub, timing)
+        candidate = pareto_over_counts(merged + [(m, p) for p in points])
+        if setting == "auto" and m > 1 and not any(c == m for c, _ in candidate):
+            break  # this count adds no plan; more micro-batches only slow the step further
+        merged, solved[m], bound = candidate, (G, g_m), max(bound, count_bound)
+    t0 = time.perf_counter()
+    epsilon = job.planner.epsilon
+    if epsilon == "auto":  # a (1+b)-cover of a (1+c)-cover: within (1+b)(1+c) of every exact plan
+        kept, thin_bound = thin_to_count([p for _, p in merged], job.planner.max_plans)
+        bound = (1.0 + thin_bound) * (1.0 + bound) - 1.0
+    else:
+        kept, bound = thin_frontier([p for _, p in merged], split_epsilon(epsilon)), epsilon
+    ids = {id(p) for p in kept}
+    merged = [(m, p) for m, p in merged if id(p) in ids]
+    timing["solve"] += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    units = PlanUnits.of(job, graph, cluster)
+    frontier = frontier_over_counts(solved, merged, batch, num_devices, units)
+    frontier.epsilon_bound = float(bound)
+    timing["breakdown"] = time.perf_counter() - t0
+    frontier.timing_s = timing
+    pipeline_start = time.perf_counter()
+    frontier = plan_pipelines(graph, job, cluster, num_devices, frontier,
+                              {} if pipeline_graphs is None else pipeline_graphs, progress)
+    if frontier.pipeline_search is not None:
+        timing["pipeline"] = time.perf_counter() - pipeline_start
+    return frontier
+
+
+def micro_batch_job(job: Job, micro_batches: int) -> Job:
+    """``job`` with the global batch of one micro-batch (``B / m``): what its micro-batch graph is
+    captured and priced with.
+
+    Example:
+        >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1],
+        ...           training={"global_batch_size": 8, "micro_batches": "auto"})
+        >>> micro_batch_job(job, 4).training.global_batch_size
+        2
+    """
+    import dataclasses
+
+    batch = job.training.global_batch_size // micro_batches
+    training = dataclasses.replace(job.training, global_batch_size=batch, micro_batches=1)
+    return dataclasses.replace(job, training=training)
+
+
+def _solve_count(graph, job: Job, cluster, num_devices: int, micro_batches: int, progress: Progress,
+                 timing: dict[str, float]) -> tuple:
+    """(cost graph, frontier points, proven bound) of one micro-batch count."""
+    import frontier as ft
+    from tensoropt.accumulation import price_micro_batches
+
     start = time.perf_counter()
+    label = _devices(num_devices) + (f", {micro_batches} micro-batches" if micro_batches > 1 else "")
 
     def graph_progress(done, total):
-        if progress is not None:
-            progress(f"cost graph for {_devices(num_devices)}", 0.3 * done / max(1, total))
+        progress(f"cost graph for {label}", 0.3 * done / max(1, total))
 
-    G = job_cost_graph(graph, job, cluster, num_devices, graph_progress)
-    timing["cost_graph"] = time.perf_counter() - start
+    sub_job = job if micro_batches == 1 else micro_batch_job(job, micro_batches)
+    G = job_cost_graph(graph, sub_job, cluster, num_devices, graph_progress)
+    G = price_micro_batches(G, micro_batches)
+    timing["cost_graph"] += time.perf_counter() - start
+    start = time.perf_counter()
 
     def solver_progress(*args):
-        if progress is not None:
-            progress(f"solving {_devices(num_devices)}", 0.3 + 0.7 * _fraction(args))
+        progress(f"solving {label}", 0.3 + 0.7 * _fraction(args))
 
     epsilon = job.planner.epsilon
     if epsilon == "auto":  # exact on small problems; large eliminations boxed, bound tracked
@@ -119,16 +222,170 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     except ft.SolverMemoryError as e:
         hint = "" if job.planner.hierarchical_for(num_devices) else " (or planner.space: hierarchical)"
         raise PlanningError(f"solving the frontier for {num_devices} devices: {e}{hint}") from None
-    if epsilon == "auto":  # a (1+b)-cover of a (1+c)-cover: within (1+b)(1+c) of every exact plan
-        points, bound = thin_to_count(points, job.planner.max_plans)
-        bound = (1.0 + bound) * (1.0 + report.bound) - 1.0
-    else:
-        points, bound = thin_frontier(points, split_epsilon(epsilon)), epsilon
-    timing["solve"] = time.perf_counter() - start - timing["cost_graph"]
-    frontier = frontier_from_points(G, graph, points, job.training.global_batch_size)
-    frontier.epsilon_bound = float(bound)
-    timing["breakdown"] = time.perf_counter() - start - timing["cost_graph"] - timing["solve"]
-    frontier.timing_s = timing
+    timing["solve"] += time.perf_counter() - start
+    return G, points, (report.bound if epsilon == "auto" else 0.0)
+
+
+#: Plans kept per stage frontier (a proven cover, :func:`thin_to_count`) before the DP across stages.
+PIPELINE_STAGE_PLANS = 12
+
+
+def auto_micro_batches(num_stages: int, batch_size: int) -> int | None:
+    """``planner.pipeline: auto``'s micro-batch count: the least divisor of the batch >= ``2 p`` (a
+    bubble of at most (p - 1) / 2p), else the largest one >= ``p`` (1F1B's minimum), else None.
+
+    Example:
+        >>> auto_micro_batches(4, 64), auto_micro_batches(4, 4), auto_micro_batches(8, 4)
+        (8, 4, None)
+    """
+    divisors = [m for m in range(1, batch_size + 1) if batch_size % m == 0]
+    wide = [m for m in divisors if m >= 2 * num_stages]
+    if wide:
+        return wide[0]
+    enough = [m for m in divisors if m >= num_stages]
+    return enough[-1] if enough else None
+
+
+def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) -> list[tuple[int, str, int]]:
+    """The (stages, schedule, micro-batches) ``planner.pipeline`` asks for on ``num_devices``.
+
+    ``off`` (the default): none. ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B,
+    all with the micro-batch count :func:`auto_micro_batches` gives the most stages (one capture
+    at one micro-batch size), only beyond one node or when no plan without a pipeline fits the
+    budget. A mapping: every combination, each checked (:func:`tensoropt.pipeline.schedules.check_pipeline`).
+
+    Raises:
+        PlanningError: an explicit request that cannot run (stage count, micro-batches).
+
+    Example:
+        >>> job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "h100-4x8-ib", "devices": [16],
+        ...                      "training": {"global_batch_size": 64},
+        ...                      "planner": {"pipeline": "auto"}})
+        >>> from estimators.profiles import load_cluster
+        >>> pipeline_candidates(job, 16, load_cluster("h100-4x8-ib"), True)
+        [(2, '1F1B', 16), (4, '1F1B', 16), (8, '1F1B', 16)]
+    """
+    from tensoropt.pipeline.schedules import PipelineError, check_pipeline
+
+    setting, batch = job.planner.pipeline, job.training.global_batch_size
+    if setting == "off" or batch is None:
+        return []
+    if setting == "auto":
+        if num_devices <= cluster.devices_per_node and fits_budget:
+            return []
+        stages = [p for p in (2, 4, 8) if num_devices % p == 0 and auto_micro_batches(p, batch)]
+        if not stages:
+            return []
+        m = auto_micro_batches(max(stages), batch)  # one micro-batch size: one capture for all
+        return [(p, "1F1B", m) for p in stages]
+    out = []
+    for p in setting["stages"]:
+        for schedule in setting["schedules"]:
+            for m in setting["micro_batches"] or [auto_micro_batches(p, batch) or p]:
+                try:
+                    check_pipeline(schedule, p, m, num_devices, batch)
+                except PipelineError as e:
+                    raise PlanningError(f"{_devices(num_devices)}: {e}") from None
+                out.append((p, schedule, m))
+    return out
+
+
+def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontier, graphs: dict,
+                   progress: Progress | None = None) -> Frontier:
+    """Add the pipelined plans ``planner.pipeline`` asks for to ``frontier`` (issue 27).
+
+    For each candidate (:func:`pipeline_candidates`) the model is captured at the micro-batch size
+    (once per size, kept in ``graphs``), priced on ``num_devices / p`` devices, each stage's
+    frontier solved (:class:`tensoropt.pipeline.search.StageSolver`) and the stages combined by the
+    exact DP (:func:`tensoropt.pipeline.search.pipelined_frontier`). The result is the Pareto set
+    of the plans without a pipeline and the pipelined ones, by time, renumbered.
+
+    Raises:
+        PlanningError: an explicit request that cannot be planned (the field and the fix named).
+
+    Example:
+        >>> job = Job.from_dict({"model": {"name": "gpt", "kwargs": {"layers": 2, "width": 32, "heads": 2,
+        ...     "seq_len": 8, "vocab_size": 64}}, "cluster": "cpu-local", "devices": [2],
+        ...     "training": {"global_batch_size": 4}, "planner": {"pipeline": {"stages": [2]}}})
+        >>> ff = plan_job(job)
+        >>> any(p.pipeline for p in ff.frontiers[0].plans), ff.frontiers[0].pipeline_search["candidates"]
+        (True, [[2, '1F1B', 4]])
+    """
+
+    import frontier as ft
+    from frontier.pareto import pareto_select
+    from tensoropt.pipeline.schedules import PipelineError
+    from tensoropt.pipeline.search import StageSolver, pipelined_frontier, to_plan
+    from tensoropt.pipeline.stages import find_blocks
+
+    budget = job.memory_budget
+    fits = budget is None or any(p.memory_bytes <= budget for p in frontier.plans)
+    candidates = pipeline_candidates(job, num_devices, cluster, fits)
+    if not candidates:
+        return frontier
+    explicit = isinstance(job.planner.pipeline, dict)
+    batch = job.training.global_batch_size
+    stage_bound = 0.0
+
+    def solve(H):
+        nonlocal stage_bound
+        report = ft.SolveReport()
+        points = ft.solve(H, report=report, step_epsilon=AUTO_STEP_EPSILON,
+                          box_min_candidates=AUTO_BOX_MIN_CANDIDATES)
+        points, bound = thin_to_count(points, PIPELINE_STAGE_PLANS)
+        stage_bound = max(stage_bound, (1.0 + bound) * (1.0 + report.bound) - 1.0)
+        return points
+
+    plans, configurations, tried, solves = [], {}, [], 0
+    for p, schedule, m in candidates:
+        if progress is not None:
+            progress(f"{_devices(num_devices)}: pipeline of {p} stages, {m} micro-batches ({schedule})", 1.0)
+        if m not in graphs:
+            job_m = micro_batch_job(job, m)
+            graph_m = capture_job(job_m) if m > 1 else graph
+            try:
+                blocks = find_blocks(graph_m)
+            except PipelineError as e:
+                if explicit:
+                    raise PlanningError(str(e)) from None
+                return frontier
+            graphs[m] = (job_m, graph_m, blocks, {})
+        job_m, graph_m, blocks, solvers = graphs[m]
+        if blocks.count < p:
+            if explicit:
+                raise PlanningError(f"planner.pipeline.stages: {p} stages but the model has "
+                                    f"{blocks.count} blocks "
+                                    f"(embedding, {blocks.container}.*, head)")
+            continue
+        key = (num_devices // p, m)
+        if key not in solvers:
+            G = job_cost_graph(graph_m, job_m, cluster, num_devices // p)
+            solvers[key] = StageSolver(G, graph_m, blocks, m, solve)
+        solver = solvers[key]
+        before = solver.solves
+        found, _ = pipelined_frontier(solver, p, schedule)
+        solves += solver.solves - before
+        tried.append([p, schedule, m])
+        for pp in found:
+            plan, configs = to_plan(pp, solver, num_devices, batch)
+            plans.append(plan)
+            for n, c in configs.items():
+                configurations.setdefault(n, {}).update(c)
+    unpiped = frontier.plans
+    merged = unpiped + plans
+    keep = pareto_select([[q.time_s, q.memory_bytes] for q in merged]) if merged else []
+    merged = sorted((merged[i] for i in keep), key=lambda q: (q.time_s, q.memory_bytes))
+    for i, q in enumerate(merged):
+        q.id = plan_id(num_devices, i)
+    for n, c in configurations.items():
+        frontier.configurations.setdefault(n, {}).update(c)
+    frontier.plans = merged
+    frontier.pipeline_search = {
+        "candidates": tried, "stage_solves": solves, "stage_bound": stage_bound,
+        "unpipelined_fastest_s": min((q.time_s for q in unpiped), default=None),
+        "unpipelined_leanest_bytes": min((q.memory_bytes for q in unpiped), default=None),
+        "pipelined_plans": sum(1 for q in merged if q.pipeline),
+    }
     return frontier
 
 
@@ -250,7 +507,8 @@ def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:
     """Turn solver points into plans (ids, labels, summary, breakdown) and record their configurations.
 
     Args:
-        G: the cost graph the points were solved on (``mesh``, ``configs``, ``configurations``).
+        G: the cost graph the points were solved on (``mesh``, ``configs``, ``configurations``;
+            ``micro_batches`` when :func:`tensoropt.accumulation.price_micro_batches` priced it).
         graph: the OpGraph (kinds and modules for the summary).
         points: ``frontier.solve``'s points, sorted by time.
         global_batch_size: for the throughput.
@@ -258,10 +516,67 @@ def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:
     Returns:
         The :class:`Frontier` of ``G.graph["num_devices"]`` devices.
     """
-    num_devices = G.graph["mesh"].num_devices
+    m = int(G.graph.get("micro_batches", 1))
+    return frontier_over_counts({m: (G, graph)}, [(m, p) for p in points], global_batch_size,
+                                G.graph["mesh"].num_devices)
+
+
+@dataclass(frozen=True)
+class PlanUnits:
+    """What turns a plan's step time into the user's units: tokens per sample (token inputs only),
+    the step's training FLOPs and one device's peak FLOP/s in the compute dtype.
+
+    Example:
+        >>> units = PlanUnits(tokens_per_sample=1024, step_flops=6e12, peak_flops=1e12)
+        >>> units.tokens_per_s_per_device(8, 2.0, 4), units.mfu(2.0, 4)
+        (1024.0, 0.75)
+    """
+
+    tokens_per_sample: int | None = None
+    step_flops: float | None = None
+    peak_flops: float | None = None
+
+    @staticmethod
+    def of(job: Job, graph, cluster) -> PlanUnits:
+        """The units of ``job``'s (resolved) model on ``cluster``; ``graph`` is the global batch's."""
+        from tensoropt.job_model import tokens_per_sample
+        from tensoropt.precision import get_precision
+
+        flops = 3.0 * sum(float(d.get("flops", 0)) for _, d in graph.nx.nodes(data=True))
+        peak = cluster.device.peak_flops(get_precision(job.training.precision).compute_dtype)
+        return PlanUnits(tokens_per_sample(job), flops or None, peak or None)
+
+    def tokens_per_s_per_device(self, global_batch_size: int, time_s: float, devices: int) -> float | None:
+        """Tokens per second per device (None without token inputs)."""
+        if not self.tokens_per_sample or not global_batch_size or time_s <= 0:
+            return None
+        return global_batch_size * self.tokens_per_sample / time_s / devices
+
+    def mfu(self, time_s: float, devices: int) -> float | None:
+        """The predicted model FLOPs utilisation of a step of ``time_s`` on ``devices``."""
+        if not self.step_flops or not self.peak_flops or time_s <= 0:
+            return None
+        return self.step_flops / time_s / (devices * self.peak_flops)
+
+
+def frontier_over_counts(solved: dict, points: list, global_batch_size: int, num_devices: int,
+                         units: PlanUnits | None = None) -> Frontier:
+    """Plans of ``(micro_batches, point)`` pairs, each read on its count's cost graph.
+
+    Args:
+        solved: micro-batch count -> (its cost graph, its OpGraph).
+        points: ``(count, solver point)`` sorted by time (:func:`tensoropt.accumulation.pareto_over_counts`).
+        global_batch_size: samples per step (the throughput).
+        num_devices: the device count.
+        units: tokens per sample and FLOPs for tokens/s per device and the predicted MFU.
+    """
+    units = units or PlanUnits()
     plans = []
     configurations: dict[str, dict[str, dict]] = {}
-    for i, point in enumerate(points):
+    mesh = None
+    for i, (m, point) in enumerate(points):
+        G, graph = solved[m]
+        mesh = G.graph["mesh"]
         ops = {n: G.nodes[n]["configs"][c] for n, c in point.assignment.items()}
         for n, c in point.assignment.items():
             seen = configurations.setdefault(n, {})
@@ -272,9 +587,13 @@ def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:
         plans.append(Plan(
             id=plan_id(num_devices, i), time_s=time_s, memory_bytes=float(round(memory_bytes)), ops=ops,
             summary=plan_summary(graph, ops), layers=layers, redistributions=redistributions,
-            throughput_samples_per_s=global_batch_size / time_s if time_s > 0 else None,
+            throughput_samples_per_s=global_batch_size / time_s if time_s > 0 else None, micro_batches=m,
+            tokens_per_s_per_device=units.tokens_per_s_per_device(global_batch_size, time_s, num_devices),
+            mfu=units.mfu(time_s, num_devices),
         ))
-    return Frontier(devices=num_devices, mesh=G.graph["mesh"], plans=plans, configurations=configurations)
+    if mesh is None:
+        mesh = next(iter(solved.values()))[0].graph["mesh"]
+    return Frontier(devices=num_devices, mesh=mesh, plans=plans, configurations=configurations)
 
 
 def _fraction(args: tuple) -> float:
@@ -325,15 +644,26 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
             cause = cause.__cause__ or cause.__context__
         if cause is not None:  # the job's model contract is broken: say which key, not export's advice
             raise PlanningError(str(cause)) from None
+        if getattr(e, "kind", None) in ("size", "shapes"):  # the job's shapes are the cause: name them
+            raise PlanningError(f"{input_shapes_line(job)}: capture of model "
+                                f"{job.model.name or job.model.factory!r}: {e}") from None
         raise PlanningError(f"capture of model {job.model.name or job.model.factory!r}: {e}") from e
     try:  # an op without a kernel or a backward: say so now, not in every worker
         check_runnable(graph.program, cluster.device.kind)
     except UnrunnableOpError as e:
         raise PlanningError(f"model {job.model.name or job.model.factory!r}: {e}") from None
     capture_s = time.perf_counter() - start
+    micro_graphs: dict[int, object] = {1: graph}
+
+    def micro_graph(m: int):  # captured once per count, shared by every device count
+        if m not in micro_graphs:
+            micro_graphs[m] = capture_job(micro_batch_job(job, m), (model, spec))
+        return micro_graphs[m]
+
     weights = [d * d for d in job.devices]  # solve time grows with the device count
     done, total = 0.05, sum(weights)
     frontiers = []
+    pipeline_graphs: dict = {}
     with frozen_heap():  # the model, its graph and torch live to the end: collections skip them
         for d, w in zip(job.devices, weights):
 
@@ -341,7 +671,7 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
                 report(message, base + width * fraction)
 
             sub(f"cost graph for {_devices(d)}", 0.0)
-            frontiers.append(plan_devices(graph, job, cluster, d, sub))
+            frontiers.append(plan_devices(graph, job, cluster, d, sub, micro_graph, pipeline_graphs))
             done += 0.95 * w / total
             report(f"{_devices(d)}: {len(frontiers[-1].plans)} plans", done)
     from tensoropt.capture.fingerprint import fingerprint

@@ -5,7 +5,8 @@
     {"version": 1, "job": {...the resolved job...},
      "frontiers": [{"devices": 8, "mesh": [2, 2, 2], "mesh_levels": ["gpu", "gpu", "gpu"],
                     "plans": [{"id": "d8-p0", "time_s": 0.123, "memory_bytes": 123456,
-                               "throughput_samples_per_s": 520.3,
+                               "micro_batches": 1, "throughput_samples_per_s": 520.3,
+                               "tokens_per_s_per_device": 8324.8, "mfu": 0.41,
                                "ops": {"<node>": "<configuration label>", ...},
                                "summary": "conv: batch=8; fc: out=8",
                                "layers": [{"node", "op", "module", "config", "compute_s", "comm_s",
@@ -165,16 +166,43 @@ class Plan:
     """Redistributions between operators that cost something."""
     throughput_samples_per_s: float | None = None
     """global_batch_size / time_s."""
+    micro_batches: int = 1
+    """Micro-batches per step (gradient accumulation; ``training.micro_batches``): the step runs
+    the plan's program on ``global_batch_size / micro_batches`` samples that many times, then
+    synchronises the gradients it can defer and steps the optimizer once. ``memory_bytes`` holds one
+    micro-batch's activations; ``time_s`` is the whole step."""
+    tokens_per_s_per_device: float | None = None
+    """For token inputs: ``global_batch_size x tokens per sample / time_s / devices``."""
+    mfu: float | None = None
+    """Predicted model FLOPs utilisation: the step's training FLOPs (3 x the graph's forward FLOPs)
+    / ``time_s`` / (devices x the device's peak FLOP/s in the compute dtype)."""
+
+    pipeline: dict | None = None
+    """None, or ``{"stages": p, "schedule": "1F1B", "micro_batches": m, "blocks": [[first, last], ...]}``
+    (issue 27's contract; ``blocks`` index :attr:`pipeline_detail`'s block names)."""
+    pipeline_detail: dict | None = None
+    """For a pipelined plan: ``bubble_fraction``, ``stage_mesh``/``stage_mesh_levels`` (each stage's
+    mesh; ``ops`` labels are prefixed ``pp<p>:``), ``block_names`` and ``stages`` (per stage its
+    blocks, device range, in-flight micro-batches, time per micro-batch, once-per-step time, memory)."""
 
     def to_json(self) -> dict:
-        """JSON form (the frontier.json plan entry)."""
-        out: dict[str, Any] = {"id": self.id, "time_s": self.time_s, "memory_bytes": self.memory_bytes}
+        """JSON form (the frontier.json plan entry; ``micro_batches`` and ``pipeline`` always written,
+        ``pipeline`` null when not pipelined)."""
+        out: dict[str, Any] = {"id": self.id, "time_s": self.time_s, "memory_bytes": self.memory_bytes,
+                               "micro_batches": self.micro_batches}
         if self.throughput_samples_per_s is not None:
             out["throughput_samples_per_s"] = self.throughput_samples_per_s
+        if self.tokens_per_s_per_device is not None:
+            out["tokens_per_s_per_device"] = self.tokens_per_s_per_device
+        if self.mfu is not None:
+            out["mfu"] = self.mfu
         out["summary"] = self.summary
         out["ops"] = dict(self.ops)
         out["layers"] = [layer.to_json() for layer in self.layers]
         out["redistributions"] = [r.to_json() for r in self.redistributions]
+        out["pipeline"] = self.pipeline
+        if self.pipeline_detail is not None:
+            out["pipeline_detail"] = self.pipeline_detail
         return out
 
     @staticmethod
@@ -186,6 +214,9 @@ class Plan:
             layers=[Layer.from_json(x) for x in data.get("layers", [])],
             redistributions=[Redistribution.from_json(x) for x in data.get("redistributions", [])],
             throughput_samples_per_s=data.get("throughput_samples_per_s"),
+            micro_batches=int(data.get("micro_batches", 1)),
+            tokens_per_s_per_device=data.get("tokens_per_s_per_device"), mfu=data.get("mfu"),
+            pipeline=data.get("pipeline"), pipeline_detail=data.get("pipeline_detail"),
         )
 
 
@@ -212,6 +243,10 @@ class Frontier:
     epsilon_bound: float | None = None
     """Proven bound: every exact Pareto-optimal plan is within a factor ``1 + epsilon_bound`` in
     time and in memory of a listed plan (0: the exact frontier; None: not recorded)."""
+    pipeline_search: dict | None = None
+    """When pipelines were searched (issue 27): the (stages, schedule, micro_batches) tried, stage
+    solves, the best plans without a pipeline (``unpipelined_fastest_s``, ``unpipelined_leanest_bytes``)
+    and the stage covers' bound (``stage_bound``)."""
 
     def to_json(self) -> dict:
         """JSON form (an entry of frontier.json's "frontiers")."""
@@ -221,6 +256,8 @@ class Frontier:
             out["timing_s"] = dict(self.timing_s)
         if self.epsilon_bound is not None:
             out["epsilon_bound"] = self.epsilon_bound
+        if self.pipeline_search is not None:
+            out["pipeline_search"] = self.pipeline_search
         out["plans"] = [p.to_json() for p in self.plans]
         out["configurations"] = self.configurations
         return out
@@ -232,7 +269,7 @@ class Frontier:
             devices=int(data["devices"]), mesh=_mesh_of(data),
             plans=[Plan.from_json(p) for p in data["plans"]],
             configurations=data.get("configurations", {}), timing_s=dict(data.get("timing_s", {})),
-            epsilon_bound=data.get("epsilon_bound"),
+            epsilon_bound=data.get("epsilon_bound"), pipeline_search=data.get("pipeline_search"),
         )
 
     def configuration(self, node: str, label: str) -> Configuration:
@@ -400,7 +437,8 @@ def plan_file_text(frontier_json: dict, plan_id: str) -> str:
                     raise PlanFileError(f"plan {plan_id}: no configuration {label!r} recorded for node "
                                         f"{node!r} in the frontier's 'configurations'") from None
             out = {"version": frontier_json.get("version", SCHEMA_VERSION), **plan,
-                   "devices": frontier["devices"], "mesh": _mesh_of(frontier).to_json(),
+                   "pipeline": plan.get("pipeline"), "devices": frontier["devices"],
+                   "mesh": _mesh_of(frontier).to_json(),
                    "placements": placements, "job": frontier_json.get("job", {})}
             if frontier_json.get("graph") is not None:  # the plan stays bound to its graph
                 out["graph"] = frontier_json["graph"]

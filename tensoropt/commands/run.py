@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from tensoropt.commands import CommandError, command_parser
@@ -59,6 +60,7 @@ def run(args) -> int:
     from tensoropt.executor.spec import TrainSpec
     from tensoropt.launch import launch_workers
     from tensoropt.planner import PlanningError
+    from tensoropt.training.checks import trainer_keys
 
     problem = elastic.check_run_arguments(args)
     if problem:
@@ -78,10 +80,18 @@ def run(args) -> int:
     plan = None
     if "select" not in entry:
         plan = _load_plan(args) if args.plan else _select(args, job, nnodes)
+        if plan.get("pipeline"):  # issue 27: planned, not yet run
+            raise CommandError(f"plan {plan.get('id')} is pipelined ({plan['pipeline']['stages']} stages, "
+                               f"{plan['pipeline']['schedule']}); tensoropt run does not run pipelines yet: "
+                               "select a plan whose \"pipeline\" is null, or plan with planner.pipeline: off")
         entry["plan"] = plan
         _check_plan_graph(args, spec, plan)
+    _check_training_keys(args, spec, plan)
     nproc = _nproc(args, plan, nnodes)
     executor = _executor(args, job)
+    trainer = trainer_keys(job, plan)
+    if trainer:
+        return _run_trainer(args, job, spec, plan, nproc, executor, trainer)
     if args.metrics:
         entry["metrics"] = str(Path(args.metrics).resolve())
     config = {"spec": spec.to_json(), "steps": spec.steps, "runs": [entry], "executor": executor}
@@ -115,6 +125,15 @@ def format_metrics(metrics: dict) -> str:
         ...     "measured": {"time_s": 0.01, "memory_bytes": 2**20, "peak_bytes": 2**21 * 1.1}})
         >>> print(lines.splitlines()[-1])
         peak per process predicted 2.00 MiB, measured 2.20 MiB (+10%)
+
+        and the high-water mark of live tensor bytes (``measured.peak_tensor_bytes``), which no
+        allocator setting changes, beside the memory model's figure without the runtime's own memory:
+
+        >>> print(format_metrics({"plan_id": "d2-p0", "devices": 2, "steps": [],
+        ...     "predicted": {"time_s": 0.01, "memory_bytes": 2**20, "peak_tensor_bytes": 2**21},
+        ...     "measured": {"time_s": 0.01, "memory_bytes": 2**20, "peak_tensor_bytes": 2**21 * 0.95}}
+        ...     ).splitlines()[-1])
+        peak tensor bytes predicted 2.00 MiB, measured 1.90 MiB (-5%)
     """
     pred, meas = metrics.get("predicted", {}), metrics.get("measured", {})
 
@@ -135,6 +154,12 @@ def format_metrics(metrics: dict) -> str:
                      + (f"{predicted_peak / 2**20:.2f} MiB" if predicted_peak is not None else "n/a")
                      + f", measured {meas['peak_bytes'] / 2**20:.2f} MiB"
                      + rel(meas["peak_bytes"], predicted_peak))
+    if meas.get("peak_tensor_bytes"):  # live tensor storage at its high-water mark (no allocator in it)
+        predicted_tensors = pred.get("peak_tensor_bytes")
+        lines.append("peak tensor bytes predicted "
+                     + (f"{predicted_tensors / 2**20:.2f} MiB" if predicted_tensors is not None else "n/a")
+                     + f", measured {meas['peak_tensor_bytes'] / 2**20:.2f} MiB"
+                     + rel(meas["peak_tensor_bytes"], predicted_tensors))
     return "\n".join(lines)
 
 
@@ -217,6 +242,49 @@ def _check_plan_graph(args, spec, plan: dict) -> None:
         raise CommandError(f"{args.job}: capturing the model to check the plan: {e}") from None
     for warning in warnings:
         print(f"tensoropt run: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def _run_trainer(args, job, spec, plan: dict | None, nproc: int, executor: dict, keys: list[str]) -> int:
+    """Train with the trainer's loop (:mod:`tensoropt.training.loop`): the job sets trainer keys."""
+    from tensoropt import elastic
+    from tensoropt.launch import launch_module
+
+    if plan is None:
+        raise CommandError(f"{args.job}: the trainer keys ({', '.join(keys)}) run with a fixed --plan, not "
+                           "--elastic, for now; give --plan or drop those keys")
+    out_dir = Path(args.metrics).resolve().parent if args.metrics else Path("out") / Path(args.job).stem
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run = {"job": spec.job, "plan": plan, "out_dir": str(out_dir), "steps": spec.steps,
+           "mode": executor.get("mode", "replay"), "checkpoint_every": args.checkpoint_every,
+           "checkpoint_dir": str(Path(args.checkpoint_dir).resolve()) if args.checkpoint_dir else None}
+    print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc} process(es), plan {plan['id']} "
+          f"({plan.get('micro_batches', 1)} micro-batches; trainer keys: {', '.join(keys)})", flush=True)
+    with tempfile.TemporaryDirectory(prefix="tensoropt-train-") as tmp:
+        path = Path(tmp) / "run.json"
+        path.write_text(json.dumps(run))
+        rc = launch_module("tensoropt.training.loop", [str(path)],
+                           elastic.launch_options(args, nproc, spec.to_json(), args.timeout_s))
+    if rc != 0:
+        print(f"tensoropt run: the workers failed (exit code {rc}); see the messages above", file=sys.stderr)
+        return rc
+    jsonl = Path(job.metrics.jsonl) if job.metrics.jsonl else out_dir / "metrics.jsonl"
+    print(f"tensoropt run: metrics in {jsonl}")
+    return 0
+
+
+def _check_training_keys(args, spec, plan: dict | None) -> None:
+    """Refuse, before any worker starts, trainer keys the model or the plan cannot honour
+    (:func:`tensoropt.training.checks.launch_problems`: no_decay words, the TensorBoard directory,
+    the plan's micro-batches)."""
+    from tensoropt.config import Job
+    from tensoropt.job_model import build_job_model
+    from tensoropt.training.checks import launch_problems
+
+    job = Job.from_dict(spec.job, args.job)
+    names = [n for n, _ in build_job_model(job, "meta")[0].named_parameters()] if job.optimizer else []
+    problems = launch_problems(job, names, plan)
+    if problems:
+        raise CommandError(f"{args.job}: " + problems[0])
 
 
 def _nproc(args, plan: dict | None, nnodes: int) -> int:

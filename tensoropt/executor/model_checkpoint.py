@@ -4,6 +4,9 @@ Three formats, chosen by the path:
 
 * a directory: a torch distributed checkpoint (DCP), keys as in the model's state dict, or
   ``model.<key>`` as ``tensoropt run --checkpoint-dir`` writes them; each tensor is read alone;
+  or a HuggingFace ``save_pretrained`` directory (``model.safetensors``, sharded
+  ``model-0000x-of-0000y.safetensors`` with their index, or ``pytorch_model.bin``), whose keys
+  are the user model's (a job's training step's ``model.`` prefix is matched without it);
 * ``*.safetensors``: read one tensor at a time (``safetensors.safe_open``);
 * anything else: a ``torch.save`` of a state dict (or of ``{"state_dict": ...}`` / ``{"model": ...}``),
   opened with ``mmap=True`` so only the tensor being read is paged in.
@@ -87,7 +90,10 @@ def _reader(path: str) -> Iterator[Reader]:
     if not p.exists():
         raise ValueError(f"model.checkpoint: {path} does not exist (a state-dict file, a .safetensors file "
                          "or a distributed-checkpoint directory)")
-    if p.is_dir():
+    if p.is_dir() and not (p / ".metadata").exists() and _pretrained_files(p):
+        with _pretrained_reader(p) as read:
+            yield read
+    elif p.is_dir():
         yield _dcp_reader(p)
     elif p.suffix == ".safetensors":
         from safetensors import safe_open
@@ -103,6 +109,48 @@ def _reader(path: str) -> Iterator[Reader]:
         if not isinstance(data, dict):
             raise ValueError(f"model.checkpoint {path}: holds a {type(data).__name__}, not a state dict")
         yield _checked(path, lambda k: data[k].clone() if k in data else None)
+
+
+def _pretrained_files(directory: Path) -> list[Path]:
+    """The weight files of a ``save_pretrained`` directory (empty: it is not one)."""
+    index = directory / "model.safetensors.index.json"
+    if index.exists():
+        import json
+
+        names = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+        return [directory / n for n in names]
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (directory / name).exists():
+            return [directory / name]
+    return []
+
+
+@contextmanager
+def _pretrained_reader(directory: Path) -> Iterator[Reader]:
+    """A reader over a ``save_pretrained`` directory's files, one tensor at a time."""
+    from contextlib import ExitStack
+
+    files = _pretrained_files(directory)
+    with ExitStack() as stack:
+        where: dict[str, object] = {}
+        for f in files:
+            if f.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                handle = stack.enter_context(safe_open(str(f), framework="pt", device="cpu"))
+                where.update(dict.fromkeys(handle.keys(), handle))
+            else:
+                data = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
+                where.update({k: data for k in data})
+
+        def get(key: str) -> torch.Tensor | None:
+            for name in (key, key.removeprefix("model.")):  # a job's training step wraps the model
+                source = where.get(name)
+                if source is not None:
+                    return source[name].clone() if isinstance(source, dict) else source.get_tensor(name)
+            return None
+
+        yield _checked(str(directory), get)
 
 
 def _checked(path: str, get: Callable[[str], torch.Tensor | None]) -> Reader:

@@ -157,7 +157,7 @@ def load_model_code(spec, device: torch.device) -> None:
     _exported(spec, build_skeleton(spec), device)
 
 
-def predicted_peak_bytes(trainer) -> int | None:
+def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
     """The memory model's peak for this process of ``trainer``'s run (None without a predicted memory).
 
     The plan's predicted ``memory_bytes``, plus backward's activation gradients (twice the largest
@@ -167,7 +167,9 @@ def predicted_peak_bytes(trainer) -> int | None:
     device profile's ``runtime_overhead_bytes`` and ``bytes_per_program_node`` times the replayed
     program's node count as traced (:func:`traced_nodes`; the job's cluster; 0 without a job):
     :func:`estimators.peak.predicted_peak_bytes`. The parameter, gradient and optimizer-state bytes
-    are this rank's local storages, which the plan's shard shapes fix.
+    are this rank's local storages, which the plan's shard shapes fix. ``runtime=False``: without the
+    runtime's own memory (no ``runtime_overhead_bytes``, no program bytes), the figure to compare
+    with ``measured.peak_tensor_bytes`` (:mod:`tensoropt.executor.tensor_peak`).
 
     Example:
         >>> predicted_peak_bytes(trainer)  # needs a Trainer on a process group  # doctest: +SKIP
@@ -184,7 +186,7 @@ def predicted_peak_bytes(trainer) -> int | None:
     sizes = [t.numel() * t.element_size() for t in stepped] or [0]
     overhead = per_node = 0
     job = trainer.spec.job or {}
-    if job.get("cluster"):
+    if job.get("cluster") and runtime:
         from estimators.profiles import load_cluster
 
         device = load_cluster(job["cluster"]).device

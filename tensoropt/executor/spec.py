@@ -15,7 +15,7 @@ from tensoropt.config import BATCH_NORM_MODES
 from tensoropt.executor.data import _DTYPES, BatchSource, InputSpec, load_factory
 from tensoropt.precision import get_precision
 
-OPTIMIZERS = ("sgd", "momentum", "adamw")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,8 @@ class TrainSpec:
             return torch.optim.SGD(params, lr=self.lr)
         if self.optimizer == "momentum":
             return torch.optim.SGD(params, lr=self.lr, momentum=0.9)
+        if self.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.lr)
         return torch.optim.AdamW(params, lr=self.lr)
 
     def to_json(self) -> dict:

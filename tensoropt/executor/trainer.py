@@ -31,6 +31,7 @@ from tensoropt.executor.plan import ExecPlan, check_plan_graph
 from tensoropt.executor.program import lazy_views
 from tensoropt.executor.replay import MODES, ReplayProgram
 from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.tensor_peak import TensorPeak
 from tensoropt.executor.zero import ShardedState
 
 
@@ -46,6 +47,10 @@ class RunResult:
     peak_bytes: int = 0
     """Peak memory of the training loop above the level before the model was built, maximum over
     ranks (:mod:`tensoropt.executor.peak_memory`: CUDA allocator, or resident set on the CPU)."""
+    peak_tensor_bytes: int = 0
+    """The most bytes of tensor storage alive at once during the first step (the persistent state
+    included), maximum over ranks (:mod:`tensoropt.executor.tensor_peak`): no allocator setting
+    changes it."""
 
     @property
     def median_time_s(self) -> float:
@@ -281,6 +286,16 @@ class Trainer:
         opt_bytes = storage_bytes(optimizer_state_tensors(self.optimizer))
         return storage_bytes(self.params.values()) + self.grad_bytes + opt_bytes
 
+    def resident_tensor_bytes(self) -> int:
+        """Local bytes of the tensors a step starts with: parameters (and the optimizer's shards of
+        them), gradients still held, buffers, constants and optimizer state (each storage once)."""
+        tensors = [*self.params.values(), *self.buffers.values(),
+                   *(v for v in self.constants.values() if isinstance(v, torch.Tensor)),
+                   *(p for group in self.optimizer.param_groups for p in group["params"]),
+                   *(p.grad for p in self.params.values() if p.grad is not None),
+                   *optimizer_state_tensors(self.optimizer)]
+        return storage_bytes(tensors)
+
     def train(self, steps: int, start_step: int = 0, after_step=None) -> RunResult:
         """Train ``steps`` steps from global step ``start_step``; measure time and memory.
 
@@ -293,7 +308,11 @@ class Trainer:
         peak_act = 0
         self.memory_peak.start()
         for step in range(start_step, start_step + steps):
-            loss, time_s, act = self.step(step, measure_memory=step == start_step)
+            first = step == start_step
+            with TensorPeak(self.resident_tensor_bytes()) if first else contextlib.nullcontext() as tensors:
+                loss, time_s, act = self.step(step, measure_memory=first)
+            if first:
+                result.peak_tensor_bytes = tensors.peak_bytes
             peak_act = max(peak_act, act or 0)
             result.steps.append({"step": step, "loss": loss, "time_s": time_s})
             if after_step is not None:
@@ -301,6 +320,7 @@ class Trainer:
         peak_bytes = self.memory_peak.read()
         result.memory_bytes = _max_over_ranks(self.state_bytes() + peak_act)
         result.peak_bytes = _max_over_ranks(peak_bytes)
+        result.peak_tensor_bytes = _max_over_ranks(result.peak_tensor_bytes)
         return result
 
     def checkpoint_params(self) -> dict[str, torch.Tensor]:

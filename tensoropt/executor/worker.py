@@ -65,29 +65,36 @@ def end_process_group() -> None:
         dist.destroy_process_group()
 
 
-def metrics_json(result: RunResult, plan: ExecPlan, predicted_peak_bytes: int | None = None) -> dict:
+def metrics_json(result: RunResult, plan: ExecPlan, predicted_peak_bytes: int | None = None,
+                 predicted_peak_tensor_bytes: int | None = None) -> dict:
     """The metrics document of issue 6.
 
     Example:
         >>> r = RunResult("d1-p0", 1, [{"step": 0, "loss": 2.3, "time_s": 0.1}], 1000, peak_bytes=1500)
         >>> metrics_json(r, ExecPlan.from_json({"mesh": {"shape": [], "levels": []}, "placements": {},
         ...     "time_s": 0.09, "memory_bytes": 990}))["measured"]
-        {'time_s': 0.1, 'memory_bytes': 1000, 'peak_bytes': 1500}
+        {'time_s': 0.1, 'memory_bytes': 1000, 'peak_bytes': 1500, 'peak_tensor_bytes': 0}
 
     ``measured.memory_bytes`` adds up the storages the plan owns (parameters, gradients, optimizer
     state, saved activations); ``measured.peak_bytes`` is the peak the process really spent in
     the training loop (:mod:`tensoropt.executor.peak_memory`), both the maximum over ranks;
     ``predicted.peak_bytes``, when given, the memory model's figure for it
-    (:func:`tensoropt.executor.peak_memory.predicted_peak_bytes`).
+    (:func:`tensoropt.executor.peak_memory.predicted_peak_bytes`). ``measured.peak_tensor_bytes``
+    is the most tensor storage alive at once in the first step (:mod:`tensoropt.executor.tensor_peak`:
+    the CPU counterpart of CUDA's ``max_memory_allocated``, whatever the allocator's settings), and
+    ``predicted.peak_tensor_bytes`` the memory model's figure for it (the peak without the runtime's
+    own memory).
     """
     return {
         "plan_id": result.plan_id,
         "devices": result.devices,
         "steps": result.steps,
         "predicted": {**{k: plan.predicted.get(k) for k in ("time_s", "memory_bytes")},
-                      **({"peak_bytes": predicted_peak_bytes} if predicted_peak_bytes is not None else {})},
+                      **({"peak_bytes": predicted_peak_bytes} if predicted_peak_bytes is not None else {}),
+                      **({"peak_tensor_bytes": predicted_peak_tensor_bytes}
+                         if predicted_peak_tensor_bytes is not None else {})},
         "measured": {"time_s": result.median_time_s, "memory_bytes": result.memory_bytes,
-                     "peak_bytes": result.peak_bytes},
+                     "peak_bytes": result.peak_bytes, "peak_tensor_bytes": result.peak_tensor_bytes},
     }
 
 
@@ -99,7 +106,12 @@ def run_all(config: dict) -> None:
         spec = TrainSpec.from_json(run.get("spec", config.get("spec")))
         steps = int(config.get("steps", spec.steps))
         # Without a fixed plan, select one for this world size (elastic: on every restart).
-        plan = ExecPlan.from_json(run["plan"] if "plan" in run else restart.resolve_plan(run["select"]))
+        document = run["plan"] if "plan" in run else restart.resolve_plan(run["select"])
+        if int(document.get("micro_batches", 1)) > 1:  # the trainer's loop runs them (tensoropt.training)
+            raise ValueError(f"plan {document.get('id')} runs {document['micro_batches']} micro-batches; "
+                             "this measuring loop runs one per step: run it with a fixed --plan (the "
+                             "trainer's loop), or select a plan of 1 micro-batch (training.micro_batches: 1)")
+        plan = ExecPlan.from_json(document)
         executor = {**config.get("executor", {}), **run.get("executor", {})}  # {"mode", "compile"}
         trainer = Trainer(spec, plan, mode=executor.get("mode", "replay"),
                           compile=executor.get("compile", "none"))
@@ -114,7 +126,8 @@ def run_all(config: dict) -> None:
         if rank == 0:
             if run.get("metrics"):
                 _write_json(Path(run["metrics"]),
-                            {**metrics_json(result, plan, peak_prediction(trainer)),
+                            {**metrics_json(result, plan, peak_prediction(trainer),
+                                            peak_prediction(trainer, runtime=False)),
                              "executor": trainer.runtime_info()})
             if params is not None:
                 torch.save({k: v.cpu() for k, v in params.items()}, run["params_out"])

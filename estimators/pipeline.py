@@ -1,0 +1,69 @@
+"""What a pipeline stage pays besides its operators: sends and receives between stages, and the
+split of an operator's time into per-micro-batch work and once-per-step work.
+
+* :func:`p2p_time_s`: one point-to-point transfer between neighbouring stages, ``alpha + bytes /
+  beta`` on the link between them (inter-node when a stage fills whole nodes, PIPELINE.md);
+* :func:`once_per_step_s`: the part of a configuration's time that runs once per step whatever
+  the micro-batch count (its parameters' gradient all-reduce and their optimizer step), priced by
+  the same functions as :func:`estimators.op_costs.node_cost`; the rest repeats per micro-batch.
+"""
+
+from __future__ import annotations
+
+from estimators.collectives import grad_all_reduce_time_s
+from estimators.compute import optimizer_time_s
+from estimators.configuration import Configuration
+from estimators.op_costs import CostModel, param_bytes
+from estimators.profiles import Cluster
+
+
+def p2p_time_s(cluster: Cluster, nbytes: float, devices_per_stage: int) -> float:
+    """Seconds to send ``nbytes`` from a device of one stage to its peer in the next stage.
+
+    Stages of ``devices_per_stage >= devices_per_node`` devices sit on different nodes (the
+    inter-node link); smaller stages share a node (the intra-node link).
+
+    Example:
+        >>> from estimators.profiles import load_cluster
+        >>> c = load_cluster("h100-4x8-ib")
+        >>> p2p_time_s(c, 1e9, 8) > p2p_time_s(c, 1e9, 4) > 0
+        True
+    """
+    if nbytes <= 0:
+        return 0.0
+    link = cluster.inter_node if devices_per_stage >= cluster.devices_per_node else cluster.intra_node
+    return link.latency_s + nbytes * link.seconds_per_byte
+
+
+def once_per_step_s(model: CostModel, node: dict, config: Configuration) -> float:
+    """The part of ``node``'s time under ``config`` that runs once per step, not per micro-batch.
+
+    Its own (not shared) parameters' gradient all-reduce over the configuration's
+    ``grad_sync_axes`` and their optimizer step. A pipeline accumulates gradients over its
+    micro-batches and synchronises them once (PIPELINE.md: ``delta``).
+
+    Example:
+        >>> from estimators.profiles import load_cluster
+        >>> from estimators.configuration import Mesh
+        >>> model = CostModel(load_cluster("h100x8"), Mesh((2,), ("gpu",)), "adamw")
+        >>> node = {"params": {"w": (1024, 1024)}, "out_dtype": "float32"}
+        >>> c = Configuration("batch=2", (("batch", (0,)),), (("S(0)",),), (("w", ("R",)),), ("S(0)",),
+        ...                   grad_sync_axes=(("w", (0,)),))
+        >>> once_per_step_s(model, node, c) > once_per_step_s(model, node, Configuration(
+        ...     "replicate", (), (("R",),), (("w", ("R",)),), ("R",))) > 0
+        True
+    """
+    params = dict(config.params)
+    sync = dict(config.grad_sync_axes)
+    shared = set(node.get("shared_params") or ())
+    dtype = str(node.get("out_dtype", "float32"))
+    time_s, own_bytes, own = 0.0, 0, 0
+    for key, shape in node.get("params", {}).items():
+        if key in shared:
+            continue
+        pb = param_bytes(model, shape, params.get(key, ("R",) * len(model.mesh.shape)), dtype)
+        own_bytes += pb.stored
+        own += 1
+        if sync.get(key):
+            time_s += grad_all_reduce_time_s(model.comm, pb.grad, sync[key], None)
+    return time_s + optimizer_time_s(model.cluster.device, own_bytes, own, model.optimizer)

@@ -1,0 +1,408 @@
+"""The pipelined frontier of one device count: stage frontiers by the FT solve, the DP across stages.
+
+For ``p`` stages, ``m`` micro-batches and a schedule, on ``D`` devices:
+
+1. The model is captured at the micro-batch size ``B / m`` and priced on ``D / p`` devices (one
+   cost graph: every stage has the same mesh).
+2. A stage holding blocks ``[f, l]`` (:mod:`tensoropt.pipeline.stages`) is the cost graph's
+   operators of those blocks, plus the operator that produced the tensor it receives (its
+   configurations stand for the layout the tensor arrives in, priced as the receive and the
+   gradient's send back, :func:`estimators.pipeline.p2p_time_s`); the operator whose output crosses
+   to the next stage pays the send and the gradient's receive. Memory is each operator's state
+   (parameters, gradients, optimizer state) plus ``k_s`` times its activations, ``k_s`` the
+   micro-batches the schedule keeps in flight on the stage (:mod:`tensoropt.pipeline.schedules`,
+   torch's order). Time is per micro-batch; each configuration's once-per-step part
+   (:func:`estimators.pipeline.once_per_step_s`) is kept apart as ``d`` and counted ``1 / m`` per
+   micro-batch in the stage's solve (its share of the step).
+3. The stage's intra-operator frontier is the FT solve of that graph (``solve``: the planner's,
+   memory options included), thinned to at most ``max_options`` plans with a proven cover.
+4. :func:`frontier.pipeline.pipeline_frontier` combines the stage options exactly:
+   ``T = (m - 1) max t_s + sum t_s + max d_s``, memory ``max_s w_s``.
+
+Identical blocks make a stage's options depend only on (blocks held, holds the first block, holds
+the last, ``k_s``): they are computed once per such key (:class:`StageSolver`). A middle stage's
+options are its exact frontiers at the least and the most in-flight count its position can have
+under the schedule, each plan re-priced at the stage's own ``k_s`` (exact for GPipe, where every
+stage holds ``m``, and for ``p <= 4``; a union of two exact frontiers otherwise). Large models keep
+stage sizes within ``balance`` blocks of the even split (:func:`stage_sizes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from estimators.dtypes import itemsize as itemsize_of
+from estimators.memory_parts import STATE_PARTS
+from estimators.op_costs import CostModel
+from estimators.pipeline import once_per_step_s, p2p_time_s
+from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
+from tensoropt.configspace.configuration import local_shape
+from tensoropt.pipeline.schedules import in_flight_micro_batches
+from tensoropt.pipeline.stages import Blocks, block_order
+
+#: Models of more blocks than this keep each stage within ``BALANCE`` blocks of the even split.
+ALL_SIZES_UP_TO = 16
+BALANCE = 1
+
+
+@dataclass
+class StageOption:
+    """One intra-operator plan of a stage: its assignment and its (t, d, w)."""
+
+    assignment: dict[str, int]
+    time_s: float
+    """Per micro-batch, sends and receives included."""
+    step_s: float
+    """Once per step (gradient sync, optimizer)."""
+    memory_bytes: float
+    """With the stage's in-flight micro-batches of activations."""
+
+
+@dataclass
+class PipelinedPlan:
+    """One point of a pipelined frontier with everything a plan entry shows."""
+
+    point: PipelinePoint
+    stages: int
+    schedule: str
+    micro_batches: int
+    block_names: list[str]
+    in_flight: list[int]
+    options: list[StageOption] = field(default_factory=list)
+
+    @property
+    def bubble(self) -> float:
+        """Bubble fraction of the step's micro-batch phase (:func:`frontier.pipeline.bubble_fraction`)."""
+        return bubble_fraction(self.point.max_t, self.point.sum_t, self.micro_batches)
+
+    def pipeline_json(self) -> dict:
+        """The plan entry's ``"pipeline"`` (the contract of issue 27, exactly these keys).
+
+        Example:
+            >>> p = PipelinedPlan(PipelinePoint(1.0, 2.0, [(0, 1), (2, 3)], [0, 0]), 2, "1F1B", 4,
+            ...                   ["embedding", "l.0", "l.1", "head"], [2, 1])
+            >>> p.pipeline_json()
+            {'stages': 2, 'schedule': '1F1B', 'micro_batches': 4, 'blocks': [[0, 1], [2, 3]]}
+        """
+        return {
+            "stages": self.stages,
+            "schedule": self.schedule,
+            "micro_batches": self.micro_batches,
+            "blocks": [[a, b] for a, b in self.point.blocks],
+        }
+
+    def stages_json(self, devices: int) -> list[dict]:
+        """Per stage: its blocks by name, its devices, in-flight count, time, once-per-step time, memory."""
+        per = devices // self.stages
+        return [
+            {
+                "stage": s,
+                "blocks": [a, b],
+                "first": self.block_names[a],
+                "last": self.block_names[b],
+                "devices": [s * per, (s + 1) * per - 1],
+                "in_flight": self.in_flight[s],
+                "time_s": o.time_s,
+                "step_s": o.step_s,
+                "memory_bytes": o.memory_bytes,
+            }
+            for s, ((a, b), o) in enumerate(zip(self.point.blocks, self.options))
+        ]
+
+
+def stage_sizes(num_blocks: int, num_stages: int, balance: int = BALANCE) -> list[int]:
+    """Block counts a stage may hold: any for small models, else within ``balance`` of the even split.
+
+    Example:
+        >>> stage_sizes(6, 2), stage_sizes(82, 8)
+        ([1, 2, 3, 4, 5], [9, 10, 11, 12])
+    """
+    if num_blocks <= ALL_SIZES_UP_TO:
+        return list(range(1, num_blocks - num_stages + 2))
+    low, high = num_blocks // num_stages, -(-num_blocks // num_stages)
+    return list(range(max(1, low - balance), high + balance + 1))
+
+
+class StageSolver:
+    """Stage options of one (cost graph, stage count, micro-batches), cached by identical-block key.
+
+    Args:
+        G: the cost graph of the micro-batch on ``devices / p`` devices
+            (:func:`tensoropt.planner.job_cost_graph`).
+        graph: the OpGraph it was priced from (shapes and parameters).
+        blocks: :func:`tensoropt.pipeline.stages.find_blocks` of ``graph``.
+        micro_batches: ``m``.
+        solve: ``solve(stage_graph) -> list of frontier points`` (the planner's FT solve and thinning).
+    """
+
+    def __init__(
+        self, G: nx.DiGraph, graph, blocks: Blocks, micro_batches: int, solve: Callable[[nx.DiGraph], list]
+    ):
+        self.G, self.graph, self.blocks, self.m, self.solve = G, graph, blocks, micro_batches, solve
+        g = graph.nx if hasattr(graph, "nx") else graph
+        self.g = g
+        cluster, mesh = G.graph["cluster"], G.graph["mesh"]
+        self.devices = mesh.num_devices
+        model = CostModel(
+            cluster, mesh, G.graph.get("optimizer", "adamw"), precision=G.graph.get("precision", "fp32")
+        )
+        self.step_s: dict[str, np.ndarray] = {}
+        self.p2p_s: dict[str, np.ndarray] = {}
+        crossing = set(blocks.boundary.values())
+        for n in G.nodes:
+            d = G.nodes[n]
+            if d["kind"] == "input":
+                continue
+            confs = d["configurations"]
+            step = np.array([once_per_step_s(model, g.nodes[n], c) for c in confs])
+            # never more than the configuration's time (a ZeRO variant prices its own synchronisation)
+            self.step_s[n] = np.clip(step, 0.0, np.maximum(d["cost"][:, 0], 0.0))
+            if n in crossing:  # forward: the activation; backward: its gradient
+                shape, dtype = tuple(g.nodes[n]["out_shape"]), str(g.nodes[n].get("out_dtype", "float32"))
+                self.p2p_s[n] = np.array(
+                    [
+                        2
+                        * p2p_time_s(
+                            cluster,
+                            int(np.prod(local_shape(shape, c.output, mesh.shape))) * itemsize_of(dtype),
+                            self.devices,
+                        )
+                        for c in confs
+                    ]
+                )
+        self.cache: dict[tuple, list[StageOption]] = {}
+        self.solves = 0
+
+    def key(self, first: int, last: int, in_flight: int) -> tuple:
+        """What a stage's options depend on: with identical blocks, not which blocks (only how many,
+        whether it holds the first or the last, whether it receives the first block's output)."""
+        b = self.blocks
+        if not b.identical:
+            return (first, last, in_flight)
+        holds_first, holds_last = first == 0, last == b.count - 1
+        after_first = first == 1  # receives the first block's output (the embedding's, not a block's)
+        return (last - first + 1, holds_first, holds_last, after_first, in_flight)
+
+    def canonical(self, first: int, last: int) -> list[str]:
+        """The stage's nodes in an order that identical stages share: the received tensor's
+        producer, each block's operators in graph order (:func:`block_order`), the graph inputs read."""
+        b, G = self.blocks, self.G
+        nodes = [n for i in range(first, last + 1) for n in block_order(self.g, b.nodes[i])]
+        inputs = sorted({u for n in nodes for u in G.predecessors(n) if G.nodes[u]["kind"] == "input"})
+        received = [b.boundary[b.names[first - 1]]] if first > 0 else []
+        return received + nodes + inputs
+
+    def options(
+        self, first: int, last: int, in_flight: int, other_in_flight: tuple[int, ...] = ()
+    ) -> list[StageOption]:
+        """The options of the stage ``[first, last]`` holding ``in_flight`` micro-batches.
+
+        ``other_in_flight``: further counts whose exact frontiers are solved too and re-priced at
+        ``in_flight`` (the union's Pareto set is kept). Options are cached by :meth:`key` as
+        configuration vectors over :meth:`canonical`, so identical stages elsewhere reuse them.
+        """
+        from frontier.pareto import pareto_select
+
+        key = self.key(first, last, in_flight)
+        names = self.canonical(first, last)
+        if key not in self.cache:
+            vectors = []
+            for k in sorted({in_flight, *other_in_flight}):
+                vectors += self._solved(first, last, k)
+            vectors = list(dict.fromkeys(vectors))
+            H = self._stage_graph(first, last, in_flight)
+            rows = [self._price(H, dict(zip(names, v))) for v in vectors]
+            if rows:
+                arr = np.array(rows)
+                keep = pareto_select(np.stack([arr[:, 0] + arr[:, 1] / self.m, arr[:, 2]], axis=1))
+                self.cache[key] = [(vectors[i], tuple(map(float, arr[i]))) for i in keep]
+            else:
+                self.cache[key] = []
+        return [StageOption(dict(zip(names, v)), *row) for v, row in self.cache[key]]
+
+    def _solved(self, first: int, last: int, k: int) -> list[tuple[int, ...]]:
+        """The stage's thinned FT frontier at ``k`` in flight, as vectors over :meth:`canonical`."""
+        key = ("solved", *self.key(first, last, k))
+        if key not in self.cache:
+            H = self._stage_graph(first, last, k)
+            names = self.canonical(first, last)
+            points = self.solve(H)
+            self.solves += 1
+            self.cache[key] = [tuple(int(p.assignment[n]) for n in names) for p in points]
+        return self.cache[key]
+
+    def _stage_graph(self, first: int, last: int, k: int) -> nx.DiGraph:
+        """The stage's cost graph: time per micro-batch (+ d / m), memory state + k x activations."""
+        G, b = self.G, self.blocks
+        nodes = set().union(*b.nodes[first : last + 1])
+        inputs = {u for n in nodes for u in G.predecessors(n) if G.nodes[u]["kind"] == "input"}
+        received = b.boundary.get(b.names[first - 1]) if first > 0 else None
+        sent = b.boundary.get(b.names[last]) if last < b.count - 1 else None
+        keep = nodes | inputs | ({received} if received else set())
+        H = nx.DiGraph()
+        H.graph.update(G.graph)
+        for n in G.nodes:
+            if n not in keep:
+                continue
+            d = G.nodes[n]
+            cost = d["cost"].copy()
+            if n == received:  # stands for the received tensor: its layout, the receive, no work
+                cost[:, 0] = self.p2p_s[n]
+                cost[:, 1] = 0.0
+                step = np.zeros(len(cost))
+            else:
+                step = self.step_s.get(n, np.zeros(len(cost)))
+                state = sum(d[p] for p in STATE_PARTS) if d["kind"] != "input" else 0.0
+                if d["kind"] != "input":  # activations: what memory holds beyond the state
+                    cost[:, 1] = state + k * np.maximum(d["memory_bytes"] - state, 0.0)
+                else:
+                    cost[:, 1] = k * cost[:, 1]
+                cost[:, 0] = cost[:, 0] - step + step / self.m
+                if n == sent:
+                    cost[:, 0] += self.p2p_s[n]
+            H.add_node(n, **{**d, "cost": cost, "step_s": step})
+        for u, v, e in G.edges(data=True):
+            if u in keep and v in keep and v != received:
+                cost = e["cost"].copy()
+                cost[..., 1] *= k
+                H.add_edge(u, v, **{**e, "cost": cost})
+        return H
+
+    def _price(self, H: nx.DiGraph, assignment: dict[str, int]) -> tuple[float, float, float]:
+        """(t, d, w) of an assignment on the stage graph ``H``."""
+        total = np.zeros(2)
+        step = 0.0
+        for n, c in assignment.items():
+            total += H.nodes[n]["cost"][c]
+            step += float(H.nodes[n]["step_s"][c])
+        for u, v, e in H.edges(data=True):
+            total += e["cost"][assignment[u], assignment[v]]
+        return float(total[0] - step / self.m), step, float(total[1])
+
+
+def pipelined_frontier(
+    solver: StageSolver, num_stages: int, schedule: str, epsilon: float = 0.0
+) -> tuple[list[PipelinedPlan], float]:
+    """The exact frontier over partitions and stage options for one (p, m, schedule).
+
+    Returns:
+        ``(plans, bound)``: the plans by time, and the DP's bound (0 when exact).
+    """
+    b, m = solver.blocks, solver.m
+    in_flight = in_flight_micro_batches(schedule, num_stages, m)
+    middle = in_flight[1:-1]
+    sizes = stage_sizes(b.count, num_stages)
+
+    def options(s: int, first: int, last: int) -> np.ndarray:
+        if (first > 0 and not b.can_cut(first - 1)) or not b.can_cut(last):
+            return np.zeros((0, 3))
+        others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
+        opts = solver.options(first, last, in_flight[s], others)
+        return np.array([[o.time_s, o.step_s, o.memory_bytes] for o in opts]).reshape(-1, 3)
+
+    result = pipeline_frontier(b.count, num_stages, m, options, lambda s: sizes, epsilon=epsilon)
+    plans = []
+    for point in result.points:
+        chosen = []
+        for s, ((first, last), row) in enumerate(zip(point.blocks, point.options)):
+            others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
+            chosen.append(solver.options(first, last, in_flight[s], others)[row])
+        plans.append(PipelinedPlan(point, num_stages, schedule, m, list(b.names), in_flight, chosen))
+    return plans, result.bound
+
+
+def label_prefix(num_stages: int) -> str:
+    """The prefix of a pipelined plan's ``ops`` labels: its configurations live on the stage mesh.
+
+    Example:
+        >>> label_prefix(4) + "batch=2"
+        'pp4:batch=2'
+    """
+    return f"pp{num_stages}:"
+
+
+def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_size: int):
+    """A pipelined point as a :class:`tensoropt.plans.Plan` (id left to the caller) and its
+    configurations (node -> prefixed label -> Configuration JSON) for the frontier's table."""
+    from tensoropt.plans import Plan
+    from tensoropt.summary import plan_layers, plan_summary
+
+    G, prefix = solver.G, label_prefix(pp.stages)
+    assignment: dict[str, int] = {}
+    stage_of: dict[str, int] = {}
+    for s, ((first, last), option) in enumerate(zip(pp.point.blocks, pp.options)):
+        own = set().union(*solver.blocks.nodes[first : last + 1])
+        for n, c in option.assignment.items():
+            if n in own or (G.nodes[n]["kind"] == "input" and n not in assignment):
+                assignment[n] = c
+                stage_of[n] = s
+    ops = {n: G.nodes[n]["configs"][c] for n, c in assignment.items()}
+    configurations = {
+        n: {prefix + ops[n]: G.nodes[n]["configurations"][c].to_json()} for n, c in assignment.items()
+    }
+    layers, redistributions = plan_layers(G, solver.graph, assignment)
+    redistributions = [r for r in redistributions if stage_of.get(r.src) == stage_of.get(r.dst)]
+    mesh = G.graph["mesh"]
+    per = devices // pp.stages
+    stages = "; ".join(f"{pp.block_names[a]}..{pp.block_names[b]} on {s * per}-{(s + 1) * per - 1}, "
+                       f"{o.memory_bytes / 2**30:.1f} GiB"
+                       for s, ((a, b), o) in enumerate(zip(pp.point.blocks, pp.options)))
+    summary = (f"pipeline {pp.stages} x {mesh.num_devices} ({pp.schedule}, {pp.micro_batches} micro-batches, "
+               f"bubble {100 * pp.bubble:.0f} %; {stages}) | {plan_summary(solver.graph, ops)}")
+    detail = {
+        "bubble_fraction": pp.bubble,
+        "stage_mesh": list(mesh.shape),
+        "stage_mesh_levels": list(mesh.levels),
+        "block_names": list(pp.block_names),
+        "stages": pp.stages_json(devices),
+        "max_stage_time_s": pp.point.max_t,
+        "sum_stage_time_s": pp.point.sum_t,
+        "step_s": pp.point.max_d,
+    }
+    plan = Plan(
+        id="",
+        time_s=pp.point.time_s,
+        memory_bytes=float(round(pp.point.memory_bytes)),
+        ops={n: prefix + label for n, label in ops.items()},
+        summary=summary,
+        layers=layers,
+        redistributions=redistributions,
+        throughput_samples_per_s=global_batch_size / pp.point.time_s if pp.point.time_s > 0 else None,
+        pipeline=pp.pipeline_json(),
+        micro_batches=pp.micro_batches,
+        pipeline_detail=detail,
+    )
+    return plan, configurations
+
+
+def stages_text(plan) -> str:
+    """The stages of a pipelined :class:`tensoropt.plans.Plan` as lines ("" for another plan):
+    schedule, micro-batches, bubble, and per stage its blocks, devices, in-flight micro-batches,
+    time per micro-batch, once-per-step time and memory.
+
+    Example:
+        >>> from tensoropt.plans import Plan
+        >>> detail = {"bubble_fraction": 0.2, "stages": [
+        ...     {"stage": 0, "first": "embedding", "last": "layers.0", "devices": [0, 3], "in_flight": 2,
+        ...      "time_s": 0.01, "step_s": 0.002, "memory_bytes": 2 ** 30}]}
+        >>> plan = Plan("d8-p0", 0.1, 2 ** 30, {}, pipeline={"stages": 2, "schedule": "1F1B",
+        ...             "micro_batches": 4, "blocks": [[0, 1], [2, 3]]}, pipeline_detail=detail)
+        >>> print(stages_text(plan).splitlines()[0])
+        pipeline: 2 stages, 1F1B, 4 micro-batches, bubble 20.0 % of the micro-batch phase
+    """
+    if not plan.pipeline:
+        return ""
+    pipe, detail = plan.pipeline, plan.pipeline_detail or {}
+    lines = [f"pipeline: {pipe['stages']} stages, {pipe['schedule']}, {pipe['micro_batches']} micro-batches, "
+             f"bubble {100 * detail.get('bubble_fraction', 0.0):.1f} % of the micro-batch phase"]
+    lines.append("  stage | blocks | devices | in flight | time per micro-batch | once per step | "
+                 "memory per device")
+    for s in detail.get("stages", []):
+        lines.append(f"  {s['stage']} | {s['first']} .. {s['last']} | {s['devices'][0]}-{s['devices'][1]} | "
+                     f"{s['in_flight']} | {1e3 * s['time_s']:.2f} ms | {1e3 * s['step_s']:.2f} ms | "
+                     f"{s['memory_bytes'] / 2**30:.2f} GiB")
+    return "\n".join(lines)

@@ -1,0 +1,311 @@
+"""The trainer's loop over :func:`tensoropt.parallelize`: schedule, clipping, planned micro-batches,
+live metrics, validation and the exported model, as the job's keys say.
+
+One step reads like torchtitan's ``train.py``::
+
+    batch = data(step)                                         # the global batch of this step
+    for i, mb in enumerate(micro_batches(batch, m)):           # m: the plan's micro_batches
+        with pm.no_sync() if i < m - 1 else nullcontext():     # gradients synchronised once
+            loss += pm.train_step(mb, loss_scale=1 / m) / m
+    grad_norm = pm.clip_grad_norm_(max_grad_norm or inf)       # the norm before clipping
+    optimizer.step(); scheduler.step(); optimizer.zero_grad()
+
+Every ``metrics.log_every`` steps rank 0 writes one line of ``metrics.jsonl``
+(:mod:`tensoropt.training.metrics`) and redraws the progress line; every ``validation.every``
+steps (and after the last) the mean forward-only loss of ``validation.steps`` held-out global
+batches goes to ``validation.jsonl``; at the end ``checkpoint.export`` receives the consolidated
+model (:func:`tensoropt.save_model`).
+
+``python -m tensoropt.training.loop RUN.json`` is the torchrun entry (:func:`main`).
+
+Example:
+    >>> # not run here: needs torchrun and a plan
+    >>> records = train(job, plan, out_dir="out/job")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from tensoropt.config import Job, effective_optimizer
+from tensoropt.training.metrics import (
+    VALIDATION_KEYS,
+    MetricsLogger,
+    ProgressLine,
+    TensorBoardWriter,
+    step_record,
+)
+from tensoropt.training.optimizer import build_optimizer
+from tensoropt.training.schedule import make_scheduler
+
+__all__ = ["GlobalBatches", "latest_checkpoint", "load_checkpoint", "main", "save_checkpoint", "train"]
+
+
+class GlobalBatches:
+    """Step ``s``'s global batch ``{input name: tensor}`` of a job: synthetic rows (seeded per step,
+    row and input, the same at every world size), the ``data`` section's dataset, or another
+    ``{factory, kwargs}`` dataset (``validation.data``).
+
+    Example:
+        >>> job = Job.from_dict({"model": {"name": "mlp", "kwargs": {"in_features": 4, "hidden": [8],
+        ...     "num_classes": 2}}, "cluster": "cpu-local", "devices": [1],
+        ...     "training": {"global_batch_size": 2}})
+        >>> {k: tuple(v.shape) for k, v in GlobalBatches(job)(0).items()}
+        {'x': (2, 4), 'labels': (2,)}
+    """
+
+    def __init__(self, job: Job, data: dict | None = None):
+        import dataclasses
+
+        from tensoropt.executor.spec import TrainSpec
+        from tensoropt.job_model import resolve_job
+
+        job = resolve_job(job)
+        if data is not None:
+            job = dataclasses.replace(job, data=data)
+        self.spec = TrainSpec.from_job(job)
+        self.source = self.spec.batch_source()
+        self.batch = self.spec.global_batch_size
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The inputs' names, in the step's order."""
+        return self.source.names
+
+    def __call__(self, step: int) -> dict[str, torch.Tensor]:
+        regions = [tuple((0, n) for n in (self.batch, *s.shape)) for s in self.spec.inputs]
+        return dict(zip(self.names, self.source.local(step, regions)))
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def _job_model(job: Job) -> torch.nn.Module:
+    """The module ``parallelize`` takes: the job's (user) model on meta."""
+    from tensoropt.job_model import build_job_model
+
+    model = build_job_model(job, "meta")[0]
+    return model.model if job.model.contract else model
+
+
+def _peak_bytes(device: torch.device) -> int:
+    """This process's peak memory: the CUDA allocator's peak, or on CPUs the peak resident set."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _step_flops(job: Job, plan: dict, devices: int) -> tuple[float | None, float | None]:
+    """(the step's training FLOPs, one device's peak FLOP/s) from the plan's predicted MFU and time."""
+    from tensoropt.job_model import load_job_cluster
+    from tensoropt.precision import get_precision
+
+    peak = load_job_cluster(job).device.peak_flops(get_precision(job.training.precision).compute_dtype)
+    if plan.get("mfu") is None or not plan.get("time_s"):
+        return None, peak
+    return float(plan["mfu"]) * float(plan["time_s"]) * devices * peak, peak
+
+
+CHECKPOINT_PREFIX = "step-"
+TRAINER_STATE = "trainer.json"
+"""Inside each checkpoint folder, beside the DCP shards: the step, the scheduler's state and the
+data position (written last: a folder without it is incomplete and ignored)."""
+
+
+def latest_checkpoint(directory: str | Path | None) -> Path | None:
+    """The newest complete checkpoint folder under ``directory`` (``step-<n>`` with its trainer.json).
+
+    Example:
+        >>> import tempfile; d = Path(tempfile.mkdtemp())
+        >>> (d / "step-4").mkdir(); (d / "step-6").mkdir()
+        >>> _ = (d / "step-4" / TRAINER_STATE).write_text("{}")
+        >>> latest_checkpoint(d).name
+        'step-4'
+    """
+    if directory is None or not Path(directory).is_dir():
+        return None
+    done = [p for p in Path(directory).glob(CHECKPOINT_PREFIX + "*") if (p / TRAINER_STATE).is_file()]
+    return max(done, key=lambda p: int(p.name.removeprefix(CHECKPOINT_PREFIX)), default=None)
+
+
+def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) -> Path:
+    """A DCP checkpoint of the model and optimizer state (DTensors: resharded on load at any device
+    count) and the trainer's state: ``step`` updates done, the scheduler, the data position (the next
+    global batch is step ``step``'s). Fp32 training has no loss scale to keep."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    folder = Path(directory) / f"{CHECKPOINT_PREFIX}{step}"
+    model_sd, optim_sd = get_state_dict(pm, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(folder))
+    if dist.is_initialized():
+        dist.barrier()
+    if _rank() == 0:
+        state = {"step": step, "scheduler": scheduler.state_dict(), "data_position": step, "loss_scale": None}
+        (folder / TRAINER_STATE).write_text(json.dumps(state))
+    if dist.is_initialized():
+        dist.barrier()
+    return folder
+
+
+def load_checkpoint(folder: Path, pm, optimizer, scheduler) -> int:
+    """Load a :func:`save_checkpoint` folder into this run (any device count); returns its step."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_sd, optim_sd = get_state_dict(pm, optimizer)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=str(folder))
+    set_state_dict(pm, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    trainer = json.loads((folder / TRAINER_STATE).read_text())
+    scheduler.load_state_dict(trainer["scheduler"])
+    for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
+        group["lr"] = lr
+    return int(trainer["step"])
+
+
+def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int | None = None,
+          stream=None, mode: str = "replay", checkpoint_dir: str | Path | None = None,
+          checkpoint_every: int = 0, stop_after: int | None = None) -> list[dict]:
+    """Train ``job`` with ``plan`` on this rank (under torchrun, or one process); returns the metrics
+    records of every step (rank 0 also writes them, every ``log_every`` steps).
+
+    Args:
+        job: the job (its trainer keys: optimizer, lr_scheduler, training.max_grad_norm, metrics,
+            validation, checkpoint.export).
+        plan: plan.json's path or content; its ``micro_batches`` is the step's count.
+        out_dir: where ``metrics.jsonl`` and ``validation.jsonl`` go unless ``metrics.jsonl`` says.
+        steps: overrides ``training.steps``.
+        stream: the progress line's stream (default stderr).
+        mode: the executor mode (replay | interpret).
+        checkpoint_dir: resume from its newest checkpoint (if any) and write one every
+            ``checkpoint_every`` steps (and at the end).
+        stop_after: end after this step as if killed there (tests of resume).
+    """
+    from tensoropt.job_model import resolve_job, tokens_per_sample
+    from tensoropt.parallel import micro_batches, parallelize, save_model
+
+    plan = json.loads(Path(plan).read_text()) if isinstance(plan, (str, Path)) else plan
+    job = resolve_job(job)
+    total = int(steps if steps is not None else job.training.steps)
+    m = int(plan.get("micro_batches", 1))
+    pm = parallelize(_job_model(job), plan, mode=mode)
+    optimizer = build_optimizer(pm.named_parameters(), effective_optimizer(job))
+    scheduler = make_scheduler(optimizer, job.lr_scheduler, total)
+    batches = GlobalBatches(job)
+    held_out = GlobalBatches(job, job.validation.data) if job.validation is not None else None
+    device = pm.tensoropt_runtime.device
+    batch = job.training.global_batch_size
+    tokens = tokens_per_sample(job)
+    flops, peak_flops = _step_flops(job, plan, _world())
+    max_norm = job.training.max_grad_norm or math.inf
+    rank0 = _rank() == 0
+    out_dir = Path(out_dir)
+    log = val_log = bar = None
+    if rank0:
+        tb = TensorBoardWriter(job.metrics.tensorboard) if job.metrics.tensorboard else None
+        jsonl = Path(job.metrics.jsonl) if job.metrics.jsonl else out_dir / "metrics.jsonl"
+        log = MetricsLogger(jsonl, tensorboard=tb)
+        val_log = MetricsLogger(jsonl.with_name("validation.jsonl"), keys=VALIDATION_KEYS, tensorboard=tb,
+                                prefix="val/") if held_out is not None else None
+        bar = ProgressLine(total, stream=stream)
+    records = []
+    first = 0
+    resume = latest_checkpoint(checkpoint_dir)
+    if resume is not None:
+        first = load_checkpoint(resume, pm, optimizer, scheduler)
+        if rank0:
+            print(f"[tensoropt] resumed from {resume} at step {first} on {_world()} process(es)", flush=True)
+    last = min(total, stop_after) if stop_after is not None else total
+    try:
+        for step in range(first, last):
+            start = time.perf_counter()
+            lr = optimizer.param_groups[0]["lr"]  # the rate this step's update uses
+            loss = 0.0
+            for i, mb in enumerate(micro_batches(batches(step), m)):
+                defer = pm.no_sync() if i < m - 1 else contextlib.nullcontext()
+                with defer:
+                    loss += float(pm.train_step(mb, loss_scale=1.0 / m)) / m
+            grad_norm = float(pm.clip_grad_norm_(max_norm))
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            time_s = time.perf_counter() - start
+            record = step_record(step=step + 1, loss=loss, lr=lr, grad_norm=grad_norm, time_s=time_s,
+                                 samples=batch, tokens=batch * tokens if tokens else None, flops=flops,
+                                 peak_flops=peak_flops, devices=_world(), peak_bytes=_peak_bytes(device))
+            records.append(record)
+            if rank0 and ((step + 1) % job.metrics.log_every == 0 or step + 1 == total):
+                log.log(record)
+                bar.update(step + 1, loss=loss, lr=lr)
+            if held_out is not None and ((step + 1) % job.validation.every == 0 or step + 1 == total):
+                _validate(pm, held_out, job.validation.steps, step + 1, val_log)
+            every = checkpoint_every and (step + 1) % checkpoint_every == 0
+            if checkpoint_dir and (every or step + 1 == last):
+                save_checkpoint(checkpoint_dir, step + 1, pm, optimizer, scheduler)
+        if last < total:
+            return records
+        if job.checkpoint.export:
+            save_model(pm, job.checkpoint.export)
+    finally:
+        for thing in (log, val_log, bar):
+            if thing is not None:
+                thing.close()
+    return records
+
+
+def _validate(pm, held_out: GlobalBatches, batches: int, step: int, log: MetricsLogger | None) -> float:
+    """The mean forward-only loss of ``batches`` held-out global batches (logged by rank 0)."""
+    start = time.perf_counter()
+    loss = sum(float(pm.eval_step(held_out(i))) for i in range(batches)) / batches
+    if log is not None:
+        log.log({"step": step, "loss": loss, "time_s": time.perf_counter() - start})
+    return loss
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tensoropt.training.loop RUN.json`` under torchrun: RUN.json holds ``job`` (the
+    job's dict), ``plan`` (plan.json's content or path), ``out_dir``, optional ``steps``, ``mode``,
+    ``checkpoint_dir``, ``checkpoint_every``, ``stop_after`` and ``records`` (a path: rank 0 writes
+    every step's record there as JSON)."""
+    argv = sys.argv[1:] if argv is None else argv
+    config = json.loads(Path(argv[0]).read_text())
+    from tensoropt.parallel import init_distributed
+
+    init_distributed()
+    try:
+        records = train(Job.from_dict(config["job"]), config["plan"], out_dir=config["out_dir"],
+                        steps=config.get("steps"), mode=config.get("mode", "replay"),
+                        checkpoint_dir=config.get("checkpoint_dir"),
+                        checkpoint_every=int(config.get("checkpoint_every", 0)),
+                        stop_after=config.get("stop_after"))
+        if _rank() == 0 and config.get("records"):
+            Path(config["records"]).write_text(json.dumps(records))
+        return 0
+    except BaseException as err:  # noqa: BLE001 - every failure must end this rank visibly
+        print(f"[tensoropt] rank {os.environ.get('RANK', '0')} failed: {type(err).__name__}: {err}",
+              file=sys.stderr, flush=True)
+        raise
+    finally:
+        from tensoropt.executor.worker import end_process_group
+
+        end_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
