@@ -59,6 +59,10 @@ _POOLS = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool1d", "avg_
 """Pooling ops (one output) run per sample and channel through ``explicit_ops.pool``."""
 
 
+DTENSOR_EQUIVALENTS = {torch.ops.aten.lift_fresh_copy.default: torch.ops.aten.clone.default}
+"""Ops DTensor has no sharding strategy for -> an op of the same result it has one for."""
+
+
 class PlacementMismatch(RuntimeError):
     """DTensor produced a placement other than the one the plan names, or the plan does not fit."""
 
@@ -538,6 +542,12 @@ class PlanInterpreter(fx.Interpreter):
             moved = explicit_ops.consistent_strides(moved)
             self._memo[key] = (value, moved)
         return self._memo[key][1]
+
+    def call_function(self, target, args, kwargs):
+        """The op, or its equivalent where DTensor has a strategy only for that
+        (:data:`DTENSOR_EQUIVALENTS`: DeBERTa's ``torch.tensor(size)`` in forward copies its lifted
+        constant with ``aten.lift_fresh_copy``)."""
+        return super().call_function(DTENSOR_EQUIVALENTS.get(target, target), args, kwargs)
 
     def _wrap_plain(self, out):
         if isinstance(out, torch.Tensor) and not isinstance(out, DTensor) and self.mesh is not None:

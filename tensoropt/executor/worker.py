@@ -106,7 +106,12 @@ def run_all(config: dict) -> None:
         spec = TrainSpec.from_json(run.get("spec", config.get("spec")))
         steps = int(config.get("steps", spec.steps))
         # Without a fixed plan, select one for this world size (elastic: on every restart).
-        plan = ExecPlan.from_json(run["plan"] if "plan" in run else restart.resolve_plan(run["select"]))
+        document = run["plan"] if "plan" in run else restart.resolve_plan(run["select"])
+        if int(document.get("micro_batches", 1)) > 1:  # the trainer's loop runs them (tensoropt.training)
+            raise ValueError(f"plan {document.get('id')} runs {document['micro_batches']} micro-batches; "
+                             "this measuring loop runs one per step: run it with a fixed --plan (the "
+                             "trainer's loop), or select a plan of 1 micro-batch (training.micro_batches: 1)")
+        plan = ExecPlan.from_json(document)
         executor = {**config.get("executor", {}), **run.get("executor", {})}  # {"mode", "compile"}
         trainer = Trainer(spec, plan, mode=executor.get("mode", "replay"),
                           compile=executor.get("compile", "none"))

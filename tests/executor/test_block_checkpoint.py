@@ -3,7 +3,8 @@
 The tiny HF Llama and GPT-2 jobs and the zoo GPT, planned on 2 devices of cpu-local with
 ``training.memory_options: [zero3, block_recompute, block_selective]``: a data-parallel split
 (the frontier's fastest plan's split where an operator has no batch split), plain, with every
-block under ``block_recompute`` and under ``block_selective``, each with zero3 wherever offered, train 3 steps on 2 processes (gloo), in bf16-mixed (replay mode), and the
+block under ``block_recompute`` and under ``block_selective``, each with zero3 wherever offered,
+train 3 steps on 2 processes (gloo), in bf16-mixed (replay mode), and the
 Llama also in fp32 (replay and interpret mode). Losses and final parameters must equal the
 1-process run's (1e-5 in fp32, 2e-2 in bf16-mixed: its roundings follow the layout); the
 executor's measured saved memory (unique storages held for backward: the blocks' inputs, the
@@ -33,7 +34,8 @@ JOBS = HERE.parents[1] / "configs" / "jobs"
 OPTIONS = ["zero3", "block_recompute", "block_selective"]
 ZOO_GPT = {"model": {"name": "gpt", "kwargs": {"layers": 2, "width": 64, "heads": 4, "seq_len": 16,
                                                "vocab_size": 128, "dropout": 0.0}},
-           "training": {"global_batch_size": 4, "seed": 0, "steps": 3}, "cluster": "cpu-local", "devices": [2]}
+           "training": {"global_batch_size": 4, "seed": 0, "steps": 3},
+           "cluster": "cpu-local", "devices": [2]}
 CASES = {  # name: (job, precision, executor mode)
     "llama-bf16": ("hf-llama.yaml", "bf16-mixed", "replay"),
     "gpt2-bf16": ("hf-gpt2.yaml", "bf16-mixed", "replay"),
@@ -144,7 +146,8 @@ def test_block_plans_keep_less_and_as_predicted(launch, case):
 
 def test_checkpoint_modules_naming_a_missing_module_is_a_clear_error():
     job = _job("llama-fp32")
-    job = dataclasses.replace(job, training=dataclasses.replace(job.training, checkpoint_modules=["model.nope"]))
+    training = dataclasses.replace(job.training, checkpoint_modules=["model.nope"])
+    job = dataclasses.replace(job, training=training)
     with pytest.raises(PlanningError, match=r"training\.checkpoint_modules.*'model\.nope'"):
         plan_job(job)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("transformers", reason="the HuggingFace tests need the dev extra (transformers 5.x)")
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(1200)]
 
 from loop_reference import reference  # noqa: E402
 

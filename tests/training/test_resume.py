@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("transformers", reason="the HuggingFace tests need the dev extra (transformers 5.x)")
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(1500)]
 
 from loop_reference import reference  # noqa: E402
 from test_loop_parity import MICRO, TOL, _job  # noqa: E402

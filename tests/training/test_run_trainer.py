@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 pytest.importorskip("transformers", reason="the HuggingFace tests need the dev extra (transformers 5.x)")
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(1200)]
 
 from tensoropt import cli  # noqa: E402
 from tensoropt.training.metrics import METRIC_KEYS, VALIDATION_KEYS  # noqa: E402
