@@ -136,16 +136,15 @@ def tiny_config(model_type: str, family: str) -> dict:
     put(_HEAD_KEYS, HEADS)
     put(("num_key_value_heads", "multi_query_group_num"), HEADS // 2)
     put(_FFN_KEYS, 2 * WIDTH)
-    put(("head_dim", "attention_head_size", "kv_channels"), WIDTH // HEADS)
+    put(("head_dim", "attention_head_size", "kv_channels", "rotary_dim"), WIDTH // HEADS)
     put(("vocab_size",), VOCAB)
     put(_POSITION_KEYS, 64)
     put(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4)
     put(("num_experts_per_tok", "moe_topk", "top_k"), 2)
     put(("moe_intermediate_size", "expert_intermediate_size"), WIDTH)
     put(("embedding_size",), WIDTH)
-    for key, value in defaults.items():  # dropout off: a run must match 1 process step by step
-        if ("dropout" in key or key.endswith("_pdrop") or key.endswith("drop_rate")) \
-                and isinstance(value, float):
+    for key, value in defaults.items():  # dropout, drop path, layer drop off: a run must match 1 process
+        if "drop" in key and isinstance(value, float):
             out[key] = 0.0
     if family == "image_classification":
         out.update({k: v for k, v in VISION["vit"].items() if k in defaults})
@@ -512,8 +511,8 @@ def main() -> None:
                         help="rows and logs (default out/model_matrix); rows.json accumulates across runs")
     parser.add_argument("--doc", default=str(REPO / "docs" / "models.md"), help="the table to write")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per model")
-    parser.add_argument("--rows", nargs="+", help="only write the table from these rows.json files "
-                        "(runs split over several --out folders)")
+    parser.add_argument("--rows", nargs="+", help="only write the table from these rows.json (or one "
+                        "model's ARCH.json) files, a later file's row replacing an earlier one's")
     parser.add_argument("--one", nargs=3, metavar=("TYPE", "ARCH", "FAMILY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -528,7 +527,9 @@ def main() -> None:
         (out / f"{arch}.json").write_text(json.dumps(row, indent=1))
         return
     if args.rows:
-        merged = {r["architecture"]: r for f in args.rows for r in json.loads(Path(f).read_text())}
+        loaded = [json.loads(Path(f).read_text()) for f in args.rows]  # rows.json or one model's row
+        merged = {r["architecture"]: r
+                  for rows in loaded for r in ([rows] if isinstance(rows, dict) else rows)}
         Path(args.doc).write_text(DOC_HEADER + markdown(list(merged.values())) + "\n")
         return
     out.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ def main() -> int:
     args = parser.parse_args()
     print(f"load: {os.getloadavg()[0]:.1f} (1-minute average) on {os.cpu_count()} cores")
     for name in args.case or ["8b"]:
-        overrides = list(args.set)
+        overrides = ["planner.pipeline=auto", *args.set]
         if args.devices:
             overrides.append(f"devices=[{args.devices}]")
         r = scale.run_case(name, Path(args.out), args.timeout_s, overrides)

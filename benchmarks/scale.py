@@ -16,6 +16,9 @@ Cases (all: global batch 64 x 2048 tokens, AdamW, bf16-mixed, cluster h100-128x8
 * ``70b``: Llama-3-70B shape (80 layers, width 8192, 64 heads, 8 KV heads, FFN 28672) on 64, 128,
   256, 512 GPUs; target: < 5 minutes, a plan within 80 GiB at 512.
 * ``8b-small``: the 8B shape with 4 layers (a quick check of the pipeline).
+* ``8b-32k``, ``8b-8k`` (issue 26): the 8B shape at 32768 tokens (global batch 8) and 8192 tokens
+  (global batch 16) on 8 H100 (h100x8) with ``block_recompute`` beside the four options; targets:
+  a 32k plan within 80 GiB, the 8k leanest plan <= 40 GiB; ``-before``: without it.
 
 ``--memory`` prints instead the memory model's components of the 8B shape
 (benchmarks/memory_scale.py: two layers, one device, batch 1 x 2048, bf16-mixed, AdamW): per
@@ -58,16 +61,26 @@ CASES = {
     "8b-small": (dict(LLAMA_8B, num_hidden_layers=4), [8, 16]),
 }
 
+BLOCK_OPTIONS = ["recompute", "zero1", "zero2", "zero3", "block_recompute"]
+LONG_CASES = {  # issue 26: name -> (model kwargs, devices, tokens per sample, global batch, options)
+    "8b-32k": (dict(LLAMA_8B, max_position_embeddings=32768), [8], 32768, 8, BLOCK_OPTIONS),
+    "8b-32k-before": (dict(LLAMA_8B, max_position_embeddings=32768), [8], 32768, 8, BLOCK_OPTIONS[:4]),
+    "8b-8k": (LLAMA_8B, [8], 8192, 16, BLOCK_OPTIONS),
+    "8b-8k-before": (LLAMA_8B, [8], 8192, 16, BLOCK_OPTIONS[:4]),
+}
+"""Whole-block checkpointing at long context (issue 26; cluster h100x8, budget 80 GiB): targets a
+32k plan within 80 GiB and an 8k plan of <= 40 GiB; ``-before``: without the block options."""
 
-def job_dict(kwargs: dict, devices: list[int]) -> dict:
+
+def job_dict(kwargs: dict, devices: list[int], seq_len: int = SEQ_LEN) -> dict:
     """The planning job of one case (see the module docstring)."""
     vocab = kwargs["vocab_size"]
     return {
         "model": {
             "factory": "tensoropt.models.hf:llama",
             "kwargs": kwargs,
-            "inputs": {"input_ids": {"shape": [SEQ_LEN], "dtype": "int64", "high": vocab},
-                       "labels": {"shape": [SEQ_LEN], "dtype": "int64", "high": vocab}},
+            "inputs": {"input_ids": {"shape": [seq_len], "dtype": "int64", "high": vocab},
+                       "labels": {"shape": [seq_len], "dtype": "int64", "high": vocab}},
             "loss": "model",
         },
         "training": {"global_batch_size": 64, "optimizer": "adamw", "precision": "bf16-mixed",
@@ -91,8 +104,14 @@ def _set(job: dict, assignment: str) -> None:
 
 def run_case(name: str, out: Path, timeout_s: float, overrides: list[str]) -> dict:
     """Plan one case in a subprocess; return wall time, exit code, peak memory and the frontiers."""
-    kwargs, devices = CASES[name]
-    job = job_dict(kwargs, devices)
+    if name in LONG_CASES:
+        kwargs, devices, seq_len, batch, options = LONG_CASES[name]
+        job = job_dict(kwargs, devices, seq_len)
+        job["training"].update(global_batch_size=batch, memory_options=options)
+        job["cluster"] = "h100x8"
+    else:
+        kwargs, devices = CASES[name]
+        job = job_dict(kwargs, devices)
     for o in overrides:
         _set(job, o)
     folder = out / name
@@ -165,7 +184,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--case", action="append", choices=sorted(CASES), help="default: 8b and 70b")
+    parser.add_argument("--case", action="append", choices=sorted([*CASES, *LONG_CASES]),
+                        help="default: 8b and 70b")
     parser.add_argument("--timeout-s", type=float, default=900)
     parser.add_argument("--out", default="/tmp/scale")
     parser.add_argument("--set", action="append", default=[],

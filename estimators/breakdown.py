@@ -200,6 +200,19 @@ def _edge_row(cg: nx.DiGraph, u: str, v: str, e: dict, operand: int, cu, cv, i: 
     return comm, mem, buf, row
 
 
+def _plain_index(cg: nx.DiGraph, n: str, i: int) -> int:
+    """The configuration of ``n`` with configuration ``i``'s split and options but no block option."""
+    labels = cg.nodes[n]["configs"]
+    label = ",".join(t for t in str(labels[i]).split(",") if t not in ("block_recompute", "block_selective"))
+    return labels.index(label) if label in labels else i
+
+
+def _activation_bytes(d: dict, i: int) -> float:
+    """Saved activations of configuration ``i`` of a node (its memory less parameters and state)."""
+    memory = float(d["memory_bytes"][i]) if "memory_bytes" in d else 0.0
+    return memory - sum(float(d[k][i]) for k in STATE_PARTS if k in d)
+
+
 def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> dict[str, float]:
     """Node -> bytes its recompute chain rebuilds in backward, for every recomputing node.
 
@@ -209,7 +222,8 @@ def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> d
     chain's rebuilt tensors (each node's ``recompute_bytes``) are alive at once during its
     backward: a transient, the largest chain added once to the plan's peak. A checkpointed block
     (its nodes under ``block_recompute`` or ``block_selective``, :mod:`estimators.block_options`)
-    is one chain: its forward is rerun as a whole during its backward.
+    is one chain: its forward is rerun as a whole during its backward, and its transient is what
+    its operators and the edges inside it save without the option (one block's activations).
 
     Example:
         >>> # worked case: tests/estimators/test_options.py (test_recompute_chain_transient)
@@ -237,8 +251,16 @@ def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> d
         if u in parent and v in parent and keys[u] == keys[v] and not e.get("tied"):  # a tie carries
             parent[find(u)] = find(v)  # no recomputed value
     totals: dict[str, float] = {}
+    plain = {n: _plain_index(cg, n, idx[n]) for n in parent if keys[n] != "recompute"}
     for n in parent:
         d = cg.nodes[n]
-        rebuilt = float(d["recompute_bytes"][idx[n]]) if "recompute_bytes" in d else 0.0
+        if n in plain:  # a checkpointed block rebuilds what its operators save without the option
+            rebuilt = max(0.0, _activation_bytes(d, plain[n]) - _activation_bytes(d, idx[n]))  # (less what
+            # a selective checkpoint keeps, already in the plan's memory)
+        else:
+            rebuilt = float(d["recompute_bytes"][idx[n]]) if "recompute_bytes" in d else 0.0
         totals[find(n)] = totals.get(find(n), 0.0) + rebuilt
+    for u, v, e, *_ in edge_order:  # and what the edges inside it charge
+        if u in plain and v in plain and keys[u] == keys[v] and "memory_bytes" in e:
+            totals[find(u)] += float(e["memory_bytes"][plain[u], plain[v]])
     return {n: totals[find(n)] for n in parent}

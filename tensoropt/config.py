@@ -457,9 +457,10 @@ class PlannerConfig:
     ``full_space_max_devices``, hierarchical beyond: the full space grows as ~(dims+1)^log2(P))."""
     full_space_max_devices: int = 8
     """With ``space: auto``, the largest device count planned in the full space."""
-    pipeline: Any = "auto"
-    """Pipeline parallelism (issue 27): auto (pipelined plans beside the others beyond one node, or
-    when no plan fits the memory budget) | off | ``{stages: [2, 4], schedules: [1F1B, GPipe],
+    pipeline: Any = "off"
+    """Pipeline parallelism (issue 27): off (the default while the stage search is slower than the
+    planner's targets at scale, docs/results.md) | auto (pipelined plans beside the others beyond
+    one node, or when no plan fits the memory budget) | ``{stages: [2, 4], schedules: [1F1B, GPipe],
     micro_batches: [8, 16]}`` (every combination that can run; micro_batches optional)."""
 
     def __post_init__(self):

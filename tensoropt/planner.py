@@ -249,17 +249,18 @@ def auto_micro_batches(num_stages: int, batch_size: int) -> int | None:
 def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) -> list[tuple[int, str, int]]:
     """The (stages, schedule, micro-batches) ``planner.pipeline`` asks for on ``num_devices``.
 
-    ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B, all with the micro-batch count
-    :func:`auto_micro_batches` gives the most stages (one capture at one micro-batch size), only
-    beyond one node or when no plan without a pipeline fits the budget. A mapping: every
-    combination, each checked (:func:`tensoropt.pipeline.schedules.check_pipeline`).
+    ``off`` (the default): none. ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B,
+    all with the micro-batch count :func:`auto_micro_batches` gives the most stages (one capture
+    at one micro-batch size), only beyond one node or when no plan without a pipeline fits the
+    budget. A mapping: every combination, each checked (:func:`tensoropt.pipeline.schedules.check_pipeline`).
 
     Raises:
         PlanningError: an explicit request that cannot run (stage count, micro-batches).
 
     Example:
         >>> job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "h100-4x8-ib", "devices": [16],
-        ...                      "training": {"global_batch_size": 64}})
+        ...                      "training": {"global_batch_size": 64},
+        ...                      "planner": {"pipeline": "auto"}})
         >>> from estimators.profiles import load_cluster
         >>> pipeline_candidates(job, 16, load_cluster("h100-4x8-ib"), True)
         [(2, '1F1B', 16), (4, '1F1B', 16), (8, '1F1B', 16)]
@@ -310,7 +311,6 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         >>> any(p.pipeline for p in ff.frontiers[0].plans), ff.frontiers[0].pipeline_search["candidates"]
         (True, [[2, '1F1B', 4]])
     """
-    import dataclasses
 
     import frontier as ft
     from frontier.pareto import pareto_select
@@ -341,8 +341,7 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         if progress is not None:
             progress(f"{_devices(num_devices)}: pipeline of {p} stages, {m} micro-batches ({schedule})", 1.0)
         if m not in graphs:
-            training = dataclasses.replace(job.training, global_batch_size=batch // m)
-            job_m = dataclasses.replace(job, training=training)
+            job_m = micro_batch_job(job, m)
             graph_m = capture_job(job_m) if m > 1 else graph
             try:
                 blocks = find_blocks(graph_m)

@@ -13,6 +13,7 @@ import torch
 
 from tensoropt.capture.assertions import drop_no_data_ops
 from tensoropt.capture.constants import ConstantError, evaluate_forward_constants
+from tensoropt.capture.cpu_kernels import widen_integer_histc
 from tensoropt.capture.trace_advice import advice, clean_reason, trace_kind
 
 
@@ -76,6 +77,7 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> torch.ex
     finally:
         model.train(was_training)
     drop_no_data_ops(ep)
+    widen_integer_histc(ep)
     return ep
 
 

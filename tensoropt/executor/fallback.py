@@ -83,7 +83,9 @@ def run_local(node_name: str, op, args: tuple, kwargs: dict, config: Configurati
             return type(a)(local(x) for x in a)
         return a
 
-    result = op(*local(tuple(args)), **{k: local(v) for k, v in kwargs.items()})
+    local_args, local_kwargs = _fresh_written(op, local(tuple(args)),
+                                              {k: local(v) for k, v in kwargs.items()})
+    result = op(*local_args, **local_kwargs)
     first = result[0] if isinstance(result, (tuple, list)) else result
     rows = first.shape[0] if isinstance(first, torch.Tensor) and first.dim() else None
 
@@ -101,3 +103,33 @@ def run_local(node_name: str, op, args: tuple, kwargs: dict, config: Configurati
     if isinstance(result, (tuple, list)):
         return type(result)(wrap(t) for t in result)
     return wrap(result)
+
+
+def _fresh_written(op, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``args``/``kwargs`` with a copy of each tensor an in-place ``op`` writes to (its schema's
+    written arguments: ``self`` of ``div_``).
+
+    A local tensor is a view made by DTensor's ``to_local``, which autograd forbids writing in place
+    (Mixtral's router: ``routing_weights /= routing_weights.sum(-1, keepdim=True)``, an
+    ``aten.div_`` the fallback runs). The op then writes the copy and returns it; the graph reads
+    the mutated value through the op's own output node, as the trace recorded it.
+
+    Example:
+        >>> x = torch.ones(2)
+        >>> (y,), _ = _fresh_written(torch.ops.aten.div_.Tensor, (x,), {})
+        >>> y is x, torch.equal(y, x)
+        (False, True)
+        >>> _fresh_written(torch.ops.aten.div.Tensor, (x,), {})[0][0] is x  # not in place: as it is
+        True
+    """
+    written = [(i, a.name) for i, a in enumerate(op._schema.arguments)
+               if a.alias_info is not None and a.alias_info.is_write]
+    if not written:
+        return args, kwargs
+    args, kwargs = list(args), dict(kwargs)
+    for i, name in written:
+        if i < len(args) and isinstance(args[i], torch.Tensor):
+            args[i] = args[i].clone()
+        elif isinstance(kwargs.get(name), torch.Tensor):
+            kwargs[name] = kwargs[name].clone()
+    return tuple(args), kwargs

@@ -49,6 +49,7 @@ from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
 from tensoropt.executor import block_checkpoint, explicit_ops, fallback, local_ops
 from tensoropt.executor import options as memory_options
+from tensoropt.executor.dtensor_rules import register_elementwise_rules
 from tensoropt.executor.mixed_precision import cast_param, scale_grad
 from tensoropt.executor.placements import normalise, raw_output_layout, to_layout, to_placements
 from tensoropt.executor.program import arg_nodes, op_name, packet_name
@@ -57,6 +58,12 @@ _CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "group
 _POOLS = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool1d", "avg_pool1d",
           "adaptive_avg_pool1d"}
 """Pooling ops (one output) run per sample and channel through ``explicit_ops.pool``."""
+
+
+register_elementwise_rules()
+
+DTENSOR_EQUIVALENTS = {torch.ops.aten.lift_fresh_copy.default: torch.ops.aten.clone.default}
+"""Ops DTensor has no sharding strategy for -> an op of the same result it has one for."""
 
 
 class PlacementMismatch(RuntimeError):
@@ -538,6 +545,12 @@ class PlanInterpreter(fx.Interpreter):
             moved = explicit_ops.consistent_strides(moved)
             self._memo[key] = (value, moved)
         return self._memo[key][1]
+
+    def call_function(self, target, args, kwargs):
+        """The op, or its equivalent where DTensor has a strategy only for that
+        (:data:`DTENSOR_EQUIVALENTS`: DeBERTa's ``torch.tensor(size)`` in forward copies its lifted
+        constant with ``aten.lift_fresh_copy``)."""
+        return super().call_function(DTENSOR_EQUIVALENTS.get(target, target), args, kwargs)
 
     def _wrap_plain(self, out):
         if isinstance(out, torch.Tensor) and not isinstance(out, DTensor) and self.mesh is not None:

@@ -132,6 +132,20 @@ class StepGraph:
         self.input_placements = [None if mesh is None else _layout_placements(plan, n, len(s))
                                  for n, s in zip(self.input_names, self.input_shapes)]
         self.regions = input_regions(self.input_shapes, mesh, self.input_placements)
+        self.slots = []
+        """Each placeholder's source, in order: (table, key) of a parameter, buffer or constant, or
+        (None, input index) for the batch."""
+        rt = runtime
+        for name in (n.name for n in ep.graph.nodes if n.op == "placeholder"):
+            if name in self.sig.params:
+                self.slots.append((rt.params, rt.param_of[self.sig.params[name]]))
+            elif name in self.sig.buffers:
+                self.slots.append((rt.buffers, self.sig.buffers[name]))
+            elif name in self.sig.constants:
+                self.slots.append((rt.constants, self.sig.constants[name]))
+            else:
+                self.slots.append((None, self.input_names.index(name)))
+        self.strides = [_contiguous_stride(shape) for shape in self.input_shapes]
         self.program = ReplayProgram(self, runtime.compile) if runtime.mode == "replay" else None
 
     # what lower_step and ReplayProgram read of a "trainer"
@@ -150,25 +164,17 @@ class StepGraph:
     def values(self, local_inputs: list[torch.Tensor]) -> list:
         """The graph's placeholder values: parameters, buffers, constants, then this rank's inputs
         (``local_inputs``, in input order) as distributed tensors of the global shape."""
-        rt = self.runtime
-        inputs = dict(zip(self.input_names, zip(local_inputs, self.input_shapes, self.input_placements)))
+        mesh = self.runtime.mesh
         out = []
-        for node in self.ep.graph.nodes:
-            if node.op != "placeholder":
+        for table, key in self.slots:
+            if table is not None:
+                out.append(table[key])
                 continue
-            name = node.name
-            if name in self.sig.params:
-                out.append(rt.params[rt.param_of[self.sig.params[name]]])
-            elif name in self.sig.buffers:
-                out.append(rt.buffers[self.sig.buffers[name]])
-            elif name in self.sig.constants:
-                out.append(rt.constants[self.sig.constants[name]])
-            else:
-                x, shape, placements = inputs[name]
-                if rt.mesh is not None:
-                    x = DTensor.from_local(x, rt.mesh, placements, run_check=False, shape=torch.Size(shape),
-                                           stride=_contiguous_stride(shape))
-                out.append(x)
+            x = local_inputs[key]
+            if mesh is not None:
+                x = DTensor.from_local(x, mesh, self.input_placements[key], run_check=False,
+                                       shape=torch.Size(self.input_shapes[key]), stride=self.strides[key])
+            out.append(x)
         return out
 
 
@@ -247,9 +253,9 @@ class Runtime:
         if not defer and self.pending:
             self.sync_pending()
         self.grad_syncs += 0 if defer else 1
-        self.zero.shard_gradients()
-        value = loss.full_tensor() if isinstance(loss, DTensor) else loss
-        return value.detach()
+        if not defer:  # ZeRO-1 shards view the synchronised gradient
+            self.zero.shard_gradients()
+        return read_loss(loss)
 
     @torch.no_grad()
     def _replay(self, graph: StepGraph, values: list, scale: float, sync: bool) -> torch.Tensor:
@@ -305,9 +311,7 @@ class Runtime:
         with torch.random.fork_rng(devices=[]):
             out = graph.interpreter.run(*values)
         graph.interpreter.env = {}
-        loss = out[0] if isinstance(out, (tuple, list)) else out
-        value = loss.full_tensor() if isinstance(loss, DTensor) else loss
-        return value.detach()
+        return read_loss(out[0] if isinstance(out, (tuple, list)) else out)
 
     def check_synchronised(self) -> None:
         """Raise when gradients accumulated under ``no_sync`` were never synchronised."""
@@ -319,6 +323,29 @@ class Runtime:
         """Bring ZeRO-1/2 parameters up to date with their stepped shards (an all-gather)."""
         self.zero.gather()
 
+
+
+def read_loss(loss: torch.Tensor) -> torch.Tensor:
+    """The loss as a plain tensor: its local value where it is replicated, else summed over the
+    mesh axes where it is a partial sum (an all-reduce of one number per axis).
+
+    Example:
+        >>> read_loss(torch.tensor(2.5))
+        tensor(2.5000)
+    """
+    if not isinstance(loss, DTensor):
+        return loss.detach()
+    local = loss._local_tensor.detach()
+    partial = [axis for axis, p in enumerate(loss.placements) if p.is_partial()]
+    if any(not (p.is_partial() and p.reduce_op == "sum" or p.is_replicate()) for p in loss.placements):
+        return loss.full_tensor().detach()
+    if partial:
+        import torch.distributed as dist
+
+        local = local.clone()
+        for axis in partial:
+            dist.all_reduce(local, group=loss.device_mesh.get_group(axis))
+    return local
 
 
 def _accumulate(p: torch.Tensor, grad: torch.Tensor, scale: float) -> None:

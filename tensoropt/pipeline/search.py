@@ -158,7 +158,9 @@ class StageSolver:
             if d["kind"] == "input":
                 continue
             confs = d["configurations"]
-            self.step_s[n] = np.array([once_per_step_s(model, g.nodes[n], c) for c in confs])
+            step = np.array([once_per_step_s(model, g.nodes[n], c) for c in confs])
+            # never more than the configuration's time (a ZeRO variant prices its own synchronisation)
+            self.step_s[n] = np.clip(step, 0.0, np.maximum(d["cost"][:, 0], 0.0))
             if n in crossing:  # forward: the activation; backward: its gradient
                 shape, dtype = tuple(g.nodes[n]["out_shape"]), str(g.nodes[n].get("out_dtype", "float32"))
                 self.p2p_s[n] = np.array(
@@ -255,9 +257,10 @@ class StageSolver:
             else:
                 step = self.step_s.get(n, np.zeros(len(cost)))
                 state = sum(d[p] for p in STATE_PARTS) if d["kind"] != "input" else 0.0
-                cost[:, 1] = (
-                    state + k * (d["memory_bytes"] - state) if d["kind"] != "input" else k * cost[:, 1]
-                )
+                if d["kind"] != "input":  # activations: what memory holds beyond the state
+                    cost[:, 1] = state + k * np.maximum(d["memory_bytes"] - state, 0.0)
+                else:
+                    cost[:, 1] = k * cost[:, 1]
                 cost[:, 0] = cost[:, 0] - step + step / self.m
                 if n == sent:
                     cost[:, 0] += self.p2p_s[n]
@@ -370,6 +373,7 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
         redistributions=redistributions,
         throughput_samples_per_s=global_batch_size / pp.point.time_s if pp.point.time_s > 0 else None,
         pipeline=pp.pipeline_json(),
+        micro_batches=pp.micro_batches,
         pipeline_detail=detail,
     )
     return plan, configurations

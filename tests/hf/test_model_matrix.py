@@ -3,6 +3,8 @@
 One model per family (decoder LM, encoder LM, ViT, CNN with batch norm), built from a tiny config
 as transformers makes it, planned at 1 and 2 devices; its model-parallel 2-process plan runs and
 matches 1 process (fp32, rtol 1e-5); the row carries predicted and measured step time and peak.
+The reproducers of the crash classes the matrix found run in tests/hf/test_matrix_reproducers.py
+(one launch) and tests/capture/test_cpu_kernels.py.
 """
 
 from __future__ import annotations
@@ -35,12 +37,12 @@ def test_an_unknown_architecture_is_one_line_naming_the_key():
         build("GPT3LMHeadModel")
 
 
-def test_tiny_configs_are_tiny_and_dropout_free():
+def test_tiny_configs_are_tiny_and_free_of_randomness():
     for arch, (model_type, family) in SAMPLE.items():
         config = model_matrix.tiny_config(model_type, family)
         model = build(arch, **config)
         assert sum(p.numel() for p in model.parameters()) < 200_000, arch
-        assert all(v == 0.0 for k, v in config.items() if "dropout" in k or k.endswith("_pdrop")), arch
+        assert all(v == 0.0 for k, v in config.items() if "drop" in k), arch  # dropout, drop path
 
 
 def test_a_worker_failure_in_the_log_becomes_the_rows_reason():

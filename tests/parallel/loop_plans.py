@@ -29,13 +29,14 @@ def one_device_plan(model: str, batch: int) -> dict:
 
 def pick_plan(model: str, batch: int, kind: str) -> dict:
     """The lowest-memory 2-device plan.json that is ``kind``: ``model_parallel`` (splits something
-    other than the batch, no memory option) or ``zero3`` (at least one ZeRO-3 operator) or ``batch``
-    (a pure batch split)."""
-    frontier = plan_job(hf_job(model, batch, ("zero3",) if kind == "zero3" else ())).to_json()
+    other than the batch, no memory option), ``zero1`` / ``zero2`` / ``zero3`` (at least one operator
+    with that option) or ``batch`` (a pure batch split)."""
+    options = (kind,) if kind.startswith("zero") else ()
+    frontier = plan_job(hf_job(model, batch, options)).to_json()
     for p in sorted(frontier["frontiers"][0]["plans"], key=lambda p: p["memory_bytes"]):
         plan = json.loads(plan_file_text(frontier, p["id"]))
         labels = {c["label"] for c in plan["placements"].values()}
-        if kind == "zero3" and any("zero3" in label for label in labels):
+        if options and any(kind in label for label in labels):
             return plan
         if kind == "model_parallel" and any(not label.startswith(("batch", "replicate")) for label in labels):
             return plan

@@ -42,12 +42,15 @@ def run_case(case: dict) -> None:
         opt.zero_grad()
         losses.append(total)
     eval_loss = float(pm.eval_step(make_batch(case, case["steps"])))
+    moments = [s["exp_avg"] for s in opt.state.values()]  # AdamW's first moments: sharded with the plan?
+    state_numel = [sum(m.to_local().numel() for m in moments), sum(m.numel() for m in moments)]
     state = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
              for k, v in pm.state_dict().items()}
     if case.get("save"):
         tensoropt.save_model(pm, case["save"])
     if dist.get_rank() == 0:
-        torch.save({"losses": losses, "norms": norms, "eval": eval_loss, "state": state}, case["out"])
+        torch.save({"losses": losses, "norms": norms, "eval": eval_loss, "state": state,
+                    "state_numel": state_numel}, case["out"])
 
 
 def main() -> None:

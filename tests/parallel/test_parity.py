@@ -4,7 +4,9 @@ HF GPT-2 and HF Llama (the tiny configs of configs/jobs/hf-*.yaml, real weights 
 under a model-parallel 2-process plan (not a pure batch split) and under a ZeRO-3 plan, trained 8
 steps in a user loop: AdamW with two param groups, LambdaLR warmup + cosine, clipping at a norm
 that really clips, 2 micro-batches (the first under ``no_sync``). Losses, gradient norms, the eval
-loss and the final full state dict equal the plain 1-process loop within 1e-5 (fp32).
+loss and the final full state dict equal the plain 1-process loop within 1e-5 (fp32). Also GPT-2
+under a ZeRO-2 and Llama under a ZeRO-1 plan (the optimizer steps shard parameters), and every ZeRO
+plan's optimizer state is sharded.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ def parity_errors(c: dict) -> list[str]:
         errors.append(f"{c['name']}: eval loss {got['eval']}, plain PyTorch {ref['eval']}")
     if not all(n > MAX_NORM for n in ref["norms"]):
         errors.append(f"{c['name']}: the norms {ref['norms']} do not all exceed {MAX_NORM}: no clipping")
+    local, full = got["state_numel"]
+    if "zero" in c["name"] and not local < full:
+        errors.append(f"{c['name']}: the optimizer holds {local} of {full} moment elements: not sharded")
     if sorted(got["state"]) != sorted(ref["state"]):
         errors.append(f"{c['name']}: state dict keys differ: {sorted(set(got['state']) ^ set(ref['state']))}")
     for key, value in ref["state"].items():
@@ -71,10 +76,12 @@ def parity_errors(c: dict) -> list[str]:
 @pytest.mark.timeout(1200)
 def test_user_loop_equals_plain_pytorch_for_gpt2_and_llama_model_parallel_and_zero3(tmp_path):
     cases = [case(m, k, tmp_path) for m in ("gpt2", "llama") for k in ("model_parallel", "zero3")]
+    cases += [case("gpt2", "zero2", tmp_path), case("llama", "zero1", tmp_path)]  # sharded optimizer state
     plans = {c["name"]: json.loads(Path(c["plan"]).read_text()) for c in cases}
     for c in cases:
         labels = {p["label"] for p in plans[c["name"]]["placements"].values()}
-        assert any(("zero3" in lab) if "zero3" in c["name"] else not lab.startswith(("batch", "replicate"))
+        kind = c["name"].split("-")[1]
+        assert any((kind in lab) if kind.startswith("zero") else not lab.startswith(("batch", "replicate"))
                    for lab in labels), (c["name"], labels)
     proc = launch(cases, tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]

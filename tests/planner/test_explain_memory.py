@@ -84,9 +84,10 @@ FILE_KEYS = {
     "frontier.json": {"frontiers", "graph", "job", "selected", "timing_s", "version"},
     "frontier": {"configurations", "devices", "epsilon_bound", "mesh", "mesh_levels", "plans", "timing_s"},
     "plan.json": {"devices", "graph", "id", "job", "layers", "memory_bytes", "mesh", "ops", "placements",
-                  "pipeline", "redistributions", "summary", "throughput_samples_per_s", "time_s", "version"},
+                  "pipeline", "redistributions", "summary", "throughput_samples_per_s", "time_s", "version",
+                  "micro_batches", "tokens_per_s_per_device", "mfu"},
     "plan": {"id", "layers", "memory_bytes", "ops", "pipeline", "redistributions", "summary",
-             "throughput_samples_per_s", "time_s"},
+             "throughput_samples_per_s", "time_s", "micro_batches", "tokens_per_s_per_device", "mfu"},
     "layer": {"node", "op", "module", "config", "compute_s", "comm_s", "memory_bytes", "param_bytes",
               "grad_bytes", "optimizer_bytes", "activation_bytes", "recompute_bytes", "recompute_chain_bytes",
               "buffer_bytes"},
@@ -97,7 +98,8 @@ drove the memory parts: outside tools read them, so they stay (every layer key o
 frontier: recompute and zero3 plans, gradient buffers). Added since: a redistribution's
 ``tied_param`` (the tied weight moved between its users, estimators/tied.py); every plan's
 ``pipeline`` (null, or issue 27's mapping; a pipelined plan adds ``pipeline_detail`` and its
-frontier ``pipeline_search``, absent here: one node, no pipeline)."""
+frontier ``pipeline_search``, absent here: one node, no pipeline); every plan's ``micro_batches``
+(issue 25) and, for token inputs, ``tokens_per_s_per_device`` and the predicted ``mfu``."""
 
 
 def test_plan_files_keep_their_keys(planned):

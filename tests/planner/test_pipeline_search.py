@@ -88,6 +88,7 @@ def test_pipelined_plans_on_hf_llama_price_as_the_formula_says(tmp_path):
             if p["pipeline"] is None:
                 continue
             assert set(p["pipeline"]) == {"stages", "schedule", "micro_batches", "blocks"}
+            assert p["micro_batches"] == p["pipeline"]["micro_batches"]  # the step runs m micro-batches
             pipe, detail = p["pipeline"], p["pipeline_detail"]
             blocks = pipe["blocks"]
             assert blocks[0][0] == 0 and blocks[-1][1] == len(detail["block_names"]) - 1
@@ -116,3 +117,40 @@ def test_off_and_one_node_auto_keep_plans_unpipelined():
     assert ff.frontiers[0].pipeline_search is None
     assert all(p.pipeline is None for p in ff.frontiers[0].plans)
     assert json.loads(frontier_file_text(ff.to_json()))["frontiers"][0]["plans"][0]["pipeline"] is None
+
+
+def test_pipelined_frontier_on_hf_llama_equals_enumeration_of_partitions_and_stage_plans():
+    import itertools
+
+    import frontier as ft
+    from estimators.profiles import load_cluster
+    from frontier.pareto import pareto_select
+    from tensoropt.pipeline.search import StageSolver, pipelined_frontier
+    from tensoropt.planner import job_cost_graph, thin_to_count
+
+    job = _job(LLAMA, [4], "off", batch=4)  # micro-batch of 1 sample: m = 4
+    graph = capture_job(_job(LLAMA, [4], "off", batch=1))
+    blocks = find_blocks(graph)
+    G = job_cost_graph(graph, Job.from_dict({**job.to_dict(), "training": {"global_batch_size": 1}}),
+                       load_cluster("cpu-local"), 2)
+    solver = StageSolver(G, graph, blocks, 4, lambda H: thin_to_count(ft.solve(H), 4)[0])
+    for p, schedule in ((2, "1F1B"), (3, "1F1B"), (2, "GPipe")):
+        plans, bound = pipelined_frontier(solver, p, schedule)
+        k = in_flight_micro_batches(schedule, p, 4)
+        middle = k[1:-1]
+        costs = []
+        for cuts in itertools.combinations(range(1, blocks.count), p - 1):
+            edges = [0, *cuts, blocks.count]
+            ranges = [(edges[i], edges[i + 1] - 1) for i in range(p)]
+            lists = [solver.options(a, b, k[s], (min(middle), max(middle)) if 0 < s < p - 1 else ())
+                     for s, (a, b) in enumerate(ranges)]
+            for choice in itertools.product(*lists):
+                t = np.array([o.time_s for o in choice])
+                costs.append((step_time_s(t.max(), t.sum(), max(o.step_s for o in choice), 4),
+                              max(o.memory_bytes for o in choice)))
+        costs = np.array(costs)
+        expected = sorted(map(tuple, np.round(costs[pareto_select(costs)], 12)))
+        got = sorted((round(q.point.time_s, 12), round(q.point.memory_bytes, 12)) for q in plans)
+        assert bound == 0.0 and len(got) == len(expected) > 1
+        assert np.allclose(np.array(got), np.array(expected), rtol=1e-9, atol=0)
+        assert all(q.options[0].memory_bytes >= 0 and len(q.options) == p for q in plans)

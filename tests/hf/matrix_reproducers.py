@@ -1,0 +1,64 @@
+"""Small reproducers of the crash classes the support matrix found (benchmarks/model_matrix.py).
+
+* :class:`ExpertRouter`: mixture-of-experts routing as transformers' ``integrations/moe.py`` and
+  Mixtral's router write it: ``histc`` on int ids off the CPU (a meta export records that branch)
+  and ``weights /= weights.sum(-1, keepdim=True)``, an in-place ``aten.div_`` that the executor's
+  fallback runs on DTensor's local views (Mixtral, Qwen2-MoE);
+* :class:`TensorOfSize`: ``torch.tensor(x.size(-1), dtype=torch.float)`` in forward, copied with
+  ``aten.lift_fresh_copy`` (DeBERTa's attention scale), which DTensor has no strategy for.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class ExpertRouter(nn.Module):
+    """Top-2 routing over 4 experts, the experts' outputs weighed and scaled by each expert's load."""
+
+    def __init__(self, width: int = 16, experts: int = 4, classes: int = 4):
+        super().__init__()
+        self.experts = experts
+        self.gate = nn.Linear(width, experts)
+        self.expert = nn.Linear(width, width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        logits = self.gate(x)
+        weights, ids = torch.topk(logits.softmax(-1), 2, dim=-1)
+        weights /= weights.sum(dim=-1, keepdim=True)
+        flat = ids.flatten()
+        counts_in = flat.float() if x.device.type in ("cpu", "mps") else flat.int()
+        load = torch.histc(counts_in, bins=self.experts, min=0, max=self.experts - 1)
+        scale = 1 + load.to(x.dtype).max() / flat.numel()
+        h = self.expert(x) * weights.sum(-1, keepdim=True) * scale
+        return self.head(h)
+
+
+class TensorOfSize(nn.Module):
+    """Attention-style scores scaled by ``sqrt(torch.tensor(width))``, as DeBERTa does."""
+
+    def __init__(self, width: int = 16, classes: int = 4):
+        super().__init__()
+        self.fc1 = nn.Linear(width, width)
+        self.fc2 = nn.Linear(width, classes)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        scale = torch.sqrt(torch.tensor(h.size(-1), dtype=torch.float) * 1)
+        return self.fc2(h / scale.to(dtype=h.dtype))
+
+
+class Activations(nn.Module):
+    """ReLU6, Hardswish, ELU, LeakyReLU, Softplus and Mish between linear layers: their backward ops
+    (``hardtanh_backward``, ...) had no DTensor strategy (MobileNetV2's ReLU6)."""
+
+    def __init__(self, width: int = 16, classes: int = 4):
+        super().__init__()
+        acts = (nn.ReLU6(), nn.Hardswish(), nn.ELU(), nn.LeakyReLU(0.1), nn.Softplus(), nn.Mish())
+        self.body = nn.Sequential(*(m for act in acts for m in (nn.Linear(width, width), act)))
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))

@@ -1,0 +1,52 @@
+"""The support matrix's crash classes, each on a small reproducer (tests/hf/matrix_reproducers.py):
+planned at 2 devices, a model-parallel plan run on 2 processes, matching 1 process."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensoropt.config import Job
+from tensoropt.executor.spec import TrainSpec
+from tensoropt.planner import plan_job
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "executor"))
+sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
+sys.path.insert(0, str(HERE))
+
+from launch_helpers import parity_errors, run_plans, single_process  # noqa: E402
+from model_matrix import model_parallel_plan  # noqa: E402
+
+REPRODUCERS = ("ExpertRouter", "TensorOfSize", "Activations")
+STEPS = 3
+
+
+def _job(name: str) -> Job:
+    return Job.from_dict({
+        "model": {"factory": f"matrix_reproducers:{name}", "inputs": {"x": {"shape": [6, 16]}},
+                  "targets": {"shape": [6], "dtype": "int64", "high": 4}, "loss": "cross_entropy"},
+        "training": {"global_batch_size": 8, "optimizer": "momentum", "learning_rate": 0.05, "seed": 0},
+        "cluster": "cpu-local", "devices": [2]})
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_reproducers_run_model_parallel_on_2_processes_and_match_1(tmp_path):
+    runs = []
+    for name in REPRODUCERS:
+        job = _job(name)
+        plan = model_parallel_plan(plan_job(job).to_json())
+        assert plan is not None, f"{name}: no model-parallel plan on the 2-device frontier"
+        runs.append((name, TrainSpec.from_job(job, steps=STEPS), plan))
+    env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    rc, _ = run_plans(runs, 2, tmp_path, timeout_s=500, env=env, steps=STEPS)
+    errors = []
+    for name, spec, plan in runs:
+        errors += parity_errors(name, plan["id"], tmp_path, single_process(spec, STEPS))
+    assert not errors, "\n".join(errors)
+    assert rc == 0
