@@ -207,17 +207,25 @@ def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> d
     executor rebuilds a recomputed value from its producer's recipe, itself rebuilt from its own
     producer's, and keeps each result until every consumer's backward has read it, so the whole
     chain's rebuilt tensors (each node's ``recompute_bytes``) are alive at once during its
-    backward: a transient, the largest chain added once to the plan's peak.
+    backward: a transient, the largest chain added once to the plan's peak. A checkpointed block
+    (its nodes under ``block_recompute`` or ``block_selective``, :mod:`estimators.block_options`)
+    is one chain: its forward is rerun as a whole during its backward.
 
     Example:
         >>> # worked case: tests/estimators/test_options.py (test_recompute_chain_transient)
         >>> True
         True
     """
-    def recomputes(n: str) -> bool:
-        return "recompute" in str(cg.nodes[n]["configs"][idx[n]]).split(",")
+    def chain_key(n: str):
+        tokens = str(cg.nodes[n]["configs"][idx[n]]).split(",")
+        if "recompute" in tokens:
+            return "recompute"
+        if "block_recompute" in tokens or "block_selective" in tokens:
+            return ("block", cg.nodes[n].get("block", ""))
+        return None
 
-    parent = {n: n for n in cg if recomputes(n)}
+    keys = {n: k for n in cg if (k := chain_key(n)) is not None}
+    parent = {n: n for n in keys}
 
     def find(n: str) -> str:
         while parent[n] != n:
@@ -226,8 +234,8 @@ def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> d
         return n
 
     for u, v, e, *_ in edge_order:
-        if u in parent and v in parent and not e.get("tied"):  # a tie carries no recomputed value
-            parent[find(u)] = find(v)
+        if u in parent and v in parent and keys[u] == keys[v] and not e.get("tied"):  # a tie carries
+            parent[find(u)] = find(v)  # no recomputed value
     totals: dict[str, float] = {}
     for n in parent:
         d = cg.nodes[n]

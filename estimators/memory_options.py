@@ -50,13 +50,14 @@ from collections.abc import Callable, Iterable
 
 from estimators.configuration import Configuration, Layout, Mesh, shard_dim
 
-MEMORY_OPTIONS: tuple[str, ...] = ("recompute", "zero1", "zero2", "zero3")
-"""Options a job may list in ``training.memory_options``."""
+MEMORY_OPTIONS: tuple[str, ...] = (
+    "recompute", "zero1", "zero2", "zero3", "block_recompute", "block_selective")
+"""Options a job may list in ``training.memory_options`` (the block ones: :mod:`estimators.block_options`)."""
 
 ZERO_OPTIONS: tuple[str, ...] = ("zero1", "zero2", "zero3")
 """The sharding options (at most one per configuration)."""
 
-_LABEL_ORDER = (*ZERO_OPTIONS, "recompute")
+_LABEL_ORDER = (*ZERO_OPTIONS, "recompute", "block_recompute", "block_selective")
 
 
 def check_options(options: Iterable[str]) -> tuple[str, ...]:

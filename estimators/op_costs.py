@@ -99,6 +99,13 @@ class Cost:
     """Part of ``memory_bytes``: optimizer state. The rest of ``memory_bytes`` is saved activations."""
     recompute_bytes: float = 0.0
     """What a recomputing configuration rebuilds in backward (a transient, not in the objective)."""
+    step_compute_s: float = 0.0
+    """Part of ``compute_s`` paid once per optimizer step whatever the micro-batch count: the
+    optimizer step (:mod:`estimators.micro_batches` repeats the rest per micro-batch)."""
+    step_comm_s: float = 0.0
+    """Part of ``comm_s`` paid once per step: the gradient all-reduce a plan defers to the last
+    micro-batch, ZeRO-1/2's all-gather of the updated shards (not ZeRO-2/3's reduce-scatter or
+    ZeRO-3's gathers: those run per micro-batch)."""
 
     @property
     def time_s(self) -> float:
@@ -409,7 +416,7 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
     params = dict(config.params)
     shared = set(node.get("shared_params") or ())
     own_param_bytes, own_grad_bytes, copy_bytes, cast_bytes = 0, 0, 0, 0
-    comm_s, buffer = 0.0, 0.0
+    comm_s, buffer, sync_s = 0.0, 0.0, 0.0
     sync = dict(config.grad_sync_axes)
     mixed = model.precision.mixed
     need = [info.needs_grad.get(e["source"], False) for e in node["inputs"]]
@@ -426,14 +433,16 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
             own_param_bytes += pb.stored
             own_grad_bytes += pb.grad
             if sync.get(key):
-                comm_s += grad_all_reduce_time_s(comm, pb.grad, sync[key], bucketed)  # bucketed
+                sync_s += grad_all_reduce_time_s(comm, pb.grad, sync[key], bucketed)  # bucketed
                 buffer = max(buffer, pb.grad)
-                comm_s += _bucket_fixed_share_s(comm, bucketed, numel(shape) * grad_itemsize)
+                sync_s += _bucket_fixed_share_s(comm, bucketed, numel(shape) * grad_itemsize)
+    comm_s += sync_s
     device = model.cluster.device
+    step_s = optimizer_time_s(device, own_param_bytes, len(node["params"]), model.optimizer)
     compute_s = (
         fwd_s
         + bwd_s
-        + optimizer_time_s(device, own_param_bytes, len(node["params"]), model.optimizer)
+        + step_s
         + node_overhead_s(device, node, config)
         + cast_time_s(device, cast_bytes, 2 * len(node["params"]) if mixed else 0)
     )
@@ -479,7 +488,7 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
     factor = optimizer_factor(model.optimizer)
     return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer),
                 param_bytes=float(own_param_bytes + copy_bytes), grad_bytes=float(own_grad_bytes),
-                optimizer_bytes=float(own_param_bytes * factor))
+                optimizer_bytes=float(own_param_bytes * factor), step_compute_s=step_s, step_comm_s=sync_s)
 
 
 def _operand_move(model: CostModel, out_shape, size, src, dim_map, shape, dst, split_axes, grad):

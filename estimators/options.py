@@ -123,7 +123,8 @@ def _copies_kept_for_recompute(model: CostModel, info: GraphInfo, node: dict, ba
 
 def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configuration, base: Configuration):
     """(communication s, optimizer s, [parameter, gradient, optimizer-state bytes], buffer bytes,
-    redistributions) changes of zero3.
+    redistributions, once-per-step communication s) changes of zero3 (the gathers and the
+    reduce-scatter run per micro-batch: only the all-reduce they replace leaves the step's part).
 
     Per parameter (``ParamBytes`` b computed with, s stored): parameter, gradient and optimizer
     state shrink to the shard. In a mixed precision the shard is cast to the compute dtype before
@@ -136,7 +137,7 @@ def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configur
     stored, computed, sync = dict(config.params), dict(base.params), dict(config.grad_sync_axes)
     need = [info.needs_grad.get(e["source"], False) for e in node["inputs"]]
     mixed = model.precision.mixed
-    comm_s, full_total, shard_total, buffer = 0.0, 0, 0, 0.0
+    comm_s, full_total, shard_total, buffer, step_comm_s = 0.0, 0, 0, 0.0, 0.0
     memory = [0, 0, 0]  # parameters (and kept copies), gradients, optimizer state
     for key, shape in node["params"].items():
         if key in shared:
@@ -151,18 +152,20 @@ def _zero3_delta(model: CostModel, info: GraphInfo, node: dict, config: Configur
             memory[0] -= b.compute
         axes = sync.get(key, ())
         if axes:
+            all_reduce_s = grad_all_reduce_time_s(comm, b.grad, axes, _bucketed(model, info, dtype))
             comm_s += (
                 2 * comm.time_s("all_gather", b.compute, axes)
                 + comm.time_s("reduce_scatter", b.compute, axes)
-                - grad_all_reduce_time_s(comm, b.grad, axes, _bucketed(model, info, dtype))
+                - all_reduce_s
             )
+            step_comm_s -= all_reduce_s
             buffer = max(buffer, b.compute)
     device, n = model.cluster.device, len(node["params"])
     opt_s = optimizer_time_s(device, shard_total, n, model.optimizer) - optimizer_time_s(
         device, full_total, n, model.optimizer
     )
     moves = 3 * sum(1 for key in node["params"] if key not in shared and sync.get(key))
-    return comm_s, opt_s, memory, buffer, moves
+    return comm_s, opt_s, memory, buffer, moves, step_comm_s
 
 
 def _bucketed(model: CostModel, info: GraphInfo, dtype: str) -> float | None:
@@ -172,7 +175,8 @@ def _bucketed(model: CostModel, info: GraphInfo, dtype: str) -> float | None:
 
 def _zero12_delta(model: CostModel, info: GraphInfo, node: dict, config: Configuration, base: Configuration):
     """(communication s, optimizer s, [parameter, gradient, optimizer-state bytes], buffer bytes,
-    redistributions) changes of zero1/zero2.
+    redistributions, once-per-step communication s) changes of zero1/zero2 (the all-gather of the
+    updated shards is once per step; zero2's reduce-scatter runs per micro-batch).
 
     The updated (master) shards are all-gathered in the stored dtype, zero2's gradients
     reduce-scattered in the gradient dtype.
@@ -181,7 +185,7 @@ def _zero12_delta(model: CostModel, info: GraphInfo, node: dict, config: Configu
     dtype = str(node.get("out_dtype", "float32"))
     shapes, computed, sync = node["params"], dict(base.params), dict(config.grad_sync_axes)
     grads_too = "zero2" in config.options
-    comm_s, full_total, shard_total, buffer = 0.0, 0, 0, 0.0
+    comm_s, full_total, shard_total, buffer, step_comm_s = 0.0, 0, 0, 0.0, 0.0
     memory = [0, 0, 0]  # parameters, gradients, optimizer state
     for key, layout in state_layouts(config, shapes, mesh).items():
         b = param_bytes(model, shapes[key], computed[key], dtype)
@@ -189,18 +193,21 @@ def _zero12_delta(model: CostModel, info: GraphInfo, node: dict, config: Configu
         full_total, shard_total = full_total + b.stored, shard_total + s.stored
         memory[2] -= (b.stored - s.stored) * optimizer_factor(model.optimizer)
         axes = sync[key]
-        comm_s += comm.time_s("all_gather", b.stored, axes)
+        gather_s = comm.time_s("all_gather", b.stored, axes)
+        comm_s += gather_s
+        step_comm_s += gather_s
         if grads_too:
             memory[1] -= b.grad - s.grad
-            comm_s += comm.time_s("reduce_scatter", b.grad, axes) - grad_all_reduce_time_s(
-                comm, b.grad, axes, _bucketed(model, info, dtype))
+            all_reduce_s = grad_all_reduce_time_s(comm, b.grad, axes, _bucketed(model, info, dtype))
+            comm_s += comm.time_s("reduce_scatter", b.grad, axes) - all_reduce_s
+            step_comm_s -= all_reduce_s
         buffer = max(buffer, b.stored, b.grad if grads_too else 0)
     device, n = model.cluster.device, len(shapes)
     opt_s = optimizer_time_s(device, shard_total, n, model.optimizer) - optimizer_time_s(
         device, full_total, n, model.optimizer
     )
     moves = (1 + int(grads_too)) * len(state_layouts(config, shapes, mesh))
-    return comm_s, opt_s, memory, buffer, moves
+    return comm_s, opt_s, memory, buffer, moves, step_comm_s
 
 
 def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: Configuration) -> Cost:
@@ -216,6 +223,7 @@ def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, c
     if not config.options:
         return cost
     compute_s, comm_s, memory, buffer = cost.compute_s, cost.comm_s, cost.memory_bytes, cost.buffer_bytes
+    step_compute_s, step_comm_s = cost.step_compute_s, cost.step_comm_s
     parts = [cost.param_bytes, cost.grad_bytes, cost.optimizer_bytes]
     rebuilt = 0.0
     device = model.cluster.device
@@ -230,14 +238,15 @@ def option_node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, c
             parts[0] += kept
     zero = _zero3_delta if "zero3" in config.options else _zero12_delta
     if {"zero1", "zero2", "zero3"} & set(config.options):
-        d_comm, d_opt, d_mem, d_buf, moves = zero(model, info, node, config, base)
+        d_comm, d_opt, d_mem, d_buf, moves, d_step_comm = zero(model, info, node, config, base)
         d_comm += moves * device.redistribute_overhead_s
         comm_s, compute_s, memory = comm_s + d_comm, compute_s + d_opt, memory + sum(d_mem)
+        step_compute_s, step_comm_s = step_compute_s + d_opt, step_comm_s + d_step_comm
         parts = [p + d for p, d in zip(parts, d_mem)]
         buffer = max(buffer, d_buf)
     return Cost(compute_s=compute_s, comm_s=comm_s, memory_bytes=float(memory), buffer_bytes=float(buffer),
                 param_bytes=float(parts[0]), grad_bytes=float(parts[1]), optimizer_bytes=float(parts[2]),
-                recompute_bytes=rebuilt)
+                recompute_bytes=rebuilt, step_compute_s=step_compute_s, step_comm_s=step_comm_s)
 
 
 def option_edge_table(

@@ -20,6 +20,12 @@ _LAZY = {
     "Configuration": ("tensoropt.configspace.configuration", "Configuration"),
     "Mesh": ("tensoropt.configspace.configuration", "Mesh"),
     "cost_graph": ("tensoropt.cost_graph", "cost_graph"),
+    # your own training loop (tensoropt/parallel)
+    "parallelize": ("tensoropt.parallel", "parallelize"),
+    "ParallelModel": ("tensoropt.parallel", "ParallelModel"),
+    "init_distributed": ("tensoropt.parallel", "init_distributed"),
+    "micro_batches": ("tensoropt.parallel", "micro_batches"),
+    "save_model": ("tensoropt.parallel", "save_model"),
 }
 
 

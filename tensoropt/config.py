@@ -20,7 +20,9 @@ A job file is a 1:1 serialisation of :class:`Job`::
       precision: fp32             # fp32 | bf16 | fp16 | bf16-mixed | fp16-mixed (dtype: the older alias)
       seed: 0
       steps: 100
-      memory_options: []          # recompute, zero1, zero2, zero3: offered per operator (empty: none)
+      memory_options: []          # recompute, zero1, zero2, zero3: offered per operator (empty: none);
+                                  # block_recompute, block_selective: whole-block checkpointing
+      checkpoint_modules: []      # module paths checkpointed as blocks (empty: the repeated modules)
       batch_norm: synchronized    # synchronized | local: batch-norm statistics under a batch split
     cluster: h100x8               # a profile name or path, or an inline mapping
     devices: [1, 2, 4, 8]         # device counts to plan for
@@ -49,10 +51,12 @@ import yaml
 
 from tensoropt.sizes import SIZE_FORM, format_size, parse_size
 
-__all__ = ["ConfigError", "DataConfig", "ExecutorConfig", "FieldError", "Job", "ModelConfig", "PlannerConfig",
-           "TrainingConfig", "SIZE_FORM", "format_size", "load_job", "parse_size"]
+__all__ = ["CheckpointConfig", "ConfigError", "DataConfig", "ExecutorConfig", "FieldError", "Job",
+           "LrSchedulerConfig", "MetricsConfig", "ModelConfig", "OptimizerConfig", "PlannerConfig",
+           "TrainingConfig",
+           "ValidationConfig", "SIZE_FORM", "effective_optimizer", "format_size", "load_job", "parse_size"]
 
-OPTIMIZERS = ("sgd", "momentum", "adamw")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 """Optimizers the estimators and the executor know (they differ in optimizer-state memory)."""
 
 BATCH_NORM_MODES = ("synchronized", "local")
@@ -344,7 +348,8 @@ class TrainingConfig:
     global_batch_size: int | None = None
     """Samples per step over all devices; empty: the zoo preset's default batch size."""
     optimizer: str = "adamw"
-    """sgd | momentum | adamw (optimizer state: 0, 1x, 2x the parameters)."""
+    """sgd | momentum | adam | adamw (optimizer state: 0, 1x, 2x, 2x the parameters); the older spelling
+    of ``optimizer.name``."""
     precision: str | None = None
     """fp32 | bf16 | fp16 | bf16-mixed | fp16-mixed (:mod:`tensoropt.precision`); empty: from ``dtype``,
     else fp32. The mixed modes compute in 16 bits on float32 master parameters and optimizer state."""
@@ -357,13 +362,23 @@ class TrainingConfig:
     steps: int = 100
     """Total training steps of `tensoropt run`."""
     learning_rate: float = 1e-3
-    """Learning rate of the optimizer."""
+    """Learning rate of the optimizer; the older spelling of ``optimizer.lr``."""
     memory_options: list = field(default_factory=list)
-    """Memory options the planner may give each operator: recompute, zero1, zero2, zero3 (empty: none)."""
+    """Memory options the planner may give each operator: recompute, zero1, zero2, zero3 (empty: none);
+    block_recompute, block_selective: whole-block activation checkpointing of each block."""
+    checkpoint_modules: list = field(default_factory=list)
+    """Module paths (as in ``named_modules()``) the block options checkpoint as blocks; a container of
+    indexed children (``model.layers``) names each child. Empty: the repeated modules the capture finds
+    (transformer layers, residual stages)."""
     batch_norm: str = "synchronized"
     """synchronized | local: where a plan splits a batch norm's batch, its statistics are summed over the
     ranks (one all-reduce of 2 x channels numbers in forward and one in backward, priced by the planner;
     training equals one process's) or taken over each rank's rows (no collective; plain DDP's batch norm)."""
+    max_grad_norm: float = 0.0
+    """Clip the gradients' global norm to this before each update (0: no clipping)."""
+    micro_batches: int | str = 1
+    """Gradient accumulation, planned: N micro-batches per step (N divides the global batch), or
+    ``auto`` (the planner tries 1, 2, 4, ... and keeps the Pareto set over counts and splits)."""
 
     def __post_init__(self):
         _int(self.global_batch_size, "global_batch_size", optional=True)
@@ -373,7 +388,10 @@ class TrainingConfig:
         _int(self.steps, "steps")
         self.learning_rate = _positive_float(self.learning_rate, "learning_rate")
         self.memory_options = _memory_options(self.memory_options)
+        self.checkpoint_modules = _checkpoint_modules(self.checkpoint_modules)
         _choice(self.batch_norm, "batch_norm", BATCH_NORM_MODES)
+        self.max_grad_norm = _positive_float(self.max_grad_norm, "max_grad_norm", zero_ok=True)
+        self.micro_batches = _micro_batches(self.micro_batches, self.global_batch_size)
 
 
 def _precision(precision: Any, dtype: Any) -> tuple[str, str | None]:
@@ -402,6 +420,15 @@ def _memory_options(value: Any) -> list:
     for v in value:
         if v not in MEMORY_OPTIONS:
             raise FieldError("memory_options", f"unknown option {v!r}", expected)
+    return list(dict.fromkeys(value))
+
+
+def _checkpoint_modules(value: Any) -> list:
+    expected = "a list of module paths, e.g. [model.layers]"
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise FieldError("checkpoint_modules", f"got {value!r}", expected)
     return list(dict.fromkeys(value))
 
 
@@ -482,6 +509,222 @@ class ExecutorConfig:
                              "compile: none, or mode: replay (only the replayed program is compiled)")
 
 
+# ---------------------------------------------------------------------------------------------
+# the training loop's sections (optimizer, lr_scheduler, metrics, validation, checkpoint)
+
+OPTIMIZER_DEFAULT_WEIGHT_DECAY = {"sgd": 0.0, "momentum": 0.0, "adam": 0.0, "adamw": 0.01}
+"""``optimizer.weight_decay`` when not given: torch's default of each optimizer."""
+
+DECAYS = ("constant", "linear", "cosine")
+"""``lr_scheduler.decay``: how the learning rate falls after the warmup."""
+
+
+def _micro_batches(value: Any, global_batch_size: int | None) -> int | str:
+    """``training.micro_batches``: ``auto`` or a count >= 1 dividing the global batch (when given)."""
+    if value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FieldError("micro_batches", f"got {value!r}",
+                         "auto, or an integer >= 1 dividing the global batch")
+    if global_batch_size is not None and global_batch_size % value:
+        raise FieldError("micro_batches", f"{value} does not divide the global batch of {global_batch_size} "
+                         f"samples, so no plan's per-device batch splits into {value} micro-batches",
+                         f"a divisor of {global_batch_size}, or auto")
+    return value
+
+
+def _unit_float(value: Any, key: str, upper_open: bool = False) -> float:
+    """A number in [0, 1] (or [0, 1) with ``upper_open``)."""
+    form = "a number in [0, 1)" if upper_open else "a number in [0, 1]"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise FieldError(key, f"got {value!r}", form)
+    if value < 0 or value > 1 or (upper_open and value == 1):
+        raise FieldError(key, f"must be {form[9:]}, got {value}", form)
+    return float(value)
+
+
+@dataclass
+class OptimizerConfig:
+    """The optimizer of ``tensoropt run`` (torchtitan's keys; ``training.optimizer`` and
+    ``training.learning_rate`` are the older spellings of ``name`` and ``lr``).
+
+    Example:
+        >>> o = OptimizerConfig(name="adamw", lr=3e-4, no_decay=["bias", "norm"])
+        >>> o.weight_decay, o.betas
+        (0.01, [0.9, 0.999])
+    """
+
+    name: str = "adamw"
+    """sgd | momentum (SGD with momentum) | adam | adamw."""
+    lr: float = 1e-3
+    """The peak learning rate (the schedule's multiplier scales it: ``lr_scheduler``)."""
+    betas: list = field(default_factory=lambda: [0.9, 0.999])
+    """Adam/AdamW's two moment coefficients, each in [0, 1)."""
+    eps: float = 1e-8
+    """Adam/AdamW's denominator term (> 0)."""
+    momentum: float | None = None
+    """SGD's momentum, in [0, 1) (only with ``name: momentum``; default 0.9)."""
+    weight_decay: float | None = None
+    """Weight decay (>= 0); empty: torch's default (0.01 for adamw, 0 otherwise)."""
+    no_decay: list = field(default_factory=list)
+    """Words: a parameter whose name contains one of them takes no weight decay (e.g. bias, norm,
+    embedding); each must match at least one of the model's parameters (checked before a run)."""
+
+    def __post_init__(self):
+        _choice(self.name, "name", OPTIMIZERS)
+        self.lr = _positive_float(self.lr, "lr")
+        if not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2:
+            raise FieldError("betas", f"got {self.betas!r}", "two numbers in [0, 1), e.g. [0.9, 0.95]")
+        self.betas = [_unit_float(b, f"betas[{i}]", upper_open=True) for i, b in enumerate(self.betas)]
+        self.eps = _positive_float(self.eps, "eps")
+        if self.momentum is not None and self.name != "momentum":
+            raise FieldError("momentum", f"given with optimizer {self.name!r}",
+                             "name: momentum beside it (SGD with momentum), or no optimizer.momentum")
+        if self.name == "momentum":
+            self.momentum = _unit_float(0.9 if self.momentum is None else self.momentum, "momentum",
+                                        upper_open=True)
+        if self.weight_decay is None:
+            self.weight_decay = OPTIMIZER_DEFAULT_WEIGHT_DECAY[self.name]
+        self.weight_decay = _positive_float(self.weight_decay, "weight_decay", zero_ok=True)
+        if not isinstance(self.no_decay, (list, tuple)):
+            raise FieldError("no_decay", f"got {self.no_decay!r}",
+                             "a list of words, e.g. [bias, norm, embedding]")
+        self.no_decay = [_str(w, f"no_decay[{i}]", "a word of parameter names, e.g. bias")
+                         for i, w in enumerate(self.no_decay)]
+
+
+@dataclass
+class LrSchedulerConfig:
+    """The learning-rate schedule: linear warmup to ``optimizer.lr``, then a decay to
+    ``min_lr_ratio * lr`` over ``decay_steps`` (:mod:`tensoropt.training.schedule` has the formula).
+
+    Example:
+        >>> LrSchedulerConfig(warmup_steps=10, decay="cosine").min_lr_ratio
+        0.0
+    """
+
+    warmup_steps: int = 0
+    """Steps of linear warmup: step s (from 0) uses ``lr * (s + 1) / (warmup_steps + 1)``; at most
+    ``training.steps``."""
+    decay: str = "constant"
+    """constant | linear | cosine: the shape after the warmup."""
+    decay_steps: int | None = None
+    """Steps the decay takes; empty: the rest of the run (``training.steps - warmup_steps``)."""
+    min_lr_ratio: float = 0.0
+    """Where the decay ends, as a fraction of ``lr``, in [0, 1]."""
+
+    def __post_init__(self):
+        _int(self.warmup_steps, "warmup_steps", minimum=0)
+        _choice(self.decay, "decay", DECAYS)
+        _int(self.decay_steps, "decay_steps", optional=True)
+        self.min_lr_ratio = _unit_float(self.min_lr_ratio, "min_lr_ratio")
+
+
+@dataclass
+class MetricsConfig:
+    """What ``tensoropt run`` reports while it trains.
+
+    Example:
+        >>> MetricsConfig(log_every=1).log_every, MetricsConfig().jsonl
+        (1, None)
+    """
+
+    log_every: int = 10
+    """Every this many steps: one progress line and one JSON line in ``metrics.jsonl``."""
+    jsonl: str | None = None
+    """Path of ``metrics.jsonl``; empty: beside ``--metrics``, else ``out/<job>/metrics.jsonl``."""
+    tensorboard: str | None = None
+    """A directory for TensorBoard event files (torch's ``SummaryWriter``; the ``tensorboard`` extra)."""
+
+    def __post_init__(self):
+        _int(self.log_every, "log_every")
+        _str(self.jsonl, "jsonl", "a file path", optional=True)
+        _str(self.tensorboard, "tensorboard", "a directory path", optional=True)
+
+
+@dataclass
+class ValidationConfig:
+    """Forward-only loss on held-out data, every ``every`` steps over ``steps`` batches.
+
+    Example:
+        >>> ValidationConfig(data={"factory": "mypkg.data:held_out"}, every=50).steps
+        10
+    """
+
+    data: DataConfig
+    """The held-out dataset ``{factory, kwargs}`` (samples keyed like the training data's)."""
+    every: int = 100
+    """Validate every this many training steps (and after the last)."""
+    steps: int = 10
+    """Global batches of held-out data per validation."""
+
+    def __post_init__(self):
+        if not isinstance(self.data, DataConfig):
+            self.data = _build(DataConfig, self.data, "data")
+        _int(self.every, "every")
+        _int(self.steps, "steps")
+
+
+@dataclass
+class CheckpointConfig:
+    """What ``tensoropt run`` writes beside its DCP checkpoints.
+
+    Example:
+        >>> CheckpointConfig(export="out/model").export
+        'out/model'
+    """
+
+    export: str | None = None
+    """A directory: the consolidated trained model (``tensoropt.save_model``) written at the end."""
+
+    def __post_init__(self):
+        _str(self.export, "export", "a directory path", optional=True)
+
+
+def check_training_sections(job: Job) -> None:
+    """Cross-section checks of the training loop's keys (called by ``Job.__post_init__``).
+
+    The aliases ``training.optimizer``/``training.learning_rate`` must agree with ``optimizer``
+    (where both are set away from their defaults; the section then fills them); the warmup must
+    fit the run.
+
+    Example:
+        >>> Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1], training={"steps": 5},
+        ...     lr_scheduler={"warmup_steps": 9})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tensoropt.config.FieldError: lr_scheduler.warmup_steps: 9 warmup steps are longer than the ...
+    """
+    t, o = job.training, job.optimizer
+    if o is not None:
+        if t.optimizer not in ("adamw", o.name):
+            raise FieldError("training.optimizer", f"{t.optimizer!r} but optimizer.name is {o.name!r}",
+                             "only optimizer.name (training.optimizer is its older spelling)")
+        if t.learning_rate not in (1e-3, o.lr):
+            raise FieldError("training.learning_rate", f"{t.learning_rate} but optimizer.lr is {o.lr}",
+                             "only optimizer.lr (training.learning_rate is its older spelling)")
+        job.training = dataclasses.replace(t, optimizer=o.name, learning_rate=o.lr)
+    s = job.lr_scheduler
+    if s.warmup_steps > job.training.steps:
+        raise FieldError("lr_scheduler.warmup_steps", f"{s.warmup_steps} warmup steps are longer than the "
+                         f"run of {job.training.steps} steps (training.steps)",
+                         "at most training.steps warmup steps")
+
+
+def effective_optimizer(job: Job) -> OptimizerConfig:
+    """The job's optimizer settings: its ``optimizer`` section, or the one the older keys describe.
+
+    Example:
+        >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1],
+        ...           training={"optimizer": "sgd", "learning_rate": 0.1})
+        >>> effective_optimizer(job).name, effective_optimizer(job).lr
+        ('sgd', 0.1)
+    """
+    if job.optimizer is not None:
+        return job.optimizer
+    return OptimizerConfig(name=job.training.optimizer, lr=job.training.learning_rate)
+
+
 @dataclass
 class Job:
     """A planning job: model, training, cluster, device counts, budget and selection rule.
@@ -513,6 +756,16 @@ class Job:
     """Real training data for ``tensoropt run`` (see DataConfig); empty: synthetic inputs."""
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     """How ``tensoropt run`` executes the plan (see ExecutorConfig)."""
+    optimizer: OptimizerConfig | None = None
+    """The optimizer (see OptimizerConfig); empty: ``training.optimizer`` and ``training.learning_rate``."""
+    lr_scheduler: LrSchedulerConfig = field(default_factory=LrSchedulerConfig)
+    """The learning-rate schedule (see LrSchedulerConfig); default: constant."""
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    """What the run reports while it trains (see MetricsConfig)."""
+    validation: ValidationConfig | None = None
+    """Held-out loss during the run (see ValidationConfig); empty: none."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """What the run writes at the end (see CheckpointConfig)."""
 
     def __post_init__(self):
         if not isinstance(self.executor, ExecutorConfig):
@@ -525,6 +778,7 @@ class Job:
             self.training = _build(TrainingConfig, {} if self.training is None else self.training, "training")
         if not isinstance(self.planner, PlannerConfig):
             self.planner = _build(PlannerConfig, {} if self.planner is None else self.planner, "planner")
+        self._build_training_sections()
         if not isinstance(self.cluster, (str, dict)) or not self.cluster:
             raise FieldError("cluster", f"got {self.cluster!r}",
                              "a cluster profile name such as h100x8, a path to a profile, or a mapping")
@@ -540,6 +794,19 @@ class Job:
         self.memory_budget = _size(self.memory_budget, "memory_budget", optional=True)
         _choice(self.select, "select", SELECT_RULES)
         self.max_time_s = _positive_float(self.max_time_s, "max_time_s", optional=True)
+        check_training_sections(self)
+
+    def _build_training_sections(self) -> None:
+        """optimizer, lr_scheduler, metrics, validation and checkpoint from their mappings."""
+        if self.optimizer is not None and not isinstance(self.optimizer, OptimizerConfig):
+            self.optimizer = _build(OptimizerConfig, self.optimizer, "optimizer")
+        for name, cls in (("lr_scheduler", LrSchedulerConfig), ("metrics", MetricsConfig),
+                          ("checkpoint", CheckpointConfig)):
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                setattr(self, name, _build(cls, {} if value is None else value, name))
+        if self.validation is not None and not isinstance(self.validation, ValidationConfig):
+            self.validation = _build(ValidationConfig, self.validation, "validation")
 
     def to_dict(self) -> dict:
         """Plain-data form (YAML/JSON ready); ``Job.from_dict(job.to_dict()) == job``.

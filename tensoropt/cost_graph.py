@@ -9,15 +9,18 @@ in bytes (parameters, gradients, optimizer state, saved activations; see
 
 Node attributes added: ``cost``, ``configs`` (labels, index-aligned with the rows),
 ``configurations`` (the :class:`Configuration` objects), ``op``, ``kind``, ``module`` and the
-per-configuration components ``compute_s``, ``comm_s``, ``memory_bytes``, ``buffer_bytes``
-and the parts of ``memory_bytes`` ``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` (the rest
+per-configuration components ``compute_s``, ``comm_s``, ``memory_bytes``, ``buffer_bytes``,
+``step_compute_s`` and ``step_comm_s`` (the parts of ``compute_s`` and ``comm_s`` paid once per step
+whatever the micro-batch count: :mod:`tensoropt.accumulation`) and the parts of ``memory_bytes``
+``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` (the rest
 is saved activations), with ``recompute_bytes`` (rebuilt in backward; a transient) (1-D arrays;
 the part names: :data:`estimators.memory_parts.COST_PARTS`).
 Edge attributes: ``cost`` and the components ``comm_s``, ``memory_bytes``,
 ``buffer_bytes`` (C_u x C_v); an edge that prices a tied parameter between its first user and
 another user (:mod:`estimators.tied`) carries ``tied_params`` (the parameter keys) and, when ``u``
 does not also feed ``v``, ``tied=True``. Graph attributes: ``mesh``, ``num_devices``, ``cluster`` (the
-:class:`estimators.profiles.Cluster`), ``objectives``, ``optimizer``, ``compute_mode``.
+:class:`estimators.profiles.Cluster`), ``objectives``, ``optimizer``, ``compute_mode``, ``blocks``
+(block module path -> its nodes, where block options are priced; nodes carry their ``block``).
 """
 
 from __future__ import annotations
@@ -29,10 +32,19 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 import numpy as np
 
+from estimators.block_options import (
+    BLOCK_OPTIONS,
+    block_edge_table,
+    edge_role,
+    graph_blocks,
+    node_blocks,
+    priced_node_cost,
+    with_block_options,
+)
 from estimators.memory import SavingRules
 from estimators.memory_parts import COST_PARTS
 from estimators.op_costs import Cost, CostModel, GraphInfo, edge_cost_table
-from estimators.options import option_edge_table, option_node_cost, with_recompute_rule
+from estimators.options import option_edge_table, with_recompute_rule
 from estimators.profiles import Cluster, load_cluster
 from estimators.tied import tied_edge_table, tied_pairs
 from tensoropt.configspace.configuration import Configuration, Mesh
@@ -112,6 +124,7 @@ def cost_graph(
     memory_options: Sequence[str] = (),
     precision: str = "fp32",
     memoise: bool = True,
+    checkpoint_modules: Sequence[str] | None = None,
 ) -> nx.DiGraph:
     """Price every configuration of every operator of ``graph`` on ``num_devices`` devices of ``cluster``.
 
@@ -139,7 +152,10 @@ def cost_graph(
         progress: called as ``progress(done, total)`` while nodes and edges are priced.
         memory_options: some of ``"recompute"``, ``"zero1"``, ``"zero2"``, ``"zero3"``: multiply the
             configurations with these options (:mod:`tensoropt.configspace.options`, priced by
-            :mod:`estimators.options`).
+            :mod:`estimators.options`); ``"block_recompute"``, ``"block_selective"``: whole-block
+            checkpointing of the blocks (:mod:`estimators.block_options`).
+        checkpoint_modules: the module paths checkpointed as blocks (``training.checkpoint_modules``;
+            None: the repeated modules the capture finds).
         precision: the training precision (:mod:`tensoropt.precision`); capture the graph in its
             compute dtype. A mixed one prices float32 master parameters, gradients (reduced in
             float32) and optimizer state, and the compute-dtype copies of the parameters ops keep.
@@ -195,6 +211,10 @@ def cost_graph(
 
         recomputable = with_recompute_rule(info, g, rules)
         configurations = with_options(g, configurations, mesh, memory_options, recomputable)
+    blocks = graph_blocks(g, checkpoint_modules) if set(BLOCK_OPTIONS) & set(memory_options) else {}
+    configurations = with_block_options(configurations, blocks, memory_options)
+    inside = node_blocks(blocks)
+    order = {n: i for i, n in enumerate(nx.topological_sort(g))}
     out = nx.DiGraph()
     out.graph.update(
         mesh=mesh,
@@ -204,6 +224,7 @@ def cost_graph(
         optimizer=optimizer,
         compute_mode=compute_mode,
         precision=model.precision.name,
+        blocks={b: list(nodes) for b, nodes in blocks.items()},
     )
     total, done = g.number_of_nodes() + g.number_of_edges(), 0
     # node -> (its cost key, its configurations' keys): computed once, read by every edge
@@ -217,7 +238,7 @@ def cost_graph(
         keys_of[name] = (_node_key(name, d, info), tuple(_config_key(c) for c in confs))
         key = keys_of[name] if memoise else (name,)
         if key not in node_cache:
-            costs = [option_node_cost(model, info, name, d, c) for c in confs]
+            costs = [priced_node_cost(model, info, name, d, c) for c in confs]
             node_cache[key] = (
                 np.array([[_value(c, o) for o in objectives] for c in costs], dtype=np.float64),
                 _components(costs),
@@ -228,6 +249,7 @@ def cost_graph(
             op=d["op"],
             kind=d["kind"],
             module=d.get("module", ""),
+            block=inside.get(name, ""),
             configs=[c.label for c in confs],
             configurations=confs,
             cost=cost.copy(),
@@ -239,18 +261,23 @@ def cost_graph(
     edge_cache: dict[tuple, dict[str, np.ndarray]] = {}
     for u, v in g.edges:
         cu, cv = configs_of[u], configs_of[v]
+        role = edge_role(g, inside, u, v, order) if inside else ""
         key = (
+            role,
             keys_of[u][0],
             keys_of[v][0],
             keys_of[u][1],
             keys_of[v][1],
             repr(g.edges[u, v].get("operands")),
             repr([(e.get("dim_map"), e["source"] == u) for e in g.nodes[v]["inputs"]]),
-        ) if memoise else (u, v)
+        ) if memoise else (role, u, v)
         if key not in edge_cache:
             if not memoise:  # the operand moves too are priced afresh for every edge
                 model.operand_cache.clear()
-            edge_cache[key] = option_edge_table(model, info, g, u, v, cu, cv, edge_cost_table)
+            if role or inside.get(u):
+                edge_cache[key] = block_edge_table(model, info, g, u, v, cu, cv, role, _option_table)
+            else:
+                edge_cache[key] = option_edge_table(model, info, g, u, v, cu, cv, edge_cost_table)
         comps = edge_cache[key]
         columns = [
             comps["comm_s"] if o in ("time_s", "comm_s") else comps.get(o, np.zeros_like(comps["comm_s"]))
@@ -268,6 +295,10 @@ def cost_graph(
             progress(done, total)
     _add_tied_edges(out, g, model, info, configs_of, objectives)
     return out
+
+
+def _option_table(model, info, g, u, v, cu, cv):
+    return option_edge_table(model, info, g, u, v, cu, cv, edge_cost_table)
 
 
 def _add_tied_edges(out: nx.DiGraph, g: nx.DiGraph, model: CostModel, info: GraphInfo,
@@ -291,7 +322,8 @@ def _add_tied_edges(out: nx.DiGraph, g: nx.DiGraph, model: CostModel, info: Grap
             out.add_edge(u, v, cost=cost, compute_s=zeros, tied=True, tied_params=[key], **comps)
 
 
-_COMPONENTS = ("compute_s", "comm_s", "memory_bytes", "buffer_bytes", *COST_PARTS)
+_COMPONENTS = ("compute_s", "comm_s", "memory_bytes", "buffer_bytes", *COST_PARTS,
+               "step_compute_s", "step_comm_s")
 
 
 def _components(costs: list[Cost]) -> dict[str, np.ndarray]:

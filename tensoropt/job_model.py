@@ -6,7 +6,7 @@ and read the same budget. It sits below both the planner and the executor (docs/
 "Layers").
 
 Example:
-    >>> from tensoropt.config import Job
+    >>> from tensoropt.config import FieldError, Job
     >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1])
     >>> resolve_job(job).training.global_batch_size > 0
     True
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensoropt.config import Job
+from tensoropt.config import FieldError, Job
 
 
 class PlanningError(RuntimeError):
@@ -65,17 +65,25 @@ def build_job_model(job: Job, device: str | None = "meta"):
         (1024,)
     """
     from tensoropt.models import build_model
+    from tensoropt.models.kwarg_errors import kwarg_error
 
     m = job.model
     overrides = job_model_kwargs(job)
     name = m.name if m.name is not None else m.factory
     try:
         model, spec = build_model(name, device=device, **overrides)
-    except TypeError as e:
-        where = "model.kwargs" if m.factory is not None else "model"
-        raise PlanningError(f"{where}: cannot build {name!r} with kwargs {overrides}: {e}") from None
-    except ValueError as e:
-        raise PlanningError(f"model: cannot build {name!r}: {e}") from None
+    except Exception as e:  # a library's own validation errors too (HF's StrictDataclassFieldValidationError)
+        refused = kwarg_error(e, overrides) if m.factory is not None else None
+        if refused is not None and refused[0] is not None:
+            raise PlanningError(f"model.kwargs.{refused[0]}: {name!r} refused {overrides[refused[0]]!r}: "
+                                f"{refused[1]}") from None
+        if isinstance(e, TypeError) or refused is not None or (m.factory is not None and overrides):
+            where = "model.kwargs" if m.factory is not None else "model"
+            why = refused[1] if refused else f"{type(e).__name__}: {e}" if not isinstance(e, TypeError) else e
+            raise PlanningError(f"{where}: cannot build {name!r} with kwargs {overrides}: {why}") from None
+        if isinstance(e, ValueError):
+            raise PlanningError(f"model: cannot build {name!r}: {e}") from None
+        raise
     if m.contract:
         from tensoropt.models.contract import ContractError, training_step
 
@@ -134,7 +142,10 @@ def resolve_job(job: Job, spec=None, cluster=None) -> Job:
     )
     budget = job.memory_budget if job.memory_budget is not None else int(cluster.device.memory_bytes)
     batch = job.training.global_batch_size or spec.default_batch_size
-    training = dataclasses.replace(job.training, global_batch_size=batch)
+    try:  # the preset's batch is known only now: training.micro_batches must divide it
+        training = dataclasses.replace(job.training, global_batch_size=batch)
+    except FieldError as e:
+        raise PlanningError(f"training.{e}") from None
     return dataclasses.replace(job, model=model, training=training, memory_budget=budget)
 
 
@@ -160,3 +171,27 @@ def load_job_cluster(job: Job):
             "use a larger cluster profile or fewer devices"
         )
     return cluster
+
+
+def tokens_per_sample(job: Job) -> int | None:
+    """Tokens in one sample of a job with token inputs, else None: a language model's ``seq_len``, or
+    the length of a factory model's first 1-D integer input (``input_ids: {shape: [128], dtype: int64}``).
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> tokens_per_sample(Job(model={"name": "gpt2-small", "seq_len": 512}, cluster="h100x8",
+        ...                       devices=[1]))
+        512
+        >>> tokens_per_sample(Job(model={"factory": "m:f", "inputs": {"input_ids": {"shape": [64],
+        ...     "dtype": "int64", "high": 100}}}, cluster="h100x8", devices=[1]))
+        64
+        >>> tokens_per_sample(Job(model={"name": "vgg16"}, cluster="h100x8", devices=[1])) is None
+        True
+    """
+    m = job.model
+    if m.task == "language_model" and m.seq_len:
+        return int(m.seq_len)
+    for spec in (m.inputs or {}).values():
+        if spec["dtype"].startswith("int") and len(spec["shape"]) == 1:
+            return int(spec["shape"][0])
+    return None

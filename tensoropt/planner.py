@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tensoropt.config import Job
 
@@ -77,34 +78,128 @@ def capture_job(job: Job, spec_and_model=None):
     return capture(model, inputs)
 
 
-def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress | None = None) -> Frontier:
+def input_shapes_line(job: Job) -> str:
+    """The job's per-sample input shapes as key paths, and the batch: what a shape error is about.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> input_shapes_line(Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1],
+        ...                       training={"global_batch_size": 4}))
+        'model.input_shape (default), training.global_batch_size 4'
+    """
+    m = job.model
+    parts = [f"model.inputs.{name}.shape {list(spec.get('shape', []))}"
+             for name, spec in (m.inputs or {}).items()]
+    if m.targets:
+        parts.append(f"model.targets.shape {list(m.targets.get('shape', []))}")
+    if not parts:
+        parts.append(f"model.input_shape {list(m.input_shape)}" if m.input_shape
+                     else "model.input_shape (default)")
+    return ", ".join(parts) + f", training.global_batch_size {job.training.global_batch_size}"
+
+
+def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress | None = None,
+                 micro_graph: Callable[[int], object] | None = None) -> Frontier:
     """Cost graph, exact frontier and per-plan breakdown for one device count.
 
+    With ``training.micro_batches`` other than 1, each micro-batch count ``m`` is planned on the
+    graph captured at the micro-batch's shapes (:mod:`tensoropt.accumulation` prices its step) and
+    the frontier is the Pareto set over counts and splits together; ``auto`` stops doubling ``m``
+    once a count adds no plan to that set.
+
     Args:
-        graph: the captured OpGraph.
+        graph: the captured OpGraph (the global batch's).
         job: the (resolved) job.
         cluster: the loaded cluster profile.
         num_devices: device count.
         progress: called with the solver's progress (fraction of this device count).
+        micro_graph: ``m -> OpGraph`` captured at global batch ``B / m`` (default: captured here).
 
     Returns:
         The :class:`Frontier`, plans sorted by time with ids ``d<P>-p<i>``.
     """
-    import frontier as ft
+    from tensoropt.accumulation import micro_batch_counts, pareto_over_counts
 
-    timing: dict[str, float] = {}
+    batch = job.training.global_batch_size
+    setting = job.training.micro_batches
+    try:
+        counts = micro_batch_counts(batch, setting) if batch else [1]
+    except ValueError as e:
+        raise PlanningError(str(e)) from None
+    graph_for = micro_graph or (lambda m: graph if m == 1 else capture_job(micro_batch_job(job, m)))
+    timing = {"cost_graph": 0.0, "solve": 0.0}
+    solved: dict[int, tuple] = {}  # m -> (cost graph, OpGraph)
+    merged: list[tuple[int, object]] = []
+    bound = 0.0
+    for k, m in enumerate(counts):
+        share = (k / len(counts), 1 / len(counts))
+
+        def sub(message, fraction, share=share):
+            if progress is not None:
+                progress(message, share[0] + share[1] * fraction)
+
+        g_m = graph if m == 1 else graph_for(m)
+        G, points, count_bound = _solve_count(g_m, job, cluster, num_devices, m, sub, timing)
+        candidate = pareto_over_counts(merged + [(m, p) for p in points])
+        if setting == "auto" and m > 1 and not any(c == m for c, _ in candidate):
+            break  # this count adds no plan; more micro-batches only slow the step further
+        merged, solved[m], bound = candidate, (G, g_m), max(bound, count_bound)
+    t0 = time.perf_counter()
+    epsilon = job.planner.epsilon
+    if epsilon == "auto":  # a (1+b)-cover of a (1+c)-cover: within (1+b)(1+c) of every exact plan
+        kept, thin_bound = thin_to_count([p for _, p in merged], job.planner.max_plans)
+        bound = (1.0 + thin_bound) * (1.0 + bound) - 1.0
+    else:
+        kept, bound = thin_frontier([p for _, p in merged], split_epsilon(epsilon)), epsilon
+    ids = {id(p) for p in kept}
+    merged = [(m, p) for m, p in merged if id(p) in ids]
+    timing["solve"] += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    units = PlanUnits.of(job, graph, cluster)
+    frontier = frontier_over_counts(solved, merged, batch, num_devices, units)
+    frontier.epsilon_bound = float(bound)
+    timing["breakdown"] = time.perf_counter() - t0
+    frontier.timing_s = timing
+    return frontier
+
+
+def micro_batch_job(job: Job, micro_batches: int) -> Job:
+    """``job`` with the global batch of one micro-batch (``B / m``): what its micro-batch graph is
+    captured and priced with.
+
+    Example:
+        >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1],
+        ...           training={"global_batch_size": 8, "micro_batches": "auto"})
+        >>> micro_batch_job(job, 4).training.global_batch_size
+        2
+    """
+    import dataclasses
+
+    batch = job.training.global_batch_size // micro_batches
+    training = dataclasses.replace(job.training, global_batch_size=batch, micro_batches=1)
+    return dataclasses.replace(job, training=training)
+
+
+def _solve_count(graph, job: Job, cluster, num_devices: int, micro_batches: int, progress: Progress,
+                 timing: dict[str, float]) -> tuple:
+    """(cost graph, frontier points, proven bound) of one micro-batch count."""
+    import frontier as ft
+    from tensoropt.accumulation import price_micro_batches
+
     start = time.perf_counter()
+    label = _devices(num_devices) + (f", {micro_batches} micro-batches" if micro_batches > 1 else "")
 
     def graph_progress(done, total):
-        if progress is not None:
-            progress(f"cost graph for {_devices(num_devices)}", 0.3 * done / max(1, total))
+        progress(f"cost graph for {label}", 0.3 * done / max(1, total))
 
-    G = job_cost_graph(graph, job, cluster, num_devices, graph_progress)
-    timing["cost_graph"] = time.perf_counter() - start
+    sub_job = job if micro_batches == 1 else micro_batch_job(job, micro_batches)
+    G = job_cost_graph(graph, sub_job, cluster, num_devices, graph_progress)
+    G = price_micro_batches(G, micro_batches)
+    timing["cost_graph"] += time.perf_counter() - start
+    start = time.perf_counter()
 
     def solver_progress(*args):
-        if progress is not None:
-            progress(f"solving {_devices(num_devices)}", 0.3 + 0.7 * _fraction(args))
+        progress(f"solving {label}", 0.3 + 0.7 * _fraction(args))
 
     epsilon = job.planner.epsilon
     if epsilon == "auto":  # exact on small problems; large eliminations boxed, bound tracked
@@ -119,17 +214,8 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     except ft.SolverMemoryError as e:
         hint = "" if job.planner.hierarchical_for(num_devices) else " (or planner.space: hierarchical)"
         raise PlanningError(f"solving the frontier for {num_devices} devices: {e}{hint}") from None
-    if epsilon == "auto":  # a (1+b)-cover of a (1+c)-cover: within (1+b)(1+c) of every exact plan
-        points, bound = thin_to_count(points, job.planner.max_plans)
-        bound = (1.0 + bound) * (1.0 + report.bound) - 1.0
-    else:
-        points, bound = thin_frontier(points, split_epsilon(epsilon)), epsilon
-    timing["solve"] = time.perf_counter() - start - timing["cost_graph"]
-    frontier = frontier_from_points(G, graph, points, job.training.global_batch_size)
-    frontier.epsilon_bound = float(bound)
-    timing["breakdown"] = time.perf_counter() - start - timing["cost_graph"] - timing["solve"]
-    frontier.timing_s = timing
-    return frontier
+    timing["solve"] += time.perf_counter() - start
+    return G, points, (report.bound if epsilon == "auto" else 0.0)
 
 
 def job_cost_graph(graph, job: Job, cluster, num_devices: int,
@@ -176,7 +262,8 @@ def job_cost_graph(graph, job: Job, cluster, num_devices: int,
                           optimizer=job.training.optimizer, compute_mode=job.planner.compute,
                           progress=progress, memory_options=job.training.memory_options,
                           configurations=configs, precision=job.training.precision,
-                          batch_norm_stats=job.training.batch_norm)
+                          batch_norm_stats=job.training.batch_norm,
+                          checkpoint_modules=job.training.checkpoint_modules)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
 
@@ -249,7 +336,8 @@ def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:
     """Turn solver points into plans (ids, labels, summary, breakdown) and record their configurations.
 
     Args:
-        G: the cost graph the points were solved on (``mesh``, ``configs``, ``configurations``).
+        G: the cost graph the points were solved on (``mesh``, ``configs``, ``configurations``;
+            ``micro_batches`` when :func:`tensoropt.accumulation.price_micro_batches` priced it).
         graph: the OpGraph (kinds and modules for the summary).
         points: ``frontier.solve``'s points, sorted by time.
         global_batch_size: for the throughput.
@@ -257,10 +345,67 @@ def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:
     Returns:
         The :class:`Frontier` of ``G.graph["num_devices"]`` devices.
     """
-    num_devices = G.graph["mesh"].num_devices
+    m = int(G.graph.get("micro_batches", 1))
+    return frontier_over_counts({m: (G, graph)}, [(m, p) for p in points], global_batch_size,
+                                G.graph["mesh"].num_devices)
+
+
+@dataclass(frozen=True)
+class PlanUnits:
+    """What turns a plan's step time into the user's units: tokens per sample (token inputs only),
+    the step's training FLOPs and one device's peak FLOP/s in the compute dtype.
+
+    Example:
+        >>> units = PlanUnits(tokens_per_sample=1024, step_flops=6e12, peak_flops=1e12)
+        >>> units.tokens_per_s_per_device(8, 2.0, 4), units.mfu(2.0, 4)
+        (1024.0, 0.75)
+    """
+
+    tokens_per_sample: int | None = None
+    step_flops: float | None = None
+    peak_flops: float | None = None
+
+    @staticmethod
+    def of(job: Job, graph, cluster) -> PlanUnits:
+        """The units of ``job``'s (resolved) model on ``cluster``; ``graph`` is the global batch's."""
+        from tensoropt.job_model import tokens_per_sample
+        from tensoropt.precision import get_precision
+
+        flops = 3.0 * sum(float(d.get("flops", 0)) for _, d in graph.nx.nodes(data=True))
+        peak = cluster.device.peak_flops(get_precision(job.training.precision).compute_dtype)
+        return PlanUnits(tokens_per_sample(job), flops or None, peak or None)
+
+    def tokens_per_s_per_device(self, global_batch_size: int, time_s: float, devices: int) -> float | None:
+        """Tokens per second per device (None without token inputs)."""
+        if not self.tokens_per_sample or not global_batch_size or time_s <= 0:
+            return None
+        return global_batch_size * self.tokens_per_sample / time_s / devices
+
+    def mfu(self, time_s: float, devices: int) -> float | None:
+        """The predicted model FLOPs utilisation of a step of ``time_s`` on ``devices``."""
+        if not self.step_flops or not self.peak_flops or time_s <= 0:
+            return None
+        return self.step_flops / time_s / (devices * self.peak_flops)
+
+
+def frontier_over_counts(solved: dict, points: list, global_batch_size: int, num_devices: int,
+                         units: PlanUnits | None = None) -> Frontier:
+    """Plans of ``(micro_batches, point)`` pairs, each read on its count's cost graph.
+
+    Args:
+        solved: micro-batch count -> (its cost graph, its OpGraph).
+        points: ``(count, solver point)`` sorted by time (:func:`tensoropt.accumulation.pareto_over_counts`).
+        global_batch_size: samples per step (the throughput).
+        num_devices: the device count.
+        units: tokens per sample and FLOPs for tokens/s per device and the predicted MFU.
+    """
+    units = units or PlanUnits()
     plans = []
     configurations: dict[str, dict[str, dict]] = {}
-    for i, point in enumerate(points):
+    mesh = None
+    for i, (m, point) in enumerate(points):
+        G, graph = solved[m]
+        mesh = G.graph["mesh"]
         ops = {n: G.nodes[n]["configs"][c] for n, c in point.assignment.items()}
         for n, c in point.assignment.items():
             seen = configurations.setdefault(n, {})
@@ -271,9 +416,13 @@ def frontier_from_points(G, graph, points, global_batch_size: int) -> Frontier:
         plans.append(Plan(
             id=plan_id(num_devices, i), time_s=time_s, memory_bytes=float(round(memory_bytes)), ops=ops,
             summary=plan_summary(graph, ops), layers=layers, redistributions=redistributions,
-            throughput_samples_per_s=global_batch_size / time_s if time_s > 0 else None,
+            throughput_samples_per_s=global_batch_size / time_s if time_s > 0 else None, micro_batches=m,
+            tokens_per_s_per_device=units.tokens_per_s_per_device(global_batch_size, time_s, num_devices),
+            mfu=units.mfu(time_s, num_devices),
         ))
-    return Frontier(devices=num_devices, mesh=G.graph["mesh"], plans=plans, configurations=configurations)
+    if mesh is None:
+        mesh = next(iter(solved.values()))[0].graph["mesh"]
+    return Frontier(devices=num_devices, mesh=mesh, plans=plans, configurations=configurations)
 
 
 def _fraction(args: tuple) -> float:
@@ -324,12 +473,22 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
             cause = cause.__cause__ or cause.__context__
         if cause is not None:  # the job's model contract is broken: say which key, not export's advice
             raise PlanningError(str(cause)) from None
+        if getattr(e, "kind", None) in ("size", "shapes"):  # the job's shapes are the cause: name them
+            raise PlanningError(f"{input_shapes_line(job)}: capture of model "
+                                f"{job.model.name or job.model.factory!r}: {e}") from None
         raise PlanningError(f"capture of model {job.model.name or job.model.factory!r}: {e}") from e
     try:  # an op without a kernel or a backward: say so now, not in every worker
         check_runnable(graph.program, cluster.device.kind)
     except UnrunnableOpError as e:
         raise PlanningError(f"model {job.model.name or job.model.factory!r}: {e}") from None
     capture_s = time.perf_counter() - start
+    micro_graphs: dict[int, object] = {1: graph}
+
+    def micro_graph(m: int):  # captured once per count, shared by every device count
+        if m not in micro_graphs:
+            micro_graphs[m] = capture_job(micro_batch_job(job, m), (model, spec))
+        return micro_graphs[m]
+
     weights = [d * d for d in job.devices]  # solve time grows with the device count
     done, total = 0.05, sum(weights)
     frontiers = []
@@ -340,7 +499,7 @@ def plan_job(job: Job, progress: Progress | None = None) -> FrontierFile:
                 report(message, base + width * fraction)
 
             sub(f"cost graph for {_devices(d)}", 0.0)
-            frontiers.append(plan_devices(graph, job, cluster, d, sub))
+            frontiers.append(plan_devices(graph, job, cluster, d, sub, micro_graph))
             done += 0.95 * w / total
             report(f"{_devices(d)}: {len(frontiers[-1].plans)} plans", done)
     from tensoropt.capture.fingerprint import fingerprint

@@ -5,7 +5,8 @@
     {"version": 1, "job": {...the resolved job...},
      "frontiers": [{"devices": 8, "mesh": [2, 2, 2], "mesh_levels": ["gpu", "gpu", "gpu"],
                     "plans": [{"id": "d8-p0", "time_s": 0.123, "memory_bytes": 123456,
-                               "throughput_samples_per_s": 520.3,
+                               "micro_batches": 1, "throughput_samples_per_s": 520.3,
+                               "tokens_per_s_per_device": 8324.8, "mfu": 0.41,
                                "ops": {"<node>": "<configuration label>", ...},
                                "summary": "conv: batch=8; fc: out=8",
                                "layers": [{"node", "op", "module", "config", "compute_s", "comm_s",
@@ -165,12 +166,27 @@ class Plan:
     """Redistributions between operators that cost something."""
     throughput_samples_per_s: float | None = None
     """global_batch_size / time_s."""
+    micro_batches: int = 1
+    """Micro-batches per step (gradient accumulation; ``training.micro_batches``): the step runs
+    the plan's program on ``global_batch_size / micro_batches`` samples that many times, then
+    synchronises the gradients it can defer and steps the optimizer once. ``memory_bytes`` holds one
+    micro-batch's activations; ``time_s`` is the whole step."""
+    tokens_per_s_per_device: float | None = None
+    """For token inputs: ``global_batch_size x tokens per sample / time_s / devices``."""
+    mfu: float | None = None
+    """Predicted model FLOPs utilisation: the step's training FLOPs (3 x the graph's forward FLOPs)
+    / ``time_s`` / (devices x the device's peak FLOP/s in the compute dtype)."""
 
     def to_json(self) -> dict:
-        """JSON form (the frontier.json plan entry)."""
-        out: dict[str, Any] = {"id": self.id, "time_s": self.time_s, "memory_bytes": self.memory_bytes}
+        """JSON form (the frontier.json plan entry; ``micro_batches`` always written)."""
+        out: dict[str, Any] = {"id": self.id, "time_s": self.time_s, "memory_bytes": self.memory_bytes,
+                               "micro_batches": self.micro_batches}
         if self.throughput_samples_per_s is not None:
             out["throughput_samples_per_s"] = self.throughput_samples_per_s
+        if self.tokens_per_s_per_device is not None:
+            out["tokens_per_s_per_device"] = self.tokens_per_s_per_device
+        if self.mfu is not None:
+            out["mfu"] = self.mfu
         out["summary"] = self.summary
         out["ops"] = dict(self.ops)
         out["layers"] = [layer.to_json() for layer in self.layers]
@@ -186,6 +202,8 @@ class Plan:
             layers=[Layer.from_json(x) for x in data.get("layers", [])],
             redistributions=[Redistribution.from_json(x) for x in data.get("redistributions", [])],
             throughput_samples_per_s=data.get("throughput_samples_per_s"),
+            micro_batches=int(data.get("micro_batches", 1)),
+            tokens_per_s_per_device=data.get("tokens_per_s_per_device"), mfu=data.get("mfu"),
         )
 
 

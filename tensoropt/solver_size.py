@@ -44,7 +44,8 @@ class TableSize:
 
 def _option_factor(node: dict, memory_options) -> int:
     """Upper bound on the variants the memory options make of one configuration."""
-    factor = 2 if "recompute" in memory_options else 1
+    blocks = sum(o in memory_options for o in ("block_recompute", "block_selective"))
+    factor = max(2 if "recompute" in memory_options else 1, 1 + blocks)
     if node.get("params"):
         factor *= 1 + sum(o in memory_options for o in ("zero1", "zero2", "zero3"))
     return factor

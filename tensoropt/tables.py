@@ -59,29 +59,40 @@ def throughput(plan: Plan, global_batch_size: int | None) -> float | None:
 
 def frontier_table(frontier: Frontier, global_batch_size: int | None = None, selected: str | None = None,
                    max_rows: int | None = None) -> str:
-    """The table of one frontier: id, devices, step time, memory per device, throughput, split.
+    """The table of one frontier: id, devices, micro-batches, step time, memory per device,
+    throughput (samples/s; for token inputs tokens/s per device beside it), predicted MFU, split.
 
     Long frontiers show ``max_rows`` plans spread evenly (always the fastest and the smallest).
 
     Example:
         >>> from tensoropt.configspace.configuration import Mesh
-        >>> f = Frontier(2, Mesh((2,), ("gpu",)), [Plan("d2-p0", 0.5, 2**30, {}, summary="fc: out=2")])
-        >>> "fc: out=2" in frontier_table(f, 64)
-        True
+        >>> f = Frontier(2, Mesh((2,), ("gpu",)), [Plan("d2-p0", 0.5, 2**30, {}, summary="fc: out=2",
+        ...              micro_batches=4, tokens_per_s_per_device=65536.0, mfu=0.41)])
+        >>> text = frontier_table(f, 64)
+        >>> "fc: out=2" in text, "65,536/s" in text, "41.0%" in text, text.splitlines()[1].split()[:3]
+        (True, True, True, ['id', 'devices', 'mb'])
     """
     plans = frontier.plans
     shown = list(range(len(plans)))
     if max_rows is not None and len(plans) > max_rows >= 2:
         shown = sorted({round(i * (len(plans) - 1) / (max_rows - 1)) for i in range(max_rows)})
+    tokens = any(plans[i].tokens_per_s_per_device is not None for i in shown)
     rows = []
     for i in shown:
         p = plans[i]
         tput = throughput(p, global_batch_size)
         mark = "*" if p.id == selected else ""
-        rows.append([mark + p.id, frontier.devices, format_time(p.time_s), format_size(p.memory_bytes),
-                     f"{tput:,.1f}/s" if tput is not None else "-", p.summary])
-    text = format_table(["id", "devices", "step time", "memory/device", "throughput", "split"], rows,
-                        right=[1, 2, 3, 4])
+        row = [mark + p.id, frontier.devices, p.micro_batches, format_time(p.time_s),
+               format_size(p.memory_bytes), f"{tput:,.1f}/s" if tput is not None else "-"]
+        if tokens:
+            per_device = p.tokens_per_s_per_device
+            row.append(f"{per_device:,.0f}/s" if per_device is not None else "-")
+        row += [f"{100 * p.mfu:.1f}%" if p.mfu is not None else "-", p.summary]
+        rows.append(row)
+    headers = ["id", "devices", "mb", "step time", "memory/device", "throughput"]
+    headers += ["tokens/s/device"] if tokens else []
+    headers += ["MFU", "split"]
+    text = format_table(headers, rows, right=list(range(1, len(headers) - 1)))
     mesh = "x".join(map(str, frontier.mesh.shape)) or "1"
     plural = "s" if frontier.devices != 1 else ""
     head = f"{frontier.devices} device{plural} (mesh {mesh}): {len(plans)} plans"

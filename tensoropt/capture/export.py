@@ -14,19 +14,21 @@ import torch
 from tensoropt.capture.assertions import drop_no_data_ops
 from tensoropt.capture.constants import ConstantError, evaluate_forward_constants
 from tensoropt.capture.cpu_kernels import widen_integer_histc
+from tensoropt.capture.trace_advice import advice, clean_reason, trace_kind
 
 
 class TraceError(RuntimeError):
-    """``torch.export`` could not trace the model; the message says why and what to do."""
+    """``torch.export`` could not trace the model; the message says why and what to do.
+
+    ``kind`` is what the cause was (:func:`tensoropt.capture.trace_advice.trace_kind`: ``size``,
+    ``shapes``, ``data``, ``other``; ``constant`` for a constant made in forward with no value).
+    """
+
+    def __init__(self, message: str, kind: str = "other"):
+        super().__init__(message)
+        self.kind = kind
 
 
-_ADVICE = (
-    "What to do: torch.export needs a forward whose control flow does not depend on tensor values. "
-    "Remove data-dependent Python branches/loops (`if x.sum() > 0`, `.item()`, `.tolist()`, "
-    "`nonzero()`), or express them with torch.cond / torch.where; avoid Python side effects "
-    "(printing tensors, mutating globals); and pass representative example inputs (the batch size, "
-    "sequence length and dtypes used for training)."
-)
 
 
 def export_program(model: torch.nn.Module, example_inputs: Sequence) -> torch.export.ExportedProgram:
@@ -64,13 +66,13 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> torch.ex
             ep = _export(model, args)
             evaluate_forward_constants(ep, model, args, _export)
     except ConstantError as err:
-        raise TraceError(f"cannot capture {type(model).__name__}: {err}") from None
+        raise TraceError(f"cannot capture {type(model).__name__}: {err}", "constant") from None
     except Exception as err:  # torch raises many types (UserError, GuardOnDataDependent, ...)
-        reason = str(err).strip().splitlines()
-        short = "\n  ".join(reason[:12]) if reason else type(err).__name__
+        kind = trace_kind(err)
+        short = "\n  ".join(clean_reason(str(err))) or type(err).__name__
         raise TraceError(
             f"torch.export could not trace {type(model).__name__}: {type(err).__name__}:\n"
-            f"  {short}\n{_ADVICE}"
+            f"  {short}\n{advice(kind)}", kind
         ) from err
     finally:
         model.train(was_training)
@@ -80,8 +82,17 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> torch.ex
 
 
 def _export(model: torch.nn.Module, args: tuple) -> torch.export.ExportedProgram:
-    """``torch.export.export`` as :func:`export_program` calls it (non-strict), nothing more."""
-    return torch.export.export(model, args, strict=False)
+    """``torch.export.export`` as :func:`export_program` calls it (non-strict), its fake-tensor
+    logger quiet: a failing operator's traceback is torch's log record, the error is raised anyway."""
+    import logging
+
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        return torch.export.export(model, args, strict=False)
+    finally:
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -42,6 +42,25 @@ def load_plan(path: str, plan_id: str | None) -> PlanFile:
     return PlanFile.from_json(json.loads(plan_file_text(data, plan_id)), f"{path} ({plan_id})")
 
 
+def plan_units_line(plan) -> str:
+    """The plan's step in the user's units: micro-batches, samples/s, tokens/s per device, MFU.
+
+    Example:
+        >>> from tensoropt.plans import Plan
+        >>> plan_units_line(Plan("d8-p0", 0.5, 8, {}, throughput_samples_per_s=32.0, micro_batches=4,
+        ...                      tokens_per_s_per_device=8192.0, mfu=0.4))
+        'micro-batches: 4 per step; 32.0 samples/s, 8,192 tokens/s per device, predicted MFU 40.0%'
+    """
+    parts = [f"micro-batches: {plan.micro_batches} per step"]
+    if plan.throughput_samples_per_s is not None:
+        parts.append(f"; {plan.throughput_samples_per_s:,.1f} samples/s")
+    if plan.tokens_per_s_per_device is not None:
+        parts.append(f", {plan.tokens_per_s_per_device:,.0f} tokens/s per device")
+    if plan.mfu is not None:
+        parts.append(f", predicted MFU {100 * plan.mfu:.1f}%")
+    return "".join(parts)
+
+
 def explain_text(plan_file: PlanFile, sort: str = "graph") -> str:
     """The full explanation: header, per-operator table, totals, redistributions.
 
@@ -62,6 +81,7 @@ def explain_text(plan_file: PlanFile, sort: str = "graph") -> str:
     lines = [f"plan {plan.id} on {plan_file.devices} devices (mesh {mesh}, levels "
              f"{','.join(plan_file.mesh.levels) or '-'}): {format_time(plan.time_s)}/step, "
              f"{format_size(plan.memory_bytes)} per device"]
+    lines.append(plan_units_line(plan))
     if plan.summary:
         lines.append(f"split: {plan.summary}")
     lines.append("")

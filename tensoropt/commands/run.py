@@ -80,6 +80,7 @@ def run(args) -> int:
         plan = _load_plan(args) if args.plan else _select(args, job, nnodes)
         entry["plan"] = plan
         _check_plan_graph(args, spec, plan)
+    _check_training_keys(args, spec, plan)
     nproc = _nproc(args, plan, nnodes)
     executor = _executor(args, job)
     if args.metrics:
@@ -232,6 +233,21 @@ def _check_plan_graph(args, spec, plan: dict) -> None:
         raise CommandError(f"{args.job}: capturing the model to check the plan: {e}") from None
     for warning in warnings:
         print(f"tensoropt run: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def _check_training_keys(args, spec, plan: dict | None) -> None:
+    """Refuse, before any worker starts, trainer keys the model or the plan cannot honour
+    (:func:`tensoropt.training.checks.launch_problems`: no_decay words, the TensorBoard directory,
+    the plan's micro-batches)."""
+    from tensoropt.config import Job
+    from tensoropt.job_model import build_job_model
+    from tensoropt.training.checks import launch_problems
+
+    job = Job.from_dict(spec.job, args.job)
+    names = [n for n, _ in build_job_model(job, "meta")[0].named_parameters()] if job.optimizer else []
+    problems = launch_problems(job, names, plan)
+    if problems:
+        raise CommandError(f"{args.job}: " + problems[0])
 
 
 def _nproc(args, plan: dict | None, nnodes: int) -> int:

@@ -47,7 +47,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
 from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
-from tensoropt.executor import explicit_ops, fallback, local_ops
+from tensoropt.executor import block_checkpoint, explicit_ops, fallback, local_ops
 from tensoropt.executor import options as memory_options
 from tensoropt.executor.dtensor_rules import register_elementwise_rules
 from tensoropt.executor.mixed_precision import cast_param, scale_grad
@@ -133,7 +133,8 @@ class PlanInterpreter(fx.Interpreter):
     """
 
     def __init__(self, gm: fx.GraphModule, placements: dict[str, Configuration], mesh: DeviceMesh | None,
-                 operands: dict[str, list[dict]], lazy: set[str], local: bool = True):
+                 operands: dict[str, list[dict]], lazy: set[str], local: bool = True,
+                 checkpoint_modules: list[str] | None = None):
         super().__init__(gm)
         self.placements = placements
         self.mesh = mesh
@@ -149,7 +150,12 @@ class PlanInterpreter(fx.Interpreter):
         """Nodes whose op has no parallel rule: run on local tensors (:mod:`tensoropt.executor.fallback`)."""
         self.on_grad = None
         """Called with each parameter whose gradient the whole-graph local mode has just set."""
-        self.batch_axes = self._batch_axes(gm, placements) if local and mesh is not None else None
+        self.spans = block_checkpoint.block_spans(gm.graph, placements, lazy, checkpoint_modules) \
+            if mesh is not None else {}
+        """First node of each checkpointed block -> its span (:mod:`tensoropt.executor.block_checkpoint`)."""
+        self._in_block = False
+        self.batch_axes = self._batch_axes(gm, placements) if local and mesh is not None and not self.spans \
+            else None
         """Mesh axes the batch is split on when the whole plan runs on local tensors, else None."""
         self._leaves: dict[int, tuple[DTensor, torch.Tensor]] = {}
         self._partial_outputs: set[fx.Node] = set()
@@ -413,6 +419,8 @@ class PlanInterpreter(fx.Interpreter):
     def run_node(self, n: fx.Node) -> Any:
         if self.mesh is None or n.op != "call_function":
             return super().run_node(n)
+        if n in self.spans and not self._in_block:  # a checkpointed block, run as a whole
+            return block_checkpoint.run_block(self, self.spans[n], _LAZY)
         if n.name in self.lazy:
             return _LAZY
         config = self.placements.get(n.name)

@@ -73,8 +73,44 @@ def build_local_state(spec, plan: ExecPlan, mesh: DeviceMesh | None, device: tor
     """
     skeleton = build_skeleton(spec)
     ep, operands = _exported(spec, skeleton, device)
+    checkpoint = _checkpoint_path(spec)
+
+    def fill(keep) -> None:
+        if checkpoint is not None:
+            model_checkpoint.load_values(checkpoint, skeleton.module, keep)
+        else:
+            materialize(skeleton, keep)
+
+    host_buffers = skeleton.buffers()
+    if checkpoint is not None:
+        host_buffers.update(model_checkpoint.buffer_values(checkpoint, host_buffers))
+    compute = getattr(torch, spec.mixed.compute_dtype) if spec.mixed is not None else None
+    return shard_state(ep, operands, skeleton.module, plan, mesh, device, fill, host_buffers, compute,
+                       name=spec.model)
+
+
+def shard_state(ep, operands: dict[str, list[dict]], module: torch.nn.Module, plan: ExecPlan,
+                mesh: DeviceMesh | None, device: torch.device, fill, host_buffers: dict[str, torch.Tensor],
+                compute: torch.dtype | None = None, name: str = "model") -> LocalState:
+    """This rank's :class:`LocalState` of an exported model whose parameter values ``fill`` gives.
+
+    Args:
+        ep, operands: the model exported on meta, and its OpGraph operands.
+        module: the exported module (its ``named_parameters`` name the keys; tied ones share a tensor).
+        plan, mesh, device: the plan, its mesh (None for one process), where the shards live.
+        fill: ``fill(keep)`` calls ``keep(keys, full_host_value)`` once (or more: the last wins) for
+            every parameter (:func:`~tensoropt.executor.materialize.materialize`, a checkpoint, or a
+            module's own weights); only this rank's shard of each value is kept.
+        host_buffers: buffer key -> host value (non-persistent buffers included).
+        compute: a mixed precision's compute dtype for buffers and constants, or None.
+        name: the model's name in messages.
+
+    Example:
+        >>> # not run here: needs a device mesh (a process group)
+        >>> shard_state(ep, operands, module, plan, mesh, device, fill, buffers)  # doctest: +SKIP
+    """
     sig = signature(ep)
-    state = dict(skeleton.module.named_parameters(remove_duplicate=False))
+    state = dict(module.named_parameters(remove_duplicate=False))
     first_key_of: dict[int, str] = {}  # tied parameters (one tensor under several keys) stay one
     param_of = {key: first_key_of.setdefault(id(state[key]), key) for key in sig.params.values()}
     ndim = len(plan.mesh.shape)
@@ -90,18 +126,11 @@ def build_local_state(spec, plan: ExecPlan, mesh: DeviceMesh | None, device: tor
     def keep(keys: list[str], value: torch.Tensor) -> None:
         canon = next((param_of[k] for k in keys if k in param_of), None)
         if canon is not None and canon in wanted:
-            params[canon] = torch.nn.Parameter(local_shard(value, mesh, layouts[canon], device))
+            params[canon] = torch.nn.Parameter(local_shard(value, mesh, layouts[canon], device),
+                                               requires_grad=state[canon].requires_grad)
 
-    checkpoint = _checkpoint_path(spec)
-    if checkpoint is not None:
-        model_checkpoint.load_values(checkpoint, skeleton.module, keep)
-    else:
-        materialize(skeleton, keep)
+    fill(keep)
     params = {canon: params[canon] for canon in dict.fromkeys(param_of.values())}
-    host_buffers = skeleton.buffers()
-    if checkpoint is not None:
-        host_buffers.update(model_checkpoint.buffer_values(checkpoint, host_buffers))
-    compute = getattr(torch, spec.mixed.compute_dtype) if spec.mixed is not None else None
     buffers = {key: local_shard(to_compute(host_buffers[key], compute), mesh, layouts_all[key], device)
                for key in dict.fromkeys(sig.buffers.values())}
     constants = {}
@@ -110,7 +139,7 @@ def build_local_state(spec, plan: ExecPlan, mesh: DeviceMesh | None, device: tor
         value = to_compute(value, compute)
         if isinstance(value, torch.Tensor):
             if value.is_meta:
-                raise ValueError(f"model {spec.model!r}: tensor constant {key!r} has no value: the "
+                raise ValueError(f"model {name!r}: tensor constant {key!r} has no value: the "
                                  "module holds it as a tensor on the meta device; build the model's tensor "
                                  "attributes on the CPU (only parameters may be on meta)")
             value = local_shard(value, mesh, ("R",) * ndim, device)

@@ -75,6 +75,9 @@ class LoweredStep:
     shard_grad_keys: tuple[str, ...]
     loss_spec: DTensorSpec | None
     traced_nodes: int = 0
+    grad_specs: tuple = ()
+    """Each output gradient's DTensor spec as traced (None for a plain tensor): the parameter's own
+    placements, or a partial sum in a program traced without gradient synchronisation."""
 
     def flat_inputs(self, params: dict[str, torch.Tensor], values: list,
                     whole: dict[str, torch.Tensor]) -> list:
@@ -141,7 +144,7 @@ def shared_fake_mode():
     return tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True)))
 
 
-def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
+def lower_step(trainer, values: list, reinplace: bool = True, sync_grads: bool = True) -> LoweredStep:
     """Trace one training step of ``trainer`` (a :class:`~tensoropt.executor.trainer.Trainer`).
 
     Args:
@@ -151,6 +154,9 @@ def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
         reinplace: write each gradient bucket's all-reduce into its ``cat`` (no copy per step:
             :func:`~tensoropt.executor.graph_passes.reinplace_collectives`); False for a program
             Inductor compiles.
+        sync_grads: synchronise the gradients in the program (False: each comes out as backward
+            left it, a partial sum where it is one, for accumulation over micro-batches; ZeRO-2
+            parameters too, their full gradient: :mod:`tensoropt.parallel`'s ``no_sync``).
 
     Returns:
         The traced step; tracing leaves the trainer's parameters, buffers, gradients, optimizer
@@ -198,6 +204,8 @@ def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
         shard_grads: dict[str, torch.Tensor] = {}
 
         def on_grad(leaf):
+            if not sync_grads:
+                return
             key = key_of.get(id(leaf))
             if key in zero2 and isinstance(leaf.grad, DTensor):  # ZeRO-2: reduce-scatter to the shard
                 grad, leaf.grad = leaf.grad, None
@@ -214,7 +222,8 @@ def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
         out = interp.run(*step_values)
         loss = out[0] if isinstance(out, (tuple, list)) else out
         loss.backward()
-        sync.finish()
+        if sync_grads:
+            sync.finish()
         # leaf -> its hook (held in C++, which the garbage collector cannot see) -> on_grad -> sync ->
         # sync.params -> leaf: a cycle nothing collects, which kept the traced leaves and their
         # gradients (the buckets: every synchronised gradient's bytes) for the whole run
@@ -223,7 +232,9 @@ def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
         sync.params.clear()
         grad_keys = [k for k in param_keys if leaves[k].grad is not None]
         outputs.update(grad_keys=tuple(grad_keys), shard_grad_keys=tuple(shard_grads),
-                       loss_spec=loss._spec if isinstance(loss, DTensor) else None)
+                       loss_spec=loss._spec if isinstance(loss, DTensor) else None,
+                       grad_specs=tuple(leaves[k].grad._spec if isinstance(leaves[k].grad, DTensor) else None
+                                        for k in grad_keys))
         return [_local(loss).detach(), *[_local(leaves[k].grad) for k in grad_keys],
                 *[_local(g) for g in shard_grads.values()]]
 
@@ -253,7 +264,7 @@ def lower_step(trainer, values: list, reinplace: bool = True) -> LoweredStep:
     if reinplace:
         reinplace_collectives(gm)
     return LoweredStep(gm, param_keys, value_slots, label_inputs, outputs["grad_keys"],
-                       outputs["shard_grad_keys"], outputs["loss_spec"], traced_nodes)
+                       outputs["shard_grad_keys"], outputs["loss_spec"], traced_nodes, outputs["grad_specs"])
 
 
 def defer_waits(gm: fx.GraphModule) -> int:

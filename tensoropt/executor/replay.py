@@ -87,16 +87,20 @@ class ReplayProgram:
     def _key(self, values: list) -> tuple:
         return tuple(tuple(v.shape) if isinstance(v, torch.Tensor) else None for v in values)
 
-    def program(self, values: list) -> tuple[LoweredStep, Callable]:
+    def program(self, values: list, sync_grads: bool = True) -> tuple[LoweredStep, Callable]:
         """The (traced step, callable) for these placeholder values' shapes, tracing it the first time.
+
+        ``sync_grads=False``: the program that leaves gradients unsynchronised (partial sums), for
+        micro-batches accumulated under ``no_sync`` (:func:`~tensoropt.executor.lowering.lower_step`).
 
         Example:
             >>> lowered, run = program.program(values)  # needs a Trainer on a process group  # doctest: +SKIP
         """
-        key = self._key(values)
+        key = self._key(values) + (() if sync_grads else ("no_sync",))
         entry = self.programs.get(key)
         if entry is None:
-            lowered = lower_step(self.trainer, values, reinplace=self.compile == "none")
+            lowered = lower_step(self.trainer, values, reinplace=self.compile == "none",
+                                 sync_grads=sync_grads)
             simplify(lowered.gm)
             self.traces += 1
             call = lowered.gm

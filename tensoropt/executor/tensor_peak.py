@@ -6,7 +6,8 @@ memory) and counts code, Python objects and gloo's buffers. ``measured.peak_tens
 CPU counterpart of CUDA's ``max_memory_allocated``: the most bytes of tensor storage alive at once.
 
 :class:`TensorPeak` is a ``TorchDispatchMode``: every operator's output whose storage is new (not
-one of its inputs', so views and in-place results are not counted again) adds its storage's bytes,
+one of its inputs', so views and in-place results are not counted again; a plain tensor's, not a fake
+one's) adds its storage's bytes,
 and a ``weakref.finalize`` on that storage takes them away when it is freed. DTensor operators are
 handed on to DTensor (``NotImplemented``), whose local operators (redistribution buffers included)
 then come back through the mode. What existed before the mode started (parameters, buffers,
@@ -33,6 +34,10 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+"""Tensors with storage of their own: a subclass (DTensor's fake arguments of sharding propagation,
+which it keeps in a cache) has none, or counts through its local tensor."""
+
 
 class TensorPeak(TorchDispatchMode):
     """Live tensor storage bytes while active and their high-water mark (see the module doc).
@@ -56,7 +61,7 @@ class TensorPeak(TorchDispatchMode):
         out = func(*args, **kwargs)
         inputs = {_storage_key(a) for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
         for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and not t.is_meta and _storage_key(t) not in inputs:
+            if type(t) in _PLAIN and not t.is_meta and _storage_key(t) not in inputs:
                 self._add(t.untyped_storage())
         return out
 

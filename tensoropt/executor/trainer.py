@@ -128,8 +128,9 @@ class Trainer:
         # zero1/zero2 parameters: the optimizer steps (and keeps state for) a shard of each
         self.zero = ShardedState.for_plan(plan, self.params, self.mesh)
         self.optimizer = spec.make_optimizer(self.zero.optimizer_params(self.params))
+        blocks = ((spec.job or {}).get("training") or {}).get("checkpoint_modules")
         self.interpreter = PlanInterpreter(self.ep.graph_module, plan.placements, self.mesh, self.operands,
-                                           lazy_views(self.ep, plan.placements))
+                                           lazy_views(self.ep, plan.placements), checkpoint_modules=blocks)
         # after zero's hooks (a zero2 gradient is reduce-scattered there, not all-reduced here)
         self.grad_sync = GradSync(self.params.values())
         self.interpreter.on_grad = self.grad_sync.add  # the whole-graph local mode's gradients

@@ -38,6 +38,9 @@ class PlotPoint:
         fits: True if ``memory_bytes`` is within the budget (True when there is no budget).
         layers: the plan's per-layer rows (dicts with node, op, module, config, compute_s,
             comm_s, memory_bytes), as in frontier.json.
+        micro_batches: micro-batches per step (gradient accumulation; 1 in older files).
+        tokens_per_s_per_device: for token inputs, tokens per second per device (else None).
+        mfu: the predicted model FLOPs utilisation (None when the file has none).
     """
 
     plan_id: str
@@ -48,6 +51,9 @@ class PlotPoint:
     summary: str
     fits: bool
     layers: list[dict] = field(default_factory=list)
+    micro_batches: int = 1
+    tokens_per_s_per_device: float | None = None
+    mfu: float | None = None
 
     @property
     def memory_gib(self) -> float:
@@ -137,6 +143,9 @@ def page_points(frontier_json: dict, budget_bytes: int | None) -> list[PlotPoint
                     summary=str(plan.get("summary", "")),
                     fits=budget_bytes is None or memory_bytes <= budget_bytes,
                     layers=list(plan.get("layers", [])),
+                    micro_batches=int(plan.get("micro_batches", 1)),
+                    tokens_per_s_per_device=_optional(plan, "tokens_per_s_per_device", where),
+                    mfu=_optional(plan, "mfu", where),
                 )
             )
     return points
@@ -148,6 +157,11 @@ def _number(obj: dict, key: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"frontier.json: {where}.{key} must be a number, got {value!r}")
     return value
+
+
+def _optional(obj: dict, key: str, where: str) -> float | None:
+    """obj[key] as a float when present (None when absent or null)."""
+    return None if obj.get(key) is None else float(_number(obj, key, where))
 
 
 def _throughput(plan: dict, batch: int | None, time_s: float) -> float | None:

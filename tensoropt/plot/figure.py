@@ -3,8 +3,9 @@
 Trace order (the page script relies on it): one trace per device count (``meta.kind ==
 "frontier"``), then the "selected plan" ring (``meta.kind == "selected"``), then the "clicked
 plan" ring (``meta.kind == "clicked"``). Every frontier point carries ``customdata = [plan id,
-devices, time_s, memory (in the page's unit), throughput or None, summary, fits, ...hover text]`` so the page
-can switch the y axis between step time and throughput without re-reading the file.
+devices, time_s, memory (in the page's unit), throughput or None, summary, fits, ...hover text,
+micro-batches (10), tokens/s and MFU hover text (11)]`` so the page can switch the y axis between
+step time and throughput, and filter by micro-batch count, without re-reading the file.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ BUDGET_OFF_AXIS = 1.6
 _HOVER = (
     "<b>%{customdata[0]}</b>  ·  %{customdata[1]} devices<br>"
     "step time  %{customdata[2]:.4g} s<br>"
-    "throughput  %{customdata[9]} samples/s<br>"
+    "throughput  %{customdata[9]} samples/s%{customdata[11]}<br>"
+    "micro-batches  %{customdata[10]} per step<br>"
     "memory  %{customdata[3]:.3g} __UNIT__ / device%{customdata[7]}<br>"
     "<i>%{customdata[8]}</i><extra></extra>"
 )
@@ -136,8 +138,13 @@ def _customdata(p: PlotPoint, memory: float) -> list:
     throughput = "n/a" if p.throughput is None else f"{p.throughput:.4g}"
     over = "" if p.fits else "  <b>(over budget)</b>"
     summary = "<br>".join(textwrap.wrap(p.summary, 60)) or "(no summary)"
+    units = ""
+    if p.tokens_per_s_per_device is not None:
+        units += f"<br>tokens  {p.tokens_per_s_per_device:,.0f}/s per device"
+    if p.mfu is not None:
+        units += f"<br>predicted MFU  {100 * p.mfu:.1f}%"
     return [p.plan_id, p.devices, p.time_s, memory, p.throughput, p.summary, p.fits, over, summary,
-            throughput]
+            throughput, p.micro_batches, units]
 
 
 def _ring(name: str, chosen: list[PlotPoint], mem: dict, colour: str, kind: str) -> dict:

@@ -18,9 +18,10 @@ NOT_OURS = {"--help", "--standalone", "--rdzv-id"}
 
 
 def _sections() -> dict[str, type]:
-    """Job field -> the dataclass of its section (model, training, planner, executor, data)."""
+    """Job field -> the dataclass of its section (model, training, ..., lr_scheduler: LrSchedulerConfig)."""
     return {f.name: cls for f in dataclasses.fields(config.Job)
-            for cls in [getattr(config, f"{f.name.capitalize()}Config", None)] if cls is not None}
+            for cls in [getattr(config, "".join(w.capitalize() for w in f.name.split("_")) + "Config", None)]
+            if cls is not None}
 
 
 def _schema_keys() -> set[str]:

@@ -18,7 +18,7 @@ LAYERS = {
     # tensoropt core: the job, the model zoo, capture, the configuration space, the cost graph
     "tensoropt.sizes": 2, "tensoropt.precision": 2, "tensoropt.progress": 2, "tensoropt.capture": 2,
     "tensoropt.models": 2, "tensoropt.configspace": 2, "tensoropt.config": 2, "tensoropt.cost_graph": 2,
-    "tensoropt.job_model": 2,
+    "tensoropt.job_model": 2, "tensoropt.training": 2, "tensoropt.accumulation": 2,
     # planning and selection: plan/frontier files, the planner, the selector
     "tensoropt.plans": 3, "tensoropt.summary": 3, "tensoropt.solver_size": 3, "tensoropt.planner": 3,
     "tensoropt.selector": 3, "tensoropt.tables": 3, "tensoropt.baselines": 3,
@@ -26,6 +26,8 @@ LAYERS = {
     "tensoropt.checkpoint": 4, "tensoropt.executor": 4,
     # starting processes
     "tensoropt.launch": 5, "tensoropt.elastic": 5,
+    # the parallel model in your own training loop (tensoropt.parallelize), above the executor it runs
+    "tensoropt.parallel": 5,
     # the command line
     "tensoropt.commands": 6, "tensoropt.cli": 6, "tensoropt.demo": 6, "tensoropt": 6,
 }

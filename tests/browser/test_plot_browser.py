@@ -301,3 +301,30 @@ def test_another_sites_page_cannot_select(chromium, server, run_dir):
     assert ("POST", 200) not in to_ui, answers
     assert not (run_dir / "plan.json").exists()
     assert (run_dir / "frontier.json").read_bytes() == before
+
+
+SHOWN = """() => document.getElementById("plot").data.filter((t) => t.meta && t.meta.kind === "frontier")
+    .flatMap((t) => t.customdata.map((cd, i) => [cd[0], cd[10], t.x[i]]))"""
+
+
+def test_micro_batch_filter_shows_the_plans_of_one_count(chromium, frontier_json, tmp_path):
+    """Issue 25: the filter lists the counts the file holds and draws only the chosen count's plans."""
+    for f in frontier_json["frontiers"]:
+        for i, p in enumerate(f["plans"]):
+            p["micro_batches"] = 1 + i % 2
+    ids = {m: {p["id"] for f in frontier_json["frontiers"] for p in f["plans"] if p["micro_batches"] == m}
+           for m in (1, 2)}
+    html = write_pareto_html(frontier_json, tmp_path / "pareto.html")
+    context, page, _, errors = _open(chromium, html.as_uri())
+    try:
+        options = page.eval_on_selector_all("#mbfilter option", "os => os.map((o) => o.value)")
+        assert options == ["all", "1", "2"]
+        page.select_option("#mbfilter", "2")
+        page.wait_for_function(f"() => ({SHOWN})().length === {len(ids[2])}")
+        shown = page.evaluate(SHOWN)
+        assert {i for i, _, _ in shown} == ids[2] and {m for _, m, _ in shown} == {2}
+        page.select_option("#mbfilter", "all")
+        page.wait_for_function(f"() => ({SHOWN})().length === {len(ids[1] | ids[2])}")
+        assert not errors, errors
+    finally:
+        context.close()

@@ -70,6 +70,17 @@ def test_model_parallel_peak_is_below_the_single_process_run(big_mlp_runs):
                           f"{one['measured']}")
 
 
+def test_the_tensor_peak_is_predicted_within_2_percent_at_1_and_2_processes(big_mlp_runs):
+    """measured.peak_tensor_bytes (live tensor bytes, no allocator in it: issue 29 item 5) against the
+    memory model without its runtime terms, under glibc's default settings."""
+    for metrics in big_mlp_runs:
+        measured = metrics["measured"]["peak_tensor_bytes"]
+        predicted = metrics["predicted"]["peak_tensor_bytes"]
+        assert abs(measured - predicted) <= 0.02 * predicted, (metrics["plan_id"], measured, predicted)
+    one, two = (m["measured"]["peak_tensor_bytes"] for m in big_mlp_runs)
+    assert two <= 0.6 * one  # the leanest 2-process plan holds its shards only
+
+
 TRIMMED_MALLOC = {"MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": "0"}
 """glibc returns freed memory at once: the resident set then follows the live bytes the model prices."""
 

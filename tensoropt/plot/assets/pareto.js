@@ -60,6 +60,28 @@
     return JSON.parse(await new Response(stream).text());
   }
 
+  // every frontier trace's points as drawn first: the micro-batch filter shows a subset of them
+  const allPoints = fig.data.map((t) => (t.meta && t.meta.kind === "frontier" ? t.customdata.slice() : null));
+
+  function setMicroBatches(value) {
+    // show only the plans of one micro-batch count (customdata[10]), or all
+    state.microBatches = value;
+    const idx = [], xs = [], ys = [], cds = [], opacity = [];
+    allPoints.forEach((points, i) => {
+      if (!points) return;
+      const kept = points.filter((cd) => value === "all" || String(cd[10]) === value);
+      idx.push(i); cds.push(kept); xs.push(kept.map((cd) => cd[3])); ys.push(kept.map(yValue));
+      opacity.push(kept.map((cd) => (cd[6] ? 1 : 0.35)));
+    });
+    return Plotly.restyle(gd, { x: xs, y: ys, customdata: cds, "marker.opacity": opacity }, idx);
+  }
+
+  function fillMicroBatchFilter() {
+    const counts = [...new Set(Object.values(pointData).map((cd) => cd[10]))].sort((a, b) => a - b);
+    for (const m of counts) $("mbfilter").append(el("option", { value: String(m) }, `${m}`));
+    $("mbfilter").disabled = counts.length < 2;
+  }
+
   function traceIndex(kind) {
     return gd.data.findIndex((t) => t.meta && t.meta.kind === kind);
   }
@@ -289,6 +311,8 @@
       for (const r of document.querySelectorAll("input[name=ymode]")) {
         r.addEventListener("change", () => r.checked && setYMode(r.value));
       }
+      fillMicroBatchFilter();
+      $("mbfilter").addEventListener("change", () => setMicroBatches($("mbfilter").value));
       $("logx").addEventListener("change", setScales);
       $("logy").addEventListener("change", setScales);
       setRing("selected", state.selected); // meta is authoritative (the server patches it)

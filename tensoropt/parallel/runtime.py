@@ -1,0 +1,332 @@
+"""One rank's side of a parallel model: the step's graphs, the shards, the gradients.
+
+:class:`Runtime` holds what :func:`tensoropt.parallelize` builds on this rank: the plan, its mesh,
+the parameters' local shards (:func:`tensoropt.executor.local_state.shard_state`), the ZeRO
+shard parameters (:class:`~tensoropt.executor.zero.ShardedState`), and one :class:`StepGraph` per
+global batch size (the model exported on meta for that batch, interpreted by
+:class:`~tensoropt.executor.interpreter.PlanInterpreter` and replayed as a local program by
+:class:`~tensoropt.executor.replay.ReplayProgram`, as ``tensoropt run`` does).
+
+A training step here is forward + loss + backward + gradient synchronisation; the gradients are
+*accumulated* into ``.grad`` (scaled by ``loss_scale``), so several micro-batches add up, and
+the optimizer step is the user's. Under ``no_sync`` the replayed program is the one traced
+without gradient synchronisation: each gradient is added up locally as the partial sum backward
+leaves, and the first step outside ``no_sync`` synchronises the sum once
+(:meth:`Runtime.sync_pending`: DDP's buckets, ZeRO-2's reduce-scatter).
+
+Example:
+    >>> # not run here: needs a process group; tensoropt.parallelize builds it
+    >>> runtime = Runtime(module, plan, spec, mesh, torch.device("cpu"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DeviceMesh, DTensor
+
+from tensoropt.executor.data import input_regions
+from tensoropt.executor.gradsync import GradSync
+from tensoropt.executor.interpreter import PlanInterpreter
+from tensoropt.executor.local_state import LocalState
+from tensoropt.executor.meta_export import meta_inputs, retarget_device
+from tensoropt.executor.placements import normalise, to_placements
+from tensoropt.executor.plan import ExecPlan
+from tensoropt.executor.program import export_program, lazy_views, signature
+from tensoropt.executor.replay import ReplayProgram
+from tensoropt.executor.zero import ShardedState
+
+
+@contextlib.contextmanager
+def meta_state(module: nn.Module):
+    """Inside, every parameter and buffer of ``module`` is a meta tensor of its shape and dtype
+    (tied ones stay one tensor); outside, the module holds its own tensors again.
+
+    Example:
+        >>> lin = nn.Linear(2, 3)
+        >>> with meta_state(lin):
+        ...     lin.weight.is_meta, lin.weight.shape
+        (True, torch.Size([3, 2]))
+        >>> lin.weight.is_meta
+        False
+    """
+    saved, made = [], {}
+    for m in module.modules():
+        for slots, wrap in ((m._parameters, True), (m._buffers, False)):
+            for name, t in slots.items():
+                if t is None:
+                    continue
+                saved.append((slots, name, t))
+                if id(t) not in made:
+                    meta = torch.empty(t.shape, dtype=t.dtype, device="meta")
+                    made[id(t)] = nn.Parameter(meta, requires_grad=t.requires_grad) if wrap else meta
+                slots[name] = made[id(t)]
+    try:
+        yield
+    finally:
+        for slots, name, t in saved:
+            slots[name] = t
+
+
+def export_module(module: nn.Module, spec, batch_size: int,
+                  device: torch.device) -> torch.export.ExportedProgram:
+    """Export ``module`` (the job's training step around the user's model) on meta inputs of a
+    ``batch_size``-row batch; its weights are never read. Tensors the graph creates go to ``device``.
+
+    Example:
+        >>> # not run here: needs a job's TrainSpec
+        >>> ep = export_module(step_module, spec, 8, torch.device("cpu"))  # doctest: +SKIP
+    """
+    example = meta_inputs(dataclasses.replace(spec, global_batch_size=batch_size))
+    with meta_state(module):
+        ep = export_program(module, example)
+    retarget_device(ep.graph_module, device)
+    return ep
+
+
+def _layout_placements(plan: ExecPlan, name: str, ndim: int):
+    config = plan.placements.get(name)
+    layout = tuple(config.output) if config is not None else ("R",) * len(plan.mesh.shape)
+    return to_placements(normalise(layout, ndim))
+
+
+def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
+    stride, out = 1, []
+    for n in reversed(shape):
+        out.append(stride)
+        stride *= max(n, 1)
+    return tuple(reversed(out))
+
+
+class StepGraph:
+    """The step exported for one global batch size: interpreter, input layouts, replayed programs.
+
+    Duck-types the trainer :func:`~tensoropt.executor.lowering.lower_step` and
+    :class:`~tensoropt.executor.replay.ReplayProgram` trace (``interpreter``, ``sig``, ``params``,
+    ``param_of``, ``zero``).
+
+    Example:
+        >>> # not run here: needs a Runtime on a process group
+        >>> graph = runtime.graph(8)  # doctest: +SKIP
+    """
+
+    def __init__(self, runtime: Runtime, ep: torch.export.ExportedProgram, operands: dict, batch_size: int):
+        from tensoropt.capture.graph import build_graph
+
+        self.runtime, self.ep, self.batch_size = runtime, ep, batch_size
+        self.sig = signature(ep)
+        if operands is None:
+            operands = {n: d["operands"] for n, d in build_graph(ep).nx.nodes(data=True)}
+        plan, mesh = runtime.plan, runtime.mesh
+        self.interpreter = PlanInterpreter(ep.graph_module, plan.placements, mesh, operands,
+                                           lazy_views(ep, plan.placements))
+        self.interpreter.on_grad = runtime.grad_sync.add  # the whole-graph local mode's gradients
+        self.interpreter.batch_norm_stats = runtime.spec.batch_norm
+        nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+        self.input_names = [n for n in nodes if n in self.sig.user_inputs]
+        self.input_shapes = [tuple(int(d) for d in nodes[n].meta["val"].shape) for n in self.input_names]
+        self.input_dtypes = [nodes[n].meta["val"].dtype for n in self.input_names]
+        self.input_placements = [None if mesh is None else _layout_placements(plan, n, len(s))
+                                 for n, s in zip(self.input_names, self.input_shapes)]
+        self.regions = input_regions(self.input_shapes, mesh, self.input_placements)
+        self.program = ReplayProgram(self, runtime.compile) if runtime.mode == "replay" else None
+
+    # what lower_step and ReplayProgram read of a "trainer"
+    @property
+    def params(self):
+        return self.runtime.params
+
+    @property
+    def param_of(self):
+        return self.runtime.param_of
+
+    @property
+    def zero(self):
+        return self.runtime.zero
+
+    def values(self, local_inputs: list[torch.Tensor]) -> list:
+        """The graph's placeholder values: parameters, buffers, constants, then this rank's inputs
+        (``local_inputs``, in input order) as distributed tensors of the global shape."""
+        rt = self.runtime
+        inputs = dict(zip(self.input_names, zip(local_inputs, self.input_shapes, self.input_placements)))
+        out = []
+        for node in self.ep.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            name = node.name
+            if name in self.sig.params:
+                out.append(rt.params[rt.param_of[self.sig.params[name]]])
+            elif name in self.sig.buffers:
+                out.append(rt.buffers[self.sig.buffers[name]])
+            elif name in self.sig.constants:
+                out.append(rt.constants[self.sig.constants[name]])
+            else:
+                x, shape, placements = inputs[name]
+                if rt.mesh is not None:
+                    x = DTensor.from_local(x, rt.mesh, placements, run_check=False, shape=torch.Size(shape),
+                                           stride=_contiguous_stride(shape))
+                out.append(x)
+        return out
+
+
+class Runtime:
+    """A rank's parallel model state and its training step (see the module docstring).
+
+    Args:
+        module: the exported module (the job's training step around the user's model).
+        local: this rank's shards (:func:`~tensoropt.executor.local_state.shard_state`).
+        plan, spec, mesh, device: the plan, the job's :class:`~tensoropt.executor.spec.TrainSpec`,
+            the plan's mesh (None for one process) and the shards' device.
+        mode: ``"replay"`` (traced once per batch size, replayed) or ``"interpret"`` (the DTensor
+            interpreter every step: the reference; it synchronises every micro-batch).
+        compile: ``"none"`` or ``"inductor"`` (the replayed program compiled).
+
+    Example:
+        >>> # not run here: needs a process group; tensoropt.parallelize builds it
+        >>> Runtime(module, local, plan, spec, mesh, torch.device("cpu"))  # doctest: +SKIP
+    """
+
+    def __init__(self, module: nn.Module, local: LocalState, plan: ExecPlan, spec, mesh: DeviceMesh | None,
+                 device: torch.device, mode: str = "replay", compile: str = "none"):
+        self.module, self.plan, self.spec, self.mesh, self.device = module, plan, spec, mesh, device
+        self.mode, self.compile = mode, compile
+        self.param_of, self.layouts = local.param_of, local.layouts
+        self.params, self.buffers, self.constants = local.params, local.buffers, local.constants
+        self.zero = ShardedState.for_plan(plan, self.params, mesh)
+        # interpret mode: the data-parallel buckets started by hooks during backward
+        self.grad_sync = GradSync(self.params.values(), hooks=mode == "interpret")
+        self.graphs: dict[int, StepGraph] = {}
+        batch = spec.global_batch_size
+        self.graphs[batch] = StepGraph(self, local.ep, local.operands, batch)
+        self.syncing = True
+        """False inside ``no_sync``: gradients are accumulated unsynchronised."""
+        self.pending = False
+        """Whether some gradient holds unsynchronised micro-batches (a partial sum)."""
+        self.local_rows: dict[int, int] = {}
+        """Rows of this rank's part of a batch -> the global batch size (from :meth:`rows`)."""
+
+    def graph(self, batch_size: int) -> StepGraph:
+        """The step graph of a ``batch_size``-row global batch (exported on first use)."""
+        graph = self.graphs.get(batch_size)
+        if graph is None:
+            ep = export_module(self.module, self.spec, batch_size, self.device)
+            graph = self.graphs[batch_size] = StepGraph(self, ep, None, batch_size)
+        return graph
+
+    def optimizer_params(self) -> dict[str, torch.Tensor]:
+        """Canonical key -> what an optimizer steps: the parameter, or its ZeRO shard parameter."""
+        return self.zero.checkpoint_params(self.params)
+
+    # -- the step -------------------------------------------------------------------------------------
+
+    def train_step(self, graph: StepGraph, local_inputs: list[torch.Tensor],
+                   loss_scale: float) -> torch.Tensor:
+        """Forward, loss, backward on this rank's inputs; gradients (x ``loss_scale``) added to ``.grad``.
+
+        Returns the loss (the global mean of this batch) as a plain tensor.
+        """
+        values = graph.values(local_inputs)
+        defer = not self.syncing and self.mode == "replay" and self.mesh is not None
+        if graph.program is not None:
+            loss = self._replay(graph, values, loss_scale, sync=not defer and not self.pending)
+        else:
+            loss = self._interpret(graph, values, loss_scale)
+        self.pending = self.pending or defer
+        if not defer and self.pending:
+            self.sync_pending()
+        self.zero.shard_gradients()
+        value = loss.full_tensor() if isinstance(loss, DTensor) else loss
+        return value.detach()
+
+    @torch.no_grad()
+    def _replay(self, graph: StepGraph, values: list, scale: float, sync: bool) -> torch.Tensor:
+        lowered, call = graph.program.program(values, sync_grads=sync)
+        out = call(*lowered.flat_inputs(self.params, values, graph.interpreter.global_inputs))
+        i = 1
+        for key, spec in zip(lowered.grad_keys, lowered.grad_specs):
+            grad = DTensor(out[i], spec, requires_grad=False) if spec is not None else out[i]
+            _accumulate(self.params[key], grad, scale)
+            i += 1
+        for key in lowered.shard_grad_keys:
+            shard = self.zero.sharded[key].shard
+            _accumulate(shard, DTensor(out[i], shard._spec, requires_grad=False), scale)
+            i += 1
+        if lowered.loss_spec is None:
+            return out[0]
+        return DTensor(out[0], lowered.loss_spec, requires_grad=False)
+
+    def _interpret(self, graph: StepGraph, values: list, scale: float) -> torch.Tensor:
+        """The DTensor interpreter's step; gradients synchronised (each micro-batch) then accumulated."""
+        targets = [*self.params.values(), *(s.shard for s in self.zero.sharded.values())]
+        before = {id(p): p.grad for p in targets}
+        for p in targets:
+            p.grad = None
+        out = graph.interpreter.run(*values)
+        loss = out[0] if isinstance(out, (tuple, list)) else out
+        loss.backward()
+        self.grad_sync.finish()
+        for p in targets:
+            new, p.grad = p.grad, before[id(p)]
+            if new is not None:
+                _accumulate(p, new, scale)
+        return loss.detach()
+
+    def sync_pending(self) -> None:
+        """Synchronise the gradients accumulated under ``no_sync`` (one round for all micro-batches)."""
+        for s in self.zero.sharded.values():
+            if s.grads_too and s.param.grad is not None:  # ZeRO-2: reduce-scatter the sum to the shard
+                grad, s.param.grad = s.param.grad, None
+                _accumulate(s.shard, grad.redistribute(s.shard.device_mesh, s.shard.placements), 1.0)
+        sync = GradSync(self.params.values(), hooks=False)
+        for p in sync.params:
+            if isinstance(p, DTensor) and isinstance(p.grad, DTensor) and p.grad.placements != p.placements:
+                sync.add(p)
+        sync.finish()
+        self.pending = False
+
+    @torch.no_grad()
+    def eval_step(self, graph: StepGraph, local_inputs: list[torch.Tensor]) -> torch.Tensor:
+        """The loss of a batch, forward only: no gradient, buffers and random state left as they were."""
+        values = graph.values(local_inputs)
+        values = [v.clone() if any(v is b for b in self.buffers.values()) else v for v in values]
+        with torch.random.fork_rng(devices=[]):
+            out = graph.interpreter.run(*values)
+        graph.interpreter.env = {}
+        loss = out[0] if isinstance(out, (tuple, list)) else out
+        value = loss.full_tensor() if isinstance(loss, DTensor) else loss
+        return value.detach()
+
+    def check_synchronised(self) -> None:
+        """Raise when gradients accumulated under ``no_sync`` were never synchronised."""
+        if self.pending:
+            raise RuntimeError("the gradients hold micro-batches accumulated under pm.no_sync() and not yet "
+                               "synchronised; run the last micro-batch of the step outside no_sync()")
+
+    def after_optimizer_step(self) -> None:
+        """Bring ZeRO-1/2 parameters up to date with their stepped shards (an all-gather)."""
+        self.zero.gather()
+
+    def zero_grad(self) -> None:
+        """Drop every gradient (parameters and shard parameters)."""
+        for p in self.params.values():
+            p.grad = None
+        self.zero.zero_grad()
+        self.pending = False
+
+
+def _accumulate(p: torch.Tensor, grad: torch.Tensor, scale: float) -> None:
+    """``p.grad += scale * grad`` on local tensors (``p.grad = scale * grad`` when it has none)."""
+    if p.grad is None:
+        if scale != 1.0:
+            local = grad._local_tensor if isinstance(grad, DTensor) else grad
+            local.mul_(scale)
+        p.grad = grad
+        return
+    held = p.grad
+    if isinstance(held, DTensor) and isinstance(grad, DTensor) and held.placements != grad.placements:
+        grad = grad.redistribute(held.device_mesh, held.placements)
+    mine = held._local_tensor if isinstance(held, DTensor) else held
+    mine.add_(grad._local_tensor if isinstance(grad, DTensor) else grad, alpha=scale)
