@@ -429,6 +429,7 @@ def run_row(model_type: str, architecture: str, family: str, out: Path, timeout_
     row = json.loads(row_file.read_text())
     if row["outcome"] == "crash" and row["stage"] == "run (2 processes)":
         row["reason"] = _worker_error(text) or row["reason"]
+        row_file.write_text(json.dumps(row, indent=1))
     return row
 
 
