@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("transformers", reason="the HuggingFace tests need the dev extra (transformers 5.x)")
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(1200)]
 
-from loop_reference import reference  # noqa: E402
+from trainer_reference import reference  # noqa: E402
 
 from tensoropt.config import Job, load_job  # noqa: E402
 from tensoropt.planner import plan_job  # noqa: E402
