@@ -91,7 +91,7 @@ def make_frontier_json() -> dict:
                 dim = None if label == "replicate" else label.split("=")[0]
                 configurations.setdefault(node, {})[label] = _config(label, dim, mesh).to_json()
             plans.append({
-                "id": f"d{devices}-p{i}", "time_s": time_s, "memory_bytes": memory,
+                "id": f"d{devices}-p{i}", "time_s": time_s, "memory_bytes": memory, "micro_batches": 1,
                 "throughput_samples_per_s": 64 / time_s,
                 "summary": "replicate" if devices == 1 else f"conv: batch={devices}; fc: {fc_dim}={devices}",
                 "ops": ops, "layers": layers,
