@@ -79,7 +79,7 @@ def test_factory_is_called_with_exactly_its_kwargs():
     # build_classifier(width) has no num_classes/seq_len/vocab_size: nothing may be added to kwargs
     model, _ = build_job_model(job({**CLASSIFIER, "kwargs": {"width": 5}}), device="meta")
     assert isinstance(model, TrainingStep) and model.model.fc1.out_features == 5
-    with pytest.raises(PlanningError, match=r"model\.kwargs: .*unexpected keyword argument 'depth'"):
+    with pytest.raises(PlanningError, match=r"model\.kwargs\.depth: .*unexpected keyword argument 'depth'"):
         build_job_model(job({**CLASSIFIER, "kwargs": {"depth": 2}}), device="meta")
 
 
