@@ -174,13 +174,14 @@ def load_job_cluster(job: Job):
 
 
 def tokens_per_sample(job: Job) -> int | None:
-    """Tokens in one sample of a job with token inputs, else None: a language model's ``seq_len``, or
-    the length of a factory model's first 1-D integer input (``input_ids: {shape: [128], dtype: int64}``).
+    """Tokens in one sample of a (resolved) job with token inputs, else None: a language model's
+    ``seq_len``, or the length of a factory model's first 1-D integer input (``input_ids: {shape: [128],
+    dtype: int64}``). A zoo model's task comes from its preset: resolve the job first (:func:`resolve_job`).
 
     Example:
         >>> from tensoropt.config import Job
-        >>> tokens_per_sample(Job(model={"name": "gpt2-small", "seq_len": 512}, cluster="h100x8",
-        ...                       devices=[1]))
+        >>> tokens_per_sample(resolve_job(Job(model={"name": "gpt2-small", "seq_len": 512}, cluster="h100x8",
+        ...                                   devices=[1])))
         512
         >>> tokens_per_sample(Job(model={"factory": "m:f", "inputs": {"input_ids": {"shape": [64],
         ...     "dtype": "int64", "high": 100}}}, cluster="h100x8", devices=[1]))
