@@ -110,13 +110,14 @@ def test_single_process_run_matches_the_eager_model():
 
 def test_metrics_document_has_the_issue_schema():
     r = RunResult("d2-p3", 2, [{"step": s, "loss": 1.0, "time_s": t} for s, t in enumerate([0.5, 0.1, 0.3])],
-                  memory_bytes=1234, peak_bytes=5678)
+                  memory_bytes=1234, peak_bytes=5678, peak_tensor_bytes=4321)
     plan = ExecPlan.from_json({"id": "d2-p3", "mesh": {"shape": [2], "levels": ["gpu"]}, "placements": {},
                                "time_s": 0.2, "memory_bytes": 1000})
     m = metrics_json(r, plan)
     assert set(m) == {"plan_id", "devices", "steps", "predicted", "measured"}
     # median without the warm-up step
-    assert m["measured"] == {"time_s": 0.2, "memory_bytes": 1234, "peak_bytes": 5678}
+    assert m["measured"] == {"time_s": 0.2, "memory_bytes": 1234, "peak_bytes": 5678,
+                             "peak_tensor_bytes": 4321}
     assert m["predicted"] == {"time_s": 0.2, "memory_bytes": 1000.0}
 
 

@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("transformers", reason="the HuggingFace tests need the dev extra (transformers 5.x)")
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(1500)]
 
-from trainer_reference import reference  # noqa: E402
 from test_loop_parity import MICRO, TOL, _job  # noqa: E402
+from trainer_reference import reference  # noqa: E402
 
 from tensoropt.planner import plan_job  # noqa: E402
 from tensoropt.plans import plan_file_text  # noqa: E402
