@@ -37,6 +37,7 @@ from tensoropt.executor.placements import normalise, to_placements
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.program import export_program, lazy_views, signature
 from tensoropt.executor.replay import ReplayProgram
+from tensoropt.executor.trainer import _contiguous_stride
 from tensoropt.executor.zero import ShardedState
 
 
@@ -91,14 +92,6 @@ def _layout_placements(plan: ExecPlan, name: str, ndim: int):
     config = plan.placements.get(name)
     layout = tuple(config.output) if config is not None else ("R",) * len(plan.mesh.shape)
     return to_placements(normalise(layout, ndim))
-
-
-def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
-    stride, out = 1, []
-    for n in reversed(shape):
-        out.append(stride)
-        stride *= max(n, 1)
-    return tuple(reversed(out))
 
 
 class StepGraph:
