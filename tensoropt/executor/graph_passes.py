@@ -8,11 +8,12 @@ These passes go further, changing no value the program computes:
   bucket's ``cat``) that nothing else reads becomes ``all_reduce_`` on that tensor: the functional
   collective's copy of the bucket (every gradient's bytes, every step) is gone. Not for a program
   Inductor compiles (it re-inplaces on its own and wants functional collectives).
-* :func:`hoist_collectives`: a small collective (at most :data:`MAX_HOISTED_BYTES`) whose input
+* :func:`hoist_collectives`: a small all-reduce (at most :data:`MAX_HOISTED_BYTES`) whose input
   is computed from the graph's inputs by a few pure operators (a loss's count of valid labels)
-  moves, with them, to right after its last input: its all-reduce runs while forward does instead
-  of at the loss. A large one (ZeRO-3's parameter all-gather) stays where it is: issued early, its
-  result would be held from the start of the step.
+  moves, with them, to right after its last input: it runs while forward does instead of at the
+  loss. An all-gather (ZeRO-3's parameters, gathered again for a recomputed block in backward)
+  stays where it is: issued early, its result would be held from the start of the step, and dozens
+  in flight at once are what break gloo's all-gather (:mod:`tensoropt.executor.gloo_gathers`).
 * :func:`sink_waits`: a wait whose result only feeds the program's output through a few pure
   operators (the loss's reported value) moves, with them, to the end: the all-reduce of the
   loss's sum runs while backward does instead of stopping both ranks at the loss. Backward's
@@ -109,8 +110,8 @@ def _cone(start: fx.Node, forward: bool) -> list[fx.Node] | None:
 
 
 def hoist_collectives(gm: fx.GraphModule) -> int:
-    """Move each small collective fed by a few pure operators on graph inputs, with them, as early as it
-    can go. Returns the number of collectives moved.
+    """Move each small all-reduce fed by a few pure operators on graph inputs, with them, as early as it
+    can go. Returns the number of all-reduces moved.
 
     Example:
         >>> g = fx.Graph(); x = g.placeholder("x"); y = g.placeholder("y")
@@ -123,7 +124,7 @@ def hoist_collectives(gm: fx.GraphModule) -> int:
         (1, ['sum_default', 'all_reduce_default', 'relu_default'])
     """
     moved = 0
-    for c in [n for n in gm.graph.nodes if _is_collective(n)]:
+    for c in [n for n in gm.graph.nodes if n.op == "call_function" and n.target is _ALL_REDUCE]:
         val = c.meta.get("val")
         if not isinstance(val, torch.Tensor) or val.numel() * val.element_size() > MAX_HOISTED_BYTES:
             continue

@@ -24,6 +24,7 @@ from torch.distributed.tensor import DTensor
 
 from tensoropt.config import COMPILE_BACKENDS
 from tensoropt.config import EXECUTOR_MODES as MODES
+from tensoropt.executor.gloo_gathers import plain_gathers
 from tensoropt.executor.graph_simplify import simplify
 from tensoropt.executor.lowering import LoweredStep, lower_step, overlapped_nodes
 
@@ -103,7 +104,7 @@ class ReplayProgram:
                                  sync_grads=sync_grads)
             simplify(lowered.gm)
             self.traces += 1
-            call = lowered.gm
+            call = plain_gathers(lowered.gm)  # on the CPU: gloo's coalesced all-gather corrupts the heap
             if self.compile == "inductor":
                 call = torch.compile(lowered.gm, backend="inductor", fullgraph=True, dynamic=False)
             entry = self.programs[key] = (lowered, call)
