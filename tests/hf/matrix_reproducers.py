@@ -6,6 +6,8 @@
   fallback runs on DTensor's local views (Mixtral, Qwen2-MoE);
 * :class:`TensorOfSize`: ``torch.tensor(x.size(-1), dtype=torch.float)`` in forward, copied with
   ``aten.lift_fresh_copy`` (DeBERTa's attention scale), which DTensor has no strategy for;
+* :class:`SplitRotary`: a fused projection's ``split`` whose outputs do not all reach the loss on
+  one replay, rotated as CodeGen does: its backward's ``cat`` met plain zeros (CodeGen);
 * :class:`InvertedResidual`: MobileNetV2's ops (TF "same" padding, depthwise convolution, batch
   norm, ReLU6) under a channel-splitting plan, in float32 and in float64.
 """
@@ -65,6 +67,24 @@ class Activations(nn.Module):
     def forward(self, x):
         return self.head(self.body(x))
 
+
+class SplitRotary(nn.Module):
+    """A fused projection split into q, k, v and a piece no one reads, k rotated by CodeGen's
+    ``rotate_every_two`` (``aten.stack``: no parallel rule, replicated): backward of a split whose
+    outputs do not all get a gradient (the interpreter replays the split once per layout its
+    consumers need, and one output is never read) met plain zeros (CodeGen: "aten.cat.default got
+    mixed torch.Tensor and DTensor")."""
+
+    def __init__(self, width: int = 16, classes: int = 4):
+        super().__init__()
+        self.width = width
+        self.qkv = nn.Linear(width, 4 * width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        q, k, v, _ = self.qkv(x).split(self.width, dim=-1)
+        rotated = torch.stack((-k[..., 1::2], k[..., ::2]), dim=-1).flatten(-2)
+        return self.head(torch.tanh(q) * v + rotated)
 
 
 class InvertedResidual(nn.Module):

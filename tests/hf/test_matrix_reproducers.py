@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE))
 from launch_helpers import parity_errors, run_plans, single_process  # noqa: E402
 from model_matrix import model_parallel_plan  # noqa: E402
 
-REPRODUCERS = ("ExpertRouter", "TensorOfSize", "Activations")
+REPRODUCERS = ("ExpertRouter", "TensorOfSize", "Activations", "SplitRotary")
 STEPS = 3
 
 
