@@ -91,7 +91,7 @@ def run(args) -> int:
     executor = _executor(args, job)
     trainer = trainer_keys(job, plan)
     if trainer:
-        return _run_trainer(args, job, spec, plan, nproc, executor, trainer)
+        return _run_trainer(args, job, spec, plan, nproc, executor, trainer, entry)
     if args.metrics:
         entry["metrics"] = str(Path(args.metrics).resolve())
     config = {"spec": spec.to_json(), "steps": spec.steps, "runs": [entry], "executor": executor}
@@ -244,21 +244,24 @@ def _check_plan_graph(args, spec, plan: dict) -> None:
         print(f"tensoropt run: warning: {warning}", file=sys.stderr, flush=True)
 
 
-def _run_trainer(args, job, spec, plan: dict | None, nproc: int, executor: dict, keys: list[str]) -> int:
-    """Train with the trainer's loop (:mod:`tensoropt.training.loop`): the job sets trainer keys."""
+def _run_trainer(args, job, spec, plan: dict | None, nproc: int, executor: dict, keys: list[str],
+                 entry: dict) -> int:
+    """Train with the trainer's loop (:mod:`tensoropt.training.loop`): the job sets trainer keys.
+    Without a fixed plan (``--elastic``, or ``--checkpoint-dir`` without ``--plan``) each start of
+    the workers takes the plan of its device count from ``entry["select"]``."""
     from tensoropt import elastic
     from tensoropt.launch import launch_module
 
-    if plan is None:
-        raise CommandError(f"{args.job}: the trainer keys ({', '.join(keys)}) run with a fixed --plan, not "
-                           "--elastic, for now; give --plan or drop those keys")
     out_dir = Path(args.metrics).resolve().parent if args.metrics else Path("out") / Path(args.job).stem
     out_dir.mkdir(parents=True, exist_ok=True)
-    run = {"job": spec.job, "plan": plan, "out_dir": str(out_dir), "steps": spec.steps,
+    run = {"job": spec.job, "plan": plan, "select": entry.get("select"), "out_dir": str(out_dir),
+           "steps": spec.steps,
            "mode": executor.get("mode", "replay"), "checkpoint_every": args.checkpoint_every,
            "checkpoint_dir": str(Path(args.checkpoint_dir).resolve()) if args.checkpoint_dir else None}
-    print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc} process(es), plan {plan['id']} "
-          f"({plan.get('micro_batches', 1)} micro-batches; trainer keys: {', '.join(keys)})", flush=True)
+    chosen = (f"plan {plan['id']} ({plan.get('micro_batches', 1)} micro-batches" if plan is not None
+              else "the plan of each start's device count (" + ("elastic" if args.elastic else "resumed"))
+    print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc} process(es), {chosen}; "
+          f"trainer keys: {', '.join(keys)})", flush=True)
     with tempfile.TemporaryDirectory(prefix="tensoropt-train-") as tmp:
         path = Path(tmp) / "run.json"
         path.write_text(json.dumps(run))

@@ -169,6 +169,73 @@ class _GradAsForward(torch.autograd.Function):
         return grad
 
 
+def _zero_grad_placements(given: DTensor) -> tuple:
+    """Placements for a zero gradient beside ``given`` (a sibling's DTensor gradient): its
+    shards and plain sums (zeros are zeros in any of them, and the backward op then needs no
+    redistribution for the zeros), replicated elsewhere (a masked or max/min partial)."""
+    return tuple(p if isinstance(p, (Shard, Replicate)) or (type(p) is Partial and p.reduce_op == "sum")
+                 else Replicate() for p in given.placements)
+
+
+class _EveryOutputGrad(torch.autograd.Function):
+    """Identity on a list op's outputs whose backward gives each output a gradient: a zero DTensor
+    where autograd has none (an output no consumer read)."""
+
+    @staticmethod
+    def forward(ctx, *outputs):
+        ctx.set_materialize_grads(False)
+        ctx.specs = [(x.shape, x.dtype) if isinstance(x, DTensor) else None for x in outputs]
+        return tuple(x.view_as(x) for x in outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        given = next((g for g in grads if isinstance(g, DTensor)), None)
+        if given is None:
+            return grads
+        placements = _zero_grad_placements(given)
+        out = []
+        for g, spec in zip(grads, ctx.specs):
+            if g is None and spec is not None:
+                g = torch.distributed.tensor.zeros(spec[0], dtype=spec[1], device_mesh=given.device_mesh,
+                                                   placements=placements)
+            out.append(g)
+        return tuple(out)
+
+
+def returns_tensor_list(op) -> bool:
+    """Whether aten ``op`` returns one list of tensors (``split``, ``chunk``, ``unbind``, ...).
+
+    Example:
+        >>> returns_tensor_list(torch.ops.aten.split.Tensor), returns_tensor_list(torch.ops.aten.topk.default)
+        (True, False)
+    """
+    returns = getattr(getattr(op, "_schema", None), "returns", ())
+    return len(returns) == 1 and str(returns[0].type) == "List[Tensor]"
+
+
+def every_output_grad(outputs):
+    """``outputs`` (a list op's DTensor results) such that backward hands every one a gradient.
+
+    Autograd's backward of ``split``/``chunk``/``unbind`` (a ``cat`` or ``stack`` of the outputs'
+    gradients) fills the gradient of an output no consumer read with a *plain* zero tensor, which
+    DTensor refuses beside the others ("aten.cat.default got mixed torch.Tensor and DTensor"). An
+    output goes unread where a model ignores it, and where the interpreter replays a split once
+    per layout its consumers need (CodeGen's rotary ``qkv`` split: each replay feeds one of q, k, v).
+    Here each missing gradient is a zero DTensor, laid out as a sibling's gradient. Plain tensors
+    (and outputs that need no gradient) pass through unchanged.
+
+    Example:
+        >>> x = torch.ones(4, requires_grad=True)
+        >>> every_output_grad(torch.split(x * 2, 2))[0].shape  # plain tensors: as they are
+        torch.Size([2])
+    """
+    if not isinstance(outputs, (tuple, list)) or not any(
+            isinstance(x, DTensor) and x.requires_grad for x in outputs) \
+            or not all(isinstance(x, torch.Tensor) for x in outputs) or not torch.is_grad_enabled():
+        return outputs
+    return type(outputs)(_EveryOutputGrad.apply(*outputs))
+
+
 def reduce_partial(x: DTensor, mesh, placements) -> DTensor:
     """``x.redistribute(mesh, placements)``, reducing a node's partial output.
 

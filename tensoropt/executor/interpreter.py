@@ -549,8 +549,13 @@ class PlanInterpreter(fx.Interpreter):
     def call_function(self, target, args, kwargs):
         """The op, or its equivalent where DTensor has a strategy only for that
         (:data:`DTENSOR_EQUIVALENTS`: DeBERTa's ``torch.tensor(size)`` in forward copies its lifted
-        constant with ``aten.lift_fresh_copy``)."""
-        return super().call_function(DTENSOR_EQUIVALENTS.get(target, target), args, kwargs)
+        constant with ``aten.lift_fresh_copy``). A list op's DTensor outputs (``split``, ``unbind``)
+        get a gradient each in backward (:func:`explicit_ops.every_output_grad`): the interpreter
+        replays a split once per layout its consumers need, each replay feeding only some outputs."""
+        out = super().call_function(DTENSOR_EQUIVALENTS.get(target, target), args, kwargs)
+        if self.mesh is not None and explicit_ops.returns_tensor_list(target):
+            return explicit_ops.every_output_grad(out)
+        return out
 
     def _wrap_plain(self, out):
         if isinstance(out, torch.Tensor) and not isinstance(out, DTensor) and self.mesh is not None:

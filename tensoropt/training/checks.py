@@ -22,7 +22,8 @@ __all__ = ["launch_problems", "micro_batch_problem", "trainer_keys"]
 
 def trainer_keys(job, plan: dict | None = None) -> list[str]:
     """The trainer keys ``job`` sets (and ``training.micro_batches`` when the plan runs more than
-    one): with any, ``tensoropt run`` trains with :mod:`tensoropt.training.loop`.
+    one, or, with no plan chosen yet, when the job plans more than one): with any, ``tensoropt
+    run`` trains with :mod:`tensoropt.training.loop`.
 
     Example:
         >>> from tensoropt.config import Job
@@ -39,8 +40,8 @@ def trainer_keys(job, plan: dict | None = None) -> list[str]:
             if getattr(job, name) != default]
     if job.training.max_grad_norm:
         keys.append("training.max_grad_norm")
-    if int((plan or {}).get("micro_batches", 1)) > 1:
-        keys.append("training.micro_batches")
+    if int((plan or {}).get("micro_batches", 1)) > 1 or (plan is None and job.training.micro_batches != 1):
+        keys.append("training.micro_batches")  # without a plan yet (elastic): any the job may plan
     return keys
 
 

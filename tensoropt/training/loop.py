@@ -280,7 +280,9 @@ def _validate(pm, held_out: GlobalBatches, batches: int, step: int, log: Metrics
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tensoropt.training.loop RUN.json`` under torchrun: RUN.json holds ``job`` (the
-    job's dict), ``plan`` (plan.json's content or path), ``out_dir``, optional ``steps``, ``mode``,
+    job's dict), ``plan`` (plan.json's content or path; null: ``select``, the options of
+    :func:`tensoropt.executor.restart.resolve_plan`, choose it for this start's world size),
+    ``out_dir``, optional ``steps``, ``mode``,
     ``checkpoint_dir``, ``checkpoint_every``, ``stop_after`` and ``records`` (a path: rank 0 writes
     every step's record there as JSON)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -289,7 +291,12 @@ def main(argv: list[str] | None = None) -> int:
 
     init_distributed()
     try:
-        records = train(Job.from_dict(config["job"]), config["plan"], out_dir=config["out_dir"],
+        plan = config["plan"]
+        if plan is None:  # elastic or resumed without --plan: this start's device count chooses
+            from tensoropt.executor.restart import resolve_plan
+
+            plan = resolve_plan(config["select"])
+        records = train(Job.from_dict(config["job"]), plan, out_dir=config["out_dir"],
                         steps=config.get("steps"), mode=config.get("mode", "replay"),
                         checkpoint_dir=config.get("checkpoint_dir"),
                         checkpoint_every=int(config.get("checkpoint_every", 0)),

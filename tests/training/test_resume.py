@@ -60,3 +60,36 @@ def test_killed_at_4_of_8_on_2_processes_resumed_on_1_continues_exactly(tmp_path
     for g, w in zip(first + rest, want, strict=True):
         for key in ("loss", "lr", "grad_norm"):
             assert g[key] == pytest.approx(w[key], abs=TOL, rel=TOL), (g["step"], key)
+
+
+def test_resumed_without_a_fixed_plan_takes_each_device_counts_plan(tmp_path, capfd):
+    """``tensoropt run`` with trainer keys and ``--checkpoint-dir`` but no ``--plan`` (what ``--elastic``
+    does at each restart): every start selects the plan of its device count from frontier.json and
+    resumes the loop exactly."""
+    import yaml
+
+    from tensoropt import cli
+
+    job = _job(tmp_path)
+    job.devices = [1, 2]
+    job.training.steps = STEPS
+    frontier = tmp_path / "frontier.json"
+    frontier.write_text(json.dumps(plan_job(job).to_json()))
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job.to_dict()))
+    common = {"job": job.to_dict(), "out_dir": str(tmp_path), "checkpoint_dir": str(tmp_path / "ck"),
+              "plan": None, "select": {"frontier": str(frontier), "job": job.to_dict()}}
+    first = _launch(tmp_path, "first", 2, {**common, "stop_after": STOP})
+    assert [r["step"] for r in first] == list(range(1, STOP + 1))
+    rc = cli.main(["run", str(path), "--frontier", str(frontier), "--checkpoint-dir", str(tmp_path / "ck"),
+                   "--nproc", "1", "--timeout-s", "600"])
+    out = capfd.readouterr()  # the workers' lines: written by other processes
+    assert rc == 0, out.err[-3000:]
+    assert "elastic: world size 1: plan d1-" in out.out, out.out  # selected for this start's count
+    assert f"resumed from {tmp_path / 'ck' / f'step-{STOP}'} at step {STOP} on 1 process" in out.out
+    rows = {r["step"]: r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())}
+    rest = [rows[s] for s in range(STOP + 1, STEPS + 1)]
+    want = reference(job, MICRO, STEPS)
+    for g, w in zip(first + rest, want, strict=True):
+        for key in ("loss", "lr", "grad_norm"):
+            assert g[key] == pytest.approx(w[key], abs=TOL, rel=TOL), (g["step"], key)
