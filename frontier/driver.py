@@ -13,16 +13,18 @@ the Minkowski sum of Pareto sets and whose "min" is their union
 (:func:`frontier.pareto.pareto_select` prunes after both):
 
 - configurations beaten by another of the same node are dropped first (exact):
-  :func:`frontier.dominance.drop_dominated_configs`; configurations with equal edge costs
-  (memory options of one split) become one class whose node table holds their Pareto set
-  (exact): :func:`frontier.classes.merge_classes`;
+  :func:`frontier.dominance.drop_dominated_configs`; a node left with one configuration is folded
+  into its neighbours' node costs (exact): :func:`frontier.fixed.fold_fixed_nodes`;
+  configurations with equal edge costs (memory options of one split) become one class whose
+  node table holds their Pareto set (exact): :func:`frontier.classes.merge_classes`;
 - ``F(v)``, ``F(u, v)``: frontier tables, one Pareto set per configuration (pair)
   (:class:`frontier.table.Table`, built by :func:`frontier.components.component_tables`);
 - ``F (+) F'`` and ``U_{s_v}``: :meth:`frontier.combine.Combiner.combine`, memoised so
   identical repeated blocks are computed once;
 - node / edge elimination, triangle, merge / contract of degree-one nodes:
-  :class:`frontier.reductions.Reducer`; when none applies, the linear DP over a narrow
-  topological cut: :func:`frontier.linear_dp.linear_dp`;
+  :class:`frontier.reductions.Reducer`; when none applies, the elimination of the variable (of
+  any number of neighbours) that generates the fewest candidates:
+  :meth:`frontier.reductions.Reducer.pick_general`;
 - disconnected parts: ``PF = prune(PF_1 (+) PF_2 (+) ...)``,
   :func:`frontier.components.sum_components`;
 - plans from back-pointers: :func:`frontier.plan.reconstruct`.
@@ -45,13 +47,17 @@ from frontier.classes import merge_classes
 from frontier.combine import Combiner, CombineStats
 from frontier.components import component_tables, sum_components
 from frontier.dominance import drop_dominated_configs
-from frontier.linear_dp import linear_dp
-from frontier.memory_limit import default_limit_bytes
+from frontier.fixed import fold_fixed_nodes
+from frontier.memory_limit import SolverMemoryError, default_limit_bytes
 from frontier.pareto import pareto_select
 from frontier.plan import reconstruct
 from frontier.point import Point
 from frontier.reductions import Reducer
 from frontier.validate import load_problem
+
+#: Most candidate points the general fallback may generate in one elimination (an hour's work and
+#: tables past any machine's memory beyond); past it the solve stops at once, naming the node.
+GENERAL_MAX_CANDIDATES = 1e9
 
 
 @dataclass
@@ -128,6 +134,7 @@ def solve(
         raise ValueError("solve: give epsilon or step_epsilon, not both")
     original = load_problem(G, epsilon if step_epsilon is None else step_epsilon)
     problem, kept = drop_dominated_configs(original)
+    problem = fold_fixed_nodes(problem)
     n = len(problem.names)
     if merge:
         problem, node_tables = merge_classes(problem)
@@ -158,8 +165,9 @@ def solve(
         while reducer.variables:
             v = reducer.pick()
             if v is None:
-                linear_dp(reducer)
-                break
+                v, candidates = reducer.pick_general()
+                if candidates > GENERAL_MAX_CANDIDATES:
+                    raise SolverMemoryError(_inseparable_message(problem, reducer, v, candidates))
             reducer.eliminate(v)
         results.append(reducer.result())
         for name, count in reducer.applied.items():
@@ -181,3 +189,15 @@ def solve(
     keep = pareto_select(costs)
     names = original.names
     return [Point(cost=costs[i], assignment=dict(zip(names, configs[i].tolist()))) for i in keep]
+
+
+def _inseparable_message(problem, reducer: Reducer, v: int, candidates: float) -> str:
+    """What the solve says when even the cheapest general elimination is too large."""
+    joined = sorted(reducer.neighbours(v))
+    shown = ", ".join(repr(problem.names[u]) for u in joined[:5]) + (", ..." if len(joined) > 5 else "")
+    groups = np.prod([float(problem.sizes[u]) for u in joined])
+    return (f"node {problem.names[v]!r} cannot be separated from the {len(joined)} nodes it shares "
+            f"tables with ({shown}): eliminating it, the cheapest step left, would generate "
+            f"{candidates:.3g} candidate points over {groups:.3g} joint configurations (the limit is "
+            f"{GENERAL_MAX_CANDIDATES:.0e}); solve a smaller space (fewer configurations per operator, "
+            "fewer devices) or a graph with fewer operators sharing inputs with many others")

@@ -55,7 +55,7 @@ def test_progress_counts_every_node_once():
     assert all(t == 7 for _, t in calls)
 
 
-def test_dense_graph_uses_linear_dp_fallback():
+def test_dense_graph_uses_general_elimination_fallback():
     G = nx.DiGraph()
     rng = np.random.default_rng(0)
     for v in range(5):
@@ -64,7 +64,7 @@ def test_dense_graph_uses_linear_dp_fallback():
         G.add_edge(u, v, cost=rng.integers(0, 5, (3, 3, 2)).astype(float))
     report = frontier.SolveReport()
     frontier.solve(G, report=report)
-    assert report.reductions.get("linear DP", 0) > 0
+    assert report.reductions.get("general elimination", 0) > 0
     _check_against_brute_force(G)
 
 
@@ -76,5 +76,6 @@ def test_each_reduction_is_exercised():
             frontier.solve(build_graph(seed, family, 7, 3, 2), report=report)
             for name, count in report.reductions.items():
                 seen[name] = seen.get(name, 0) + count
-    for name in ("edge elimination", "node elimination", "merge/contract", "triangle", "linear DP", "final"):
+    for name in ("edge elimination", "node elimination", "merge/contract", "triangle", "general elimination",
+                 "final"):
         assert seen.get(name, 0) > 0, (name, seen)
