@@ -69,3 +69,14 @@ def parity_errors(name: str, plan_id: str, out: Path, reference, loss_rtol: floa
             if diff > param_rtol * scale:
                 errors.append(f"{name} {plan_id}: parameter {key} differs by {diff:.3g} (scale {scale:.3g})")
     return errors
+
+
+def run_and_compare(runs: list[tuple[str, TrainSpec, dict]], out: Path, env: dict, steps: int = STEPS,
+                    timeout_s: float = 500) -> tuple[int, list[str]]:
+    """Train every (name, spec, plan) on 2 processes in one launch; returns (exit code, what differs
+    from each spec's 1-process run: :func:`parity_errors`)."""
+    rc, _ = run_plans(runs, 2, out, timeout_s=timeout_s, env=env, steps=steps)
+    errors = []
+    for name, spec, plan in runs:
+        errors += parity_errors(name, plan["id"], out, single_process(spec, steps))
+    return rc, errors

@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "executor"))
 import forward_constant_models as fcm  # noqa: E402
-from launch_helpers import parity_errors, run_plans, single_process  # noqa: E402
+from launch_helpers import run_and_compare  # noqa: E402
 
 STEPS = 3
 TOKENS = {"shape": [16], "dtype": "int64", "high": 64}
@@ -98,9 +98,6 @@ def test_models_with_forward_constants_run_model_parallel_on_2_processes_and_mat
         job = _job(name)
         runs.append((name, TrainSpec.from_job(job, steps=STEPS), _split_plan(job)))
     env = {"PYTHONPATH": f"{HERE}:{HERE.parent / 'executor'}"}
-    rc, _ = run_plans(runs, 2, tmp_path, timeout_s=500, env=env, steps=STEPS)
-    errors = []
-    for name, spec, plan in runs:
-        errors += parity_errors(name, plan["id"], tmp_path, single_process(spec, STEPS))
+    rc, errors = run_and_compare(runs, tmp_path, env, STEPS)
     assert not errors, "\n".join(errors)
     assert rc == 0

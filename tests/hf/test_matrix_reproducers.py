@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE.parent / "executor"))
 sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
 sys.path.insert(0, str(HERE))
 
-from launch_helpers import parity_errors, run_plans, single_process  # noqa: E402
+from launch_helpers import run_and_compare  # noqa: E402
 from model_matrix import model_parallel_plan  # noqa: E402
 
 REPRODUCERS = ("ExpertRouter", "TensorOfSize", "Activations", "SplitRotary")
@@ -44,10 +44,7 @@ def test_reproducers_run_model_parallel_on_2_processes_and_match_1(tmp_path):
         assert plan is not None, f"{name}: no model-parallel plan on the 2-device frontier"
         runs.append((name, TrainSpec.from_job(job, steps=STEPS), plan))
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    rc, _ = run_plans(runs, 2, tmp_path, timeout_s=500, env=env, steps=STEPS)
-    errors = []
-    for name, spec, plan in runs:
-        errors += parity_errors(name, plan["id"], tmp_path, single_process(spec, STEPS))
+    rc, errors = run_and_compare(runs, tmp_path, env, STEPS)
     assert not errors, "\n".join(errors)
     assert rc == 0
 
@@ -77,9 +74,7 @@ def test_mobilenet_ops_split_on_channels_match_1_process_in_float32_and_float64(
     spec = TrainSpec.from_job(job, steps=STEPS)
     path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
     monkeypatch.setenv("PYTHONPATH", path)  # the float64 check's workers import the model too
-    rc, _ = run_plans([("InvertedResidual", spec, plan)], 2, tmp_path, timeout_s=500,
-                      env={"PYTHONPATH": path}, steps=STEPS)
-    errors = parity_errors("InvertedResidual", plan["id"], tmp_path, single_process(spec, STEPS))
+    rc, errors = run_and_compare([("InvertedResidual", spec, plan)], tmp_path, {"PYTHONPATH": path}, STEPS)
     assert not errors, "\n".join(errors)
     assert rc == 0
     assert float64_parity_errors(spec, plan, tmp_path / "float64") == []
