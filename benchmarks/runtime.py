@@ -11,6 +11,9 @@ rotated order, the first step of each round left out):
 * ``dp``: the data-parallel plan (every node ``batch=2``), replayed local program;
 * ``fast``: the frontier's fastest predicted plan, replayed (when it is the data-parallel plan, it
   is not run twice: its figures are ``dp``'s, and the summary says so);
+* ``sel``: the plan ``tensoropt select`` selects (rule ``fastest`` with the margin, issue 29: the
+  simpler plan unless the fastest predicts a larger gain than the estimator's measured error for the
+  model's family, ``configs/time_errors.yaml``); run apart only when it is neither ``dp`` nor ``fast``;
 * ``fast-interp``: the same plan through the DTensor interpreter (the replay's speed-up);
 * ``fast-inductor``: the same plan replayed and compiled by Inductor (``--compile``; models named
   by ``--compile-models``).
@@ -22,8 +25,13 @@ per-round ratios (each round's median step time over DDP's in the same round, me
 over the rounds: the machine's drift between rounds cancels within a pair). The load average
 before and after is printed with the figures (this machine is shared).
 
+``--write-errors FILE`` writes the launch's step-time error per model family (median over the
+plans run of ``|measured - predicted| / predicted``) into that table (``configs/time_errors.yaml``:
+the margin ``select`` keeps), with the median over every plan as its ``default_error``.
+
 Usage (one command): ``.venv/bin/python benchmarks/runtime.py [--models gpt,block,...] [--steps 5]
-[--rounds 3] [--compile] [--compile-models big-fc,block] [--json out.json]``.
+[--rounds 3] [--compile] [--compile-models big-fc,block] [--margin auto] [--write-errors FILE]
+[--json out.json]``.
 """
 
 from __future__ import annotations
@@ -87,16 +95,23 @@ def spec_of(name: str, steps: int = 5):
                      optimizer="adamw", lr=LR, steps=steps)
 
 
-def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchronized") -> dict[str, dict]:
-    """Plan documents of model ``name`` at 2 devices: ``dp`` (all ``batch=2``) and ``fast`` (the
-    frontier's fastest), each with its predicted ``time_s`` / ``memory_bytes``, and the frontier size.
-    ``batch_norm``: the job's ``training.batch_norm`` the plans are priced for. ``same``: the fastest
-    plan is the data-parallel plan (every node in the same configuration): it runs once, as ``dp``."""
+def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchronized",
+               margin: float | str | None = "auto") -> dict[str, dict]:
+    """Plan documents of model ``name`` at 2 devices: ``dp`` (all ``batch=2``), ``fast`` (the
+    frontier's fastest) and ``sel`` (what ``tensoropt select`` selects with ``margin``), each with its
+    predicted ``time_s`` / ``memory_bytes``, and the frontier size. ``batch_norm``: the job's
+    ``training.batch_norm`` the plans are priced for. ``same``: the fastest plan is the data-parallel
+    plan (every node in the same configuration): it runs once, as ``dp``. ``selected``: which of
+    ``dp``, ``fast`` or ``sel`` the selection is; ``selection``: its record (margin, family, gain)."""
     import frontier
     from tensoropt.baselines import data_parallel_assignment, plan_cost
     from tensoropt.capture import capture
+    from tensoropt.capture.fingerprint import node_rows
     from tensoropt.cost_graph import cost_graph
     from tensoropt.executor.data import synthetic_batch
+    from tensoropt.planner import attach_data_parallel, frontier_from_points
+    from tensoropt.plans import FrontierFile
+    from tensoropt.selector import select
 
     spec = spec_of(name)
     batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
@@ -113,8 +128,18 @@ def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchro
 
     dp = data_parallel_assignment(cg)
     fastest = dict(min(points, key=lambda p: p.cost[0]).assignment)
-    return {"dp": doc("dp", dp), "fast": doc("fast", fastest), "frontier": len(points),
-            "same": fastest == dp}
+    plans = frontier_from_points(cg, graph, sorted(points, key=lambda p: float(p.cost[0])),
+                                 spec.global_batch_size)
+    attach_data_parallel(plans, {1: (cg, graph)}, spec.global_batch_size)
+    ff = FrontierFile(job={"cluster": cluster}, frontiers=[plans], graph={"nodes": node_rows(graph)})
+    selection = select(ff, devices=NPROC, margin=margin)
+    chosen = {n: cg.nodes[n]["configs"].index(label) for n, label in selection.plan.ops.items()}
+    selected = "dp" if chosen == dp else "fast" if chosen == fastest else "sel"
+    out = {"dp": doc("dp", dp), "fast": doc("fast", fastest), "frontier": len(points), "same": fastest == dp,
+           "selected": selected, "selection": selection.to_json()}
+    if selected == "sel":
+        out["sel"] = doc("sel", chosen)
+    return out
 
 
 def worker(options: dict) -> None:
@@ -140,6 +165,9 @@ def worker(options: dict) -> None:
         if plans.get("same"):  # one plan: its two samples would differ by the machine's noise only
             runs.pop(1)
             aliases.append((f"{name}/fast", f"{name}/dp"))
+        if plans.get("selected") == "sel":  # the selection is neither: it runs too
+            runs.append(("sel", plans["sel"], "replay", "none"))
+        aliases.append((f"{name}/sel", f"{name}/{plans.get('selected', 'fast')}"))
         if name in options["compile_models"]:
             runs.append(("fast-inductor", plans["fast"], "replay", "inductor"))
         for label, plan_json, mode, backend in runs:
@@ -173,7 +201,7 @@ def worker(options: dict) -> None:
             one_round(r)
     for alias, source in aliases:
         for table in (kept, per_round, info):
-            if source in table:
+            if source in table and alias != source:
                 table[alias] = table[source]
     if rank == 0:
         Path(options["out"]).write_text(json.dumps({"times": kept, "per_round": per_round, "info": info,
@@ -207,8 +235,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the fastest plan compiled (Inductor)")
     parser.add_argument("--compile-models", default="big-fc,block",
                         help="models whose fastest plan is compiled with --compile")
+    parser.add_argument("--margin", default="auto",
+                        help="the selection's margin: 'auto' (configs/time_errors.yaml) or a fraction "
+                             "(0: off)")
+    parser.add_argument("--write-errors", default=None,
+                        help="write this launch's step-time error per model family into this table "
+                             "(configs/time_errors.yaml)")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
+    margin = args.margin if args.margin == "auto" else float(args.margin)
     sys.path.insert(0, str(HERE))
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -219,12 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     plans, plan_errors = {}, {}
     for name in names:
         try:
-            plans[name] = plan_model(name, args.cluster, args.compute)
+            plans[name] = plan_model(name, args.cluster, args.compute, margin=margin)
         except Exception as err:  # noqa: BLE001 - report and go on with the other models
             plan_errors[name] = f"{type(err).__name__}: {str(err)[:300]}"
             continue
         print(f"planned {name}: {plans[name]['frontier']} frontier plans, fastest predicted "
-              f"{plans[name]['fast']['time_s'] * 1e3:.1f} ms, dp {plans[name]['dp']['time_s'] * 1e3:.1f} ms "
+              f"{plans[name]['fast']['time_s'] * 1e3:.1f} ms, dp {plans[name]['dp']['time_s'] * 1e3:.1f} ms; "
+              f"selected {plans[name]['selected']} ({_margin_text(plans[name]['selection'])}) "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
     compile_models = [m for m in args.compile_models.split(",") if m] if args.compile else []
     load_before = os.getloadavg()
@@ -251,7 +287,16 @@ def main(argv: list[str] | None = None) -> int:
                "fast_summary": _summary(plans[name]["fast"]) + (" (the DP plan)" if plans[name].get("same")
                                                                   else ""),
                "dp_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/dp", f"{name}/ddp"),
-               "fast_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/fast", f"{name}/ddp")}
+               "fast_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/fast", f"{name}/ddp"),
+               "selected": plans[name]["selected"], "selection": plans[name]["selection"],
+               "sel_ms": t.get(f"{name}/sel"),
+               "sel_over_ddp": t[f"{name}/sel"] / ddp if t.get(f"{name}/sel") and ddp else None,
+               "sel_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/sel", f"{name}/ddp"),
+               "predicted_sel_ms": plans[name][plans[name]["selected"]]["time_s"] * 1e3,
+               "family": plans[name]["selection"]["margin"]["family"]
+               if plans[name]["selection"].get("margin") else ""}
+        if plans[name]["selected"] == "sel":
+            row["fast_summary"] += f"; selected: {_summary(plans[name]['sel'])}"
         rows.append(row)
 
         def f(v, fmt="8.1f"):
@@ -260,9 +305,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{f(row['fast_over_ddp'], '8.2f')} {f(interp, '9.1f')} {f(row['replay_speedup'], '8.2f')} "
               f"{f(nodes, '6d') if nodes else '     -'} {f(row['overhead_us_per_node'], '8.1f')} "
               f"{f(row['predicted_fast_ms'], '9.1f')} {f(row['predicted_dp_ms'])} {f(ind)}")
-    errs = [abs(r[m] - r[p]) / r[p] for r in rows for m, p in (("fast_ms", "predicted_fast_ms"),
-                                                                ("dp_ms", "predicted_dp_ms"))
+    errs = [abs(r[m] - r[p]) / r[p] for r in rows for m, p in _measured_pairs(r)
             if r[m] and r[p] and r[m] == r[m]]
+    print("\nselected plan / DDP (the margin rule, issue 29): " + "; ".join(
+        f"{r['model']} {r['selected']} {_f2(r['sel_over_ddp'])} "
+        f"(per round {_spread(r['sel_over_ddp_rounds'])}; "
+        f"{_margin_text(r['selection'])})" for r in rows))
     print("\nper-round ratios (each round's median over DDP's in the same round; median [min, max] over "
           "rounds): " + "; ".join(f"{r['model']} DP {_spread(r['dp_over_ddp_rounds'])}, fastest "
                                   f"{_spread(r['fast_over_ddp_rounds'])}" for r in rows))
@@ -276,12 +324,97 @@ def main(argv: list[str] | None = None) -> int:
           f"{' '.join(f'{x:.2f}' for x in load_after)}; {args.rounds} rounds x {args.steps} steps "
           f"(medians over {args.rounds * (args.steps - 1)} steps per system); "
           f"{time.perf_counter() - start:.0f} s")
+    if args.write_errors:
+        table = write_errors(Path(args.write_errors), rows, args.cluster,
+                             f"benchmarks/runtime.py --steps {args.steps} --rounds {args.rounds}, "
+                             f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load "
+                             f"{load_before[0]:.1f}-{load_after[0]:.1f}")
+        print(f"wrote {args.write_errors}: " + ", ".join(
+            f"{f} {e.error:.1%} ({e.plans} plans)" for f, e in table.clusters.get(args.cluster, {}).items())
+            + f"; default {table.default_error:.1%}")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "errors": {**plan_errors, **got["errors"]},
                                                "load_before": load_before, "load_after": load_after,
                                                "steps": args.steps, "rounds": args.rounds,
                                                "cluster": args.cluster, "compute": args.compute}, indent=2))
     return 0
+
+
+def _measured_pairs(row: dict) -> list[tuple[str, str]]:
+    """(measured, predicted) keys of the distinct plans a row ran: DP, the fastest unless it is DP, the
+    selected plan when it is neither.
+
+    Example:
+        >>> _measured_pairs({"selected": "dp", "fast_summary": "batch=2 x3 (the DP plan)"})
+        [('dp_ms', 'predicted_dp_ms')]
+    """
+    pairs = [("dp_ms", "predicted_dp_ms")]
+    if not row.get("fast_summary", "").endswith("(the DP plan)"):
+        pairs.append(("fast_ms", "predicted_fast_ms"))
+    if row.get("selected") == "sel":
+        pairs.append(("sel_ms", "predicted_sel_ms"))
+    return pairs
+
+
+def write_errors(path: Path, rows: list[dict], cluster: str, source: str):
+    """Merge this launch's step-time errors per family into the table at ``path`` (other clusters and
+    families kept); ``default_error``: the median over every plan of this launch. Returns the table.
+
+    Example:
+        >>> import tempfile
+        >>> rows = [{"model": "m", "family": "mlp", "selected": "dp", "fast_summary": "(the DP plan)",
+        ...          "dp_ms": 11.0, "predicted_dp_ms": 10.0}]
+        >>> t = write_errors(Path(tempfile.mkdtemp()) / "e.yaml", rows, "cpu-local", "test")
+        >>> round(t.clusters["cpu-local"]["mlp"].error, 6), t.clusters["cpu-local"]["mlp"].plans
+        (0.1, 1)
+    """
+    import yaml
+
+    from estimators.time_errors import FamilyError, TimeErrors, load_time_errors
+
+    old = load_time_errors(path) if path.is_file() else TimeErrors()
+    per_family: dict[str, list[float]] = {}
+    models: dict[str, list[str]] = {}
+    for r in rows:
+        for m, p in _measured_pairs(r):
+            if r.get(m) and r.get(p) and r[m] == r[m] and r.get("family"):
+                per_family.setdefault(r["family"], []).append(abs(r[m] - r[p]) / r[p])
+                models.setdefault(r["family"], [])
+                if r["model"] not in models[r["family"]]:
+                    models[r["family"]].append(r["model"])
+    if not per_family:
+        return old
+    clusters = {c: dict(f) for c, f in old.clusters.items()}
+    for family, errs in per_family.items():
+        clusters.setdefault(cluster, {})[family] = FamilyError(statistics.median(errs), len(errs),
+                                                               tuple(models[family]), source)
+    every = [e for errs in per_family.values() for e in errs]
+    table = TimeErrors(statistics.median(every), clusters, str(path))
+    header = ("# The estimator's measured step-time error per model family and cluster: the margin\n"
+              "# `tensoropt select` keeps (estimators/time_errors.py). Written by\n"
+              "# benchmarks/runtime.py --write-errors;\n"
+              "# default_error: the median over every plan of the launch that wrote it.\n")
+    path.write_text(header + yaml.safe_dump(table.to_dict(), sort_keys=False))
+    return table
+
+
+def _margin_text(selection: dict) -> str:
+    """The margin and gain of a selection record, short.
+
+    Example:
+        >>> _margin_text({"margin": {"fraction": 0.08, "family": "lm"}, "gain": 0.02})
+        'lm margin 8.0 %, fastest gain 2.0 %'
+    """
+    m = selection.get("margin")
+    if not m:
+        return "no margin"
+    text = f"{m.get('family') or 'given'} margin {100 * m['fraction']:.1f} %"
+    gain = selection.get("gain")
+    return text + (f", fastest gain {100 * gain:.1f} %" if gain is not None else "")
+
+
+def _f2(value) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) and value == value else "-"
 
 
 def _paired(per_round: dict[str, list[float]], system: str, baseline: str) -> list[float]:
