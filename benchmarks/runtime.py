@@ -25,12 +25,12 @@ per-round ratios (each round's median step time over DDP's in the same round, me
 over the rounds: the machine's drift between rounds cancels within a pair). The load average
 before and after is printed with the figures (this machine is shared).
 
-``--write-errors FILE`` writes the launch's step-time error per model family (median over the
-plans run of ``|measured - predicted| / predicted``) into that table (``configs/time_errors.yaml``:
-the margin ``select`` keeps), with the median over every plan as its ``default_error``.
+``--write-errors FILE`` adds the launch's error on each plan's predicted gain over the data-parallel
+plan (:func:`gain_errors`) to that table per model family (``configs/time_errors.yaml``: the
+margin ``select`` keeps); ``--errors-from JSON`` does the same from a launch's ``--json`` file.
 
 Usage (one command): ``.venv/bin/python benchmarks/runtime.py [--models gpt,block,...] [--steps 5]
-[--rounds 3] [--compile] [--compile-models big-fc,block] [--margin auto] [--write-errors FILE]
+[--rounds 3] [--compile] [--compile-models big-fc,block] [--skip-interp] [--margin auto] [--write-errors FILE]
 [--json out.json]``.
 """
 
@@ -160,8 +160,9 @@ def worker(options: dict) -> None:
     holders = []  # DDP modules: released before the process group
     for name, plans in options["plans"].items():
         spec = spec_of(name, steps)
-        runs = [("dp", plans["dp"], "replay", "none"), ("fast", plans["fast"], "replay", "none"),
-                ("fast-interp", plans["fast"], "interpret", "none")]
+        runs = [("dp", plans["dp"], "replay", "none"), ("fast", plans["fast"], "replay", "none")]
+        if not options.get("skip_interp"):
+            runs.append(("fast-interp", plans["fast"], "interpret", "none"))
         if plans.get("same"):  # one plan: its two samples would differ by the machine's noise only
             runs.pop(1)
             aliases.append((f"{name}/fast", f"{name}/dp"))
@@ -235,14 +236,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the fastest plan compiled (Inductor)")
     parser.add_argument("--compile-models", default="big-fc,block",
                         help="models whose fastest plan is compiled with --compile")
+    parser.add_argument("--skip-interp", action="store_true",
+                        help="do not run the fastest plan through the DTensor interpreter (shorter launches)")
     parser.add_argument("--margin", default="auto",
                         help="the selection's margin: 'auto' (configs/time_errors.yaml) or a fraction "
                              "(0: off)")
     parser.add_argument("--write-errors", default=None,
                         help="write this launch's step-time error per model family into this table "
                              "(configs/time_errors.yaml)")
+    parser.add_argument("--errors-from", default=None,
+                        help="with --write-errors: take the rows of this --json file of an earlier launch "
+                             "instead of running one")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
+    if args.errors_from:
+        if not args.write_errors:
+            parser.error("--errors-from needs --write-errors FILE")
+        saved = json.loads(Path(args.errors_from).read_text())
+        table = write_errors(Path(args.write_errors), saved["rows"], saved.get("cluster", args.cluster),
+                             f"benchmarks/runtime.py --errors-from {Path(args.errors_from).name} "
+                             f"({saved.get('source', '')})")
+        print(f"wrote {args.write_errors}: default {table.default_error:.1%}")
+        return 0
     margin = args.margin if args.margin == "auto" else float(args.margin)
     sys.path.insert(0, str(HERE))
     torch.set_num_threads(1)
@@ -266,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         got = _launch({"plans": plans, "steps": args.steps, "rounds": args.rounds,
-                       "compile_models": compile_models}, Path(tmp))
+                       "compile_models": compile_models, "skip_interp": args.skip_interp}, Path(tmp))
     load_after = os.getloadavg()
     t = {k: _median_ms(v) for k, v in got["times"].items()}
     rows = []
@@ -324,18 +339,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{' '.join(f'{x:.2f}' for x in load_after)}; {args.rounds} rounds x {args.steps} steps "
           f"(medians over {args.rounds * (args.steps - 1)} steps per system); "
           f"{time.perf_counter() - start:.0f} s")
+    source = (f"benchmarks/runtime.py --steps {args.steps} --rounds {args.rounds}, "
+              f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
+              f"load {load_before[0]:.1f}-{load_after[0]:.1f}")
+    print("error on the predicted gain over DP: " + "; ".join(
+        f"{r['model']} {', '.join(f'{e:.1%}' for e in gain_errors(r)) or '-'}" for r in rows))
     if args.write_errors:
-        table = write_errors(Path(args.write_errors), rows, args.cluster,
-                             f"benchmarks/runtime.py --steps {args.steps} --rounds {args.rounds}, "
-                             f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load "
-                             f"{load_before[0]:.1f}-{load_after[0]:.1f}")
+        table = write_errors(Path(args.write_errors), rows, args.cluster, source)
         print(f"wrote {args.write_errors}: " + ", ".join(
             f"{f} {e.error:.1%} ({e.plans} plans)" for f, e in table.clusters.get(args.cluster, {}).items())
             + f"; default {table.default_error:.1%}")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "errors": {**plan_errors, **got["errors"]},
                                                "load_before": load_before, "load_after": load_after,
-                                               "steps": args.steps, "rounds": args.rounds,
+                                               "steps": args.steps, "rounds": args.rounds, "source": source,
                                                "cluster": args.cluster, "compute": args.compute}, indent=2))
     return 0
 
@@ -356,44 +373,71 @@ def _measured_pairs(row: dict) -> list[tuple[str, str]]:
     return pairs
 
 
+def gain_errors(row: dict) -> list[float]:
+    """The estimator's error on the gain of each plan a row ran over its data-parallel plan:
+    ``|(measured / measured DP) / (predicted / predicted DP) - 1|``, for the fastest (unless it is
+    DP) and the selected plan (when it is neither). A ratio of two plans timed in one launch: what
+    the machine's load and the profiled cache's scale do to every plan alike cancels, what is left is
+    the error of the predicted difference, the quantity the selection margin weighs.
+
+    Example:
+        >>> gain_errors({"dp_ms": 20.0, "predicted_dp_ms": 10.0, "fast_ms": 22.0, "predicted_fast_ms": 10.0,
+        ...              "fast_summary": "out=2 x1", "selected": "fast"})
+        [0.1]
+    """
+    dp, pdp = row.get("dp_ms"), row.get("predicted_dp_ms")
+    if not dp or not pdp or dp != dp:
+        return []
+    out = []
+    for m, p in _measured_pairs(row)[1:]:
+        if row.get(m) and row.get(p) and row[m] == row[m]:
+            out.append(round(abs((row[m] / dp) / (row[p] / pdp) - 1), 9))
+    return out
+
+
 def write_errors(path: Path, rows: list[dict], cluster: str, source: str):
-    """Merge this launch's step-time errors per family into the table at ``path`` (other clusters and
-    families kept); ``default_error``: the median over every plan of this launch. Returns the table.
+    """Merge this launch's gain errors per family (:func:`gain_errors`) into the table at ``path``:
+    each family keeps its last :data:`estimators.time_errors.MAX_SAMPLES` samples, its error their
+    median; other clusters and families are kept; ``default_error``: the median of every sample in
+    the table. Returns the table.
 
     Example:
         >>> import tempfile
-        >>> rows = [{"model": "m", "family": "mlp", "selected": "dp", "fast_summary": "(the DP plan)",
-        ...          "dp_ms": 11.0, "predicted_dp_ms": 10.0}]
+        >>> rows = [{"model": "m", "family": "mlp", "selected": "fast", "fast_summary": "out=2 x1",
+        ...          "dp_ms": 20.0, "predicted_dp_ms": 10.0, "fast_ms": 11.0, "predicted_fast_ms": 5.0}]
         >>> t = write_errors(Path(tempfile.mkdtemp()) / "e.yaml", rows, "cpu-local", "test")
         >>> round(t.clusters["cpu-local"]["mlp"].error, 6), t.clusters["cpu-local"]["mlp"].plans
         (0.1, 1)
     """
     import yaml
 
-    from estimators.time_errors import FamilyError, TimeErrors, load_time_errors
+    from estimators.time_errors import MAX_SAMPLES, FamilyError, TimeErrors, load_time_errors
 
     old = load_time_errors(path) if path.is_file() else TimeErrors()
     per_family: dict[str, list[float]] = {}
     models: dict[str, list[str]] = {}
     for r in rows:
-        for m, p in _measured_pairs(r):
-            if r.get(m) and r.get(p) and r[m] == r[m] and r.get("family"):
-                per_family.setdefault(r["family"], []).append(abs(r[m] - r[p]) / r[p])
-                models.setdefault(r["family"], [])
-                if r["model"] not in models[r["family"]]:
-                    models[r["family"]].append(r["model"])
+        errs = gain_errors(r)
+        if errs and r.get("family"):
+            per_family.setdefault(r["family"], []).extend(errs)
+            models.setdefault(r["family"], [])
+            if r["model"] not in models[r["family"]]:
+                models[r["family"]].append(r["model"])
     if not per_family:
         return old
     clusters = {c: dict(f) for c, f in old.clusters.items()}
     for family, errs in per_family.items():
-        clusters.setdefault(cluster, {})[family] = FamilyError(statistics.median(errs), len(errs),
-                                                               tuple(models[family]), source)
-    every = [e for errs in per_family.values() for e in errs]
+        before = clusters.get(cluster, {}).get(family)
+        samples = (tuple(before.samples) if before else ()) + tuple(errs)
+        samples = samples[-MAX_SAMPLES:]
+        names = tuple(dict.fromkeys((*(before.models if before else ()), *models[family])))
+        clusters.setdefault(cluster, {})[family] = FamilyError(statistics.median(samples), len(samples),
+                                                               names, source, samples)
+    every = [x for fams in clusters.values() for e in fams.values() for x in (e.samples or (e.error,))]
     table = TimeErrors(statistics.median(every), clusters, str(path))
-    header = ("# The estimator's measured step-time error per model family and cluster: the margin\n"
-              "# `tensoropt select` keeps (estimators/time_errors.py). Written by\n"
-              "# benchmarks/runtime.py --write-errors;\n"
-              "# default_error: the median over every plan of the launch that wrote it.\n")
+    header = ("# The estimator's measured error on a plan's gain over data parallelism, per model family\n"
+              "# and cluster: the margin `tensoropt select` keeps (estimators/time_errors.py). Written by\n"
+              "# benchmarks/runtime.py --write-errors; default_error: the median of every sample here.\n")
     path.write_text(header + yaml.safe_dump(table.to_dict(), sort_keys=False))
     return table
 

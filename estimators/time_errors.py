@@ -6,10 +6,12 @@ simpler plan (data parallelism first, then fewer redistributions) unless the fas
 predicted gain over it exceeds the error measured for the model's family on the job's cluster.
 
 The errors live in ``configs/time_errors.yaml`` (found like the profiles, :func:`configs_dirs`),
-written by ``benchmarks/runtime.py --write-errors``: per cluster and family, the median over the
-plans it ran of ``|measured - predicted| / predicted`` step time, the plan count, the models and when.
-A family or cluster the table lacks takes the table's ``default_error`` (the median over every plan
-of the launch that wrote it), and without any table :data:`DEFAULT_ERROR`.
+written by ``benchmarks/runtime.py --write-errors``: per cluster and family the estimator's error
+on the predicted gain of a model-parallel plan over the data-parallel plan of the same model,
+``|(measured / measured DP) / (predicted / predicted DP) - 1|``, both timed in one launch (the
+load's and the profiled cache's common scale cancels), its last :data:`MAX_SAMPLES` samples, their
+median, the models and when. A family or cluster the table lacks takes the table's
+``default_error`` (the median of all its samples), and without any table :data:`DEFAULT_ERROR`.
 
 Families are read off the captured graph's operators (:func:`model_family`): encoder and decoder
 language models are one family here, their graphs differing only in the attention mask, which the
@@ -37,6 +39,10 @@ TIME_ERRORS_FILE = "time_errors.yaml"
 DEFAULT_ERROR = 0.10
 """The margin where no table is found: the median step-time error of ``benchmarks/runtime.py``'s
 plans in docs/results.md's runs (5-11 %), rounded up."""
+
+
+MAX_SAMPLES = 12
+"""Samples a family keeps (the most recent): its error is their median."""
 
 FAMILIES = ("cnn", "lm", "transformer", "mlp")
 """Model families, in the order :func:`model_family` tests them."""
@@ -69,13 +75,15 @@ class FamilyError:
     """The measured step-time error of one family on one cluster."""
 
     error: float
-    """Median ``|measured - predicted| / predicted`` step time over the plans run (a fraction)."""
+    """The median of :attr:`samples` (a fraction)."""
     plans: int = 0
-    """Plans measured."""
+    """Samples (plans measured against their data-parallel plan)."""
     models: tuple[str, ...] = ()
     """The models they belong to."""
     source: str = ""
-    """Which command measured it, when, at what load."""
+    """Which command measured it last, when, at what load."""
+    samples: tuple[float, ...] = ()
+    """The errors measured, most recent last."""
 
 
 @dataclass(frozen=True)
@@ -111,10 +119,12 @@ class TimeErrors:
             >>> table.to_dict()["clusters"]["c"]["lm"]
             {'error': 0.05, 'plans': 2, 'models': ['m'], 'source': 's'}
         """
+        def entry(e: FamilyError) -> dict:
+            out = {"error": e.error, "plans": e.plans, "models": list(e.models), "source": e.source}
+            return {**out, "samples": list(e.samples)} if e.samples else out
+
         return {"default_error": self.default_error,
-                "clusters": {c: {f: {"error": e.error, "plans": e.plans, "models": list(e.models),
-                                     "source": e.source} for f, e in fams.items()}
-                             for c, fams in self.clusters.items()}}
+                "clusters": {c: {f: entry(e) for f, e in fams.items()} for c, fams in self.clusters.items()}}
 
 
 def time_errors_from_dict(data: dict, where: str = "<time errors>") -> TimeErrors:
@@ -145,9 +155,10 @@ def time_errors_from_dict(data: dict, where: str = "<time errors>") -> TimeError
                 raise ProfileError(f"{where}: {key}: unknown family; expected one of {', '.join(FAMILIES)}")
             if not isinstance(entry, dict) or "error" not in entry:
                 raise ProfileError(f"{where}: {key} must be a mapping with 'error'")
+            samples = tuple(fraction(x, f"{key}.samples") for x in entry.get("samples", ()))
             clusters.setdefault(str(cluster), {})[family] = FamilyError(
                 fraction(entry["error"], f"{key}.error"), int(entry.get("plans", 0)),
-                tuple(str(m) for m in entry.get("models", ())), str(entry.get("source", "")))
+                tuple(str(m) for m in entry.get("models", ())), str(entry.get("source", "")), samples)
     return TimeErrors(default, clusters, where)
 
 

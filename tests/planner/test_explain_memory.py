@@ -81,11 +81,12 @@ def test_explain_prints_the_layer_table(planned, capsys):
 
 
 FILE_KEYS = {
-    "frontier.json": {"frontiers", "graph", "job", "selected", "timing_s", "version"},
-    "frontier": {"configurations", "devices", "epsilon_bound", "mesh", "mesh_levels", "plans", "timing_s"},
+    "frontier.json": {"frontiers", "graph", "job", "selected", "timing_s", "version", "selection"},
+    "frontier": {"configurations", "devices", "epsilon_bound", "mesh", "mesh_levels", "plans", "timing_s",
+                 "data_parallel"},
     "plan.json": {"devices", "graph", "id", "job", "layers", "memory_bytes", "mesh", "ops", "placements",
                   "pipeline", "redistributions", "summary", "throughput_samples_per_s", "time_s", "version",
-                  "micro_batches", "tokens_per_s_per_device", "mfu"},
+                  "micro_batches", "tokens_per_s_per_device", "mfu", "selection"},
     "plan": {"id", "layers", "memory_bytes", "ops", "pipeline", "redistributions", "summary",
              "throughput_samples_per_s", "time_s", "micro_batches", "tokens_per_s_per_device", "mfu"},
     "layer": {"node", "op", "module", "config", "compute_s", "comm_s", "memory_bytes", "param_bytes",
@@ -99,7 +100,9 @@ frontier: recompute and zero3 plans, gradient buffers). Added since: a redistrib
 ``tied_param`` (the tied weight moved between its users, estimators/tied.py); every plan's
 ``pipeline`` (null, or issue 27's mapping; a pipelined plan adds ``pipeline_detail`` and its
 frontier ``pipeline_search``, absent here: one node, no pipeline); every plan's ``micro_batches``
-(issue 25) and, for token inputs, ``tokens_per_s_per_device`` and the predicted ``mfu``."""
+(issue 25) and, for token inputs, ``tokens_per_s_per_device`` and the predicted ``mfu``; issue 29's
+``selection`` (how the selected plan was chosen: rule, margin, gain) in frontier.json and plan.json
+and each frontier's ``data_parallel`` plan."""
 
 
 def test_plan_files_keep_their_keys(planned):
