@@ -30,13 +30,15 @@ plan (:func:`gain_errors`) to that table per model family (``configs/time_errors
 margin ``select`` keeps); ``--errors-from JSON`` does the same from a launch's ``--json`` file.
 
 Usage (one command): ``.venv/bin/python benchmarks/runtime.py [--models gpt,block,...] [--steps 5]
-[--rounds 3] [--compile] [--compile-models big-fc,block] [--skip-interp] [--margin auto] [--write-errors FILE]
+[--rounds 3] [--compile] [--compile-models big-fc,block] [--batch-norm synchronized|local] [--skip-interp]
+[--margin auto] [--write-errors FILE]
 [--json out.json]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -159,7 +161,7 @@ def worker(options: dict) -> None:
     per_round: dict[str, list[float]] = {}  # system -> median step ms of each round
     holders = []  # DDP modules: released before the process group
     for name, plans in options["plans"].items():
-        spec = spec_of(name, steps)
+        spec = dataclasses.replace(spec_of(name, steps), batch_norm=options.get("batch_norm", "synchronized"))
         runs = [("dp", plans["dp"], "replay", "none"), ("fast", plans["fast"], "replay", "none")]
         if not options.get("skip_interp"):
             runs.append(("fast-interp", plans["fast"], "interpret", "none"))
@@ -236,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the fastest plan compiled (Inductor)")
     parser.add_argument("--compile-models", default="big-fc,block",
                         help="models whose fastest plan is compiled with --compile")
+    parser.add_argument("--batch-norm", choices=("synchronized", "local"), default="synchronized",
+                        help="training.batch_norm of the executor's plans, priced so (plain DDP keeps each "
+                             "rank's statistics: 'local' compares like with like)")
     parser.add_argument("--skip-interp", action="store_true",
                         help="do not run the fastest plan through the DTensor interpreter (shorter launches)")
     parser.add_argument("--margin", default="auto",
@@ -269,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     plans, plan_errors = {}, {}
     for name in names:
         try:
-            plans[name] = plan_model(name, args.cluster, args.compute, margin=margin)
+            plans[name] = plan_model(name, args.cluster, args.compute, batch_norm=args.batch_norm,
+                                     margin=margin)
         except Exception as err:  # noqa: BLE001 - report and go on with the other models
             plan_errors[name] = f"{type(err).__name__}: {str(err)[:300]}"
             continue
@@ -281,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         got = _launch({"plans": plans, "steps": args.steps, "rounds": args.rounds,
-                       "compile_models": compile_models, "skip_interp": args.skip_interp}, Path(tmp))
+                       "compile_models": compile_models, "skip_interp": args.skip_interp,
+                       "batch_norm": args.batch_norm}, Path(tmp))
     load_after = os.getloadavg()
     t = {k: _median_ms(v) for k, v in got["times"].items()}
     rows = []
@@ -353,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({"rows": rows, "errors": {**plan_errors, **got["errors"]},
                                                "load_before": load_before, "load_after": load_after,
                                                "steps": args.steps, "rounds": args.rounds, "source": source,
+                                               "batch_norm": args.batch_norm,
                                                "cluster": args.cluster, "compute": args.compute}, indent=2))
     return 0
 
