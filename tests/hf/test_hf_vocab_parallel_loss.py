@@ -7,7 +7,7 @@ so the class dim of the loss's logits is the head's ``out`` dim: the configurati
 class split there, and the executor runs it as its vocabulary-parallel cross entropy
 (tensoropt/executor/vocab_parallel.py). Here GPT-2 and Llama (tiny configs) train on 2 gloo
 processes under a plan whose head and loss are split by vocabulary, on labels with -100 positions,
-and match 1 process.
+and match 1 process; the run's measured memory is the planner's prediction of that plan within 2 %.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from tensoropt.config import DataConfig, Job, load_job  # noqa: E402
 from tensoropt.configspace import configurations, parallel_dims  # noqa: E402
 from tensoropt.configspace.configuration import Mesh  # noqa: E402
 from tensoropt.executor.spec import TrainSpec  # noqa: E402
-from tensoropt.planner import capture_job, load_job_cluster  # noqa: E402
+from tensoropt.planner import capture_job, job_cost_graph, load_job_cluster  # noqa: E402
 
 JOBS_DIR = Path(__file__).resolve().parents[2] / "configs" / "jobs"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "executor"))
-from launch_helpers import run_and_compare  # noqa: E402
+from launch_helpers import outputs, run_and_compare  # noqa: E402
 
 MODELS = ("gpt2", "llama")
 STEPS = 3
@@ -56,17 +56,21 @@ def vocab_split_plan(job: Job) -> dict:
     operator split by batch where it can be (else replicated)."""
     graph = capture_job(job)
     cluster = load_job_cluster(job)
-    mesh = Mesh.for_cluster(2, cluster.devices_per_node)
-    configs = configurations(graph, mesh)
+    G = job_cost_graph(graph, job, cluster, 2)
     loss, head = _loss_and_head(graph)
-    placements = {}
-    for node, options in configs.items():
-        by_label = {c.label: c for c in options}
+    placements, index = {}, {}
+    for node in G.nodes:
+        labels = list(G.nodes[node]["configs"])
         want = "out=2" if node in (loss, head) else "batch=2"
-        placements[node] = by_label.get(want, options[0]).to_json()
+        index[node] = labels.index(want) if want in labels else 0
+        placements[node] = G.nodes[node]["configurations"][index[node]].to_json()
     assert placements[loss]["inputs"][0] == ["S(1)"], placements[loss]
-    return {"id": "d2-vocab", "devices": 2, "mesh": {"shape": [2], "levels": list(mesh.levels)},
-            "placements": placements}
+    # the planner's memory of this choice: node and edge costs add up (what the solver sums)
+    memory = sum(float(G.nodes[n]["cost"][index[n]][1]) for n in G.nodes)
+    memory += sum(float(d["cost"][index[u]][index[v]][1]) for u, v, d in G.edges(data=True))
+    mesh = G.graph["mesh"]
+    return {"id": "d2-vocab", "devices": 2, "mesh": {"shape": list(mesh.shape), "levels": list(mesh.levels)},
+            "placements": placements, "memory_bytes": memory}
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -95,7 +99,8 @@ def test_the_class_split_is_offered_for_the_hf_causal_lm_loss(model):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_hf_losses_split_by_vocabulary_match_one_process(tmp_path):
-    """Losses and final parameters within 1e-5 of 1 process (fp32), labels with -100 positions."""
+    """Losses and final parameters within 1e-5 of 1 process (fp32), labels with -100 positions; the
+    measured memory within 2 % of the cost graph's."""
     runs = []
     for model in MODELS:
         job = _job(model)
@@ -104,5 +109,12 @@ def test_hf_losses_split_by_vocabulary_match_one_process(tmp_path):
             plan = vocab_split_plan(job)
         runs.append((model, TrainSpec.from_job(job, steps=STEPS), plan))
     rc, errors = run_and_compare(runs, tmp_path, env={}, steps=STEPS, timeout_s=800)
+    for model, _, plan in runs:  # the class-split loss's pricing against the run's measured memory
+        metrics, _ = outputs(tmp_path, model, plan["id"])
+        measured, predicted = metrics["measured"]["memory_bytes"], plan["memory_bytes"]
+        print(f"{model}: measured memory {measured} B, predicted {predicted:.0f} B "
+              f"({(measured / predicted - 1) * 100:+.2f} %)")
+        if abs(measured - predicted) > 0.02 * predicted:
+            errors.append(f"{model}: measured memory {measured} B, predicted {predicted:.0f} B")
     assert not errors, "\n".join(errors)
     assert rc == 0
