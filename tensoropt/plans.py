@@ -45,10 +45,11 @@ from estimators.files import write_text_atomic
 from estimators.memory_parts import MEMORY_PARTS, TRANSIENT_PARTS
 from tensoropt.configspace.configuration import Configuration, Mesh
 
-__all__ = ["PLAN_SCHEMA_VERSION", "READ_VERSIONS", "SCHEMA_VERSION", "Frontier",
-           "FrontierFile", "Layer", "Plan", "PlanFile", "PlanFileError",
-           "Redistribution", "frontier_file_text", "load_frontier_file", "load_plan_file", "plan_file_text",
-           "pack_frontier_json", "plan_id", "unpack_frontier_json", "write_selection", "write_text_atomic"]
+__all__ = ["PLAN_FILE_INDENT", "PLAN_SCHEMA_VERSION", "READ_VERSIONS", "SCHEMA_VERSION", "Frontier",
+           "FrontierFile", "Layer", "Plan", "PlanFile", "PlanFileError", "Redistribution",
+           "frontier_file_text", "load_frontier_file", "load_plan_file", "pack_frontier_json",
+           "plan_file_json", "plan_file_text", "plan_id", "unpack_frontier_json", "write_selection",
+           "write_text_atomic"]
 
 SCHEMA_VERSION = 2
 """Version of frontier.json written by this module (2: rows shared by a frontier's plans stored once)."""
@@ -609,13 +610,13 @@ def plan_file_text(frontier_json: dict, plan_id: str) -> str:
     """The exact text ``tensoropt select`` writes to plan.json for plan ``plan_id``.
 
     Args:
-        frontier_json: the parsed content of frontier.json.
+        frontier_json: the parsed content of frontier.json (either form: rows inline or shared).
         plan_id: id of one of its plans.
 
     Returns:
-        JSON text (indented, newline-terminated): the plan entry, ``devices``, ``mesh``,
-        ``placements``, ``job`` and (when the frontier has it) ``graph``, the fingerprint of the
-        graph the plan was made for.
+        JSON text (indented, newline-terminated) of :func:`plan_file_json`: the plan entry,
+        ``devices``, ``mesh``, ``placements``, ``job`` and (when the frontier has it) ``graph``,
+        the fingerprint of the graph the plan was made for.
 
     Raises:
         PlanFileError: no plan has that id, or a label lacks its configuration.
@@ -625,6 +626,24 @@ def plan_file_text(frontier_json: dict, plan_id: str) -> str:
         ...       "plans": [{"id": "d1-p0", "time_s": 1.0, "memory_bytes": 8, "ops": {}}]}]}
         >>> json.loads(plan_file_text(fj, "d1-p0"))["devices"]
         1
+    """
+    return json.dumps(plan_file_json(frontier_json, plan_id), indent=PLAN_FILE_INDENT) + "\n"
+
+
+PLAN_FILE_INDENT = 1
+"""Spaces per level of plan.json's text."""
+
+
+def plan_file_json(frontier_json: dict, plan_id: str) -> dict:
+    """The content of plan.json for plan ``plan_id`` (:func:`plan_file_text` writes it): self-contained,
+    every row inline, ``version`` :data:`PLAN_SCHEMA_VERSION`.
+
+    Example:
+        >>> fj = {"version": 2, "job": {}, "frontiers": [{"devices": 1, "mesh": [], "op_rows": [["fc", "r"]],
+        ...       "configurations": {"fc": {"r": {"label": "r"}}},
+        ...       "plans": [{"id": "d1-p0", "time_s": 1.0, "memory_bytes": 8, "ops": [0]}]}]}
+        >>> plan_file_json(fj, "d1-p0")["placements"]
+        {'fc': {'label': 'r'}}
     """
     for frontier in frontier_json.get("frontiers", []):
         for plan in frontier.get("plans", []):
@@ -645,7 +664,7 @@ def plan_file_text(frontier_json: dict, plan_id: str) -> str:
                    "placements": placements, "job": frontier_json.get("job", {})}
             if frontier_json.get("graph") is not None:  # the plan stays bound to its graph
                 out["graph"] = frontier_json["graph"]
-            return json.dumps(out, indent=1) + "\n"
+            return out
     ids = [p.get("id") for f in frontier_json.get("frontiers", []) for p in f.get("plans", [])]
     shown = ", ".join(ids[:8]) + (", ..." if len(ids) > 8 else "")
     raise PlanFileError(f"no plan with id {plan_id!r} in the frontier file (ids: {shown or 'none'})")

@@ -29,8 +29,9 @@ def add_parser(subparsers) -> None:
                    help="per-device budget to draw, e.g. 16GiB (default: the job's memory_budget)")
     p.add_argument("--job", default=None, help="job YAML named in the page's `tensoropt run` command")
     p.add_argument("--embed-limit-mib", type=float, default=EMBED_LIMIT_BYTES / 2**20,
-                   help="plan files embedded in the page, in MiB of JSON (default %(default)g); beyond it "
-                        "only an even subset of plans carries its per-layer details")
+                   help="plan files embedded in the page, in MiB of their distinct JSON text (the plans "
+                        "share most of it; default %(default)g); beyond it only an even subset of plans "
+                        "carries its per-layer details")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -120,3 +120,143 @@ def _agree(texts: dict[str, str], frontier_json: dict, render) -> bool:
             if texts[plans[k]] != render(frontier_json, plans[k]):
                 return False
     return True
+
+
+def plan_text_pieces(frontier_json: dict, ids: list[str] | None = None
+                     ) -> tuple[list[str], dict[str, list[int]]]:
+    """The plan.json texts of plans ``ids`` as pieces shared between them, for the page to embed.
+
+    Each plan's text is exactly :func:`tensoropt.plans.plan_file_text`'s, cut into its lines of the
+    two top levels, each with what it opens (a layer row, a placement, an ``ops`` entry, whole):
+    plans share most of them, so each distinct piece is kept once. ``texts[id]`` lists runs
+    ``[first, count, first, count, ...]`` of piece indices (:func:`joined_text`). The pieces are
+    made from :func:`tensoropt.plans.plan_file_json` by the rules of ``json.dumps(indent=...)``,
+    each shared value rendered once; a plan per frontier is checked against the plain renderer,
+    and on any difference each text is one piece of its own.
+
+    Args:
+        frontier_json: a frontier.json dict of either form (rows inline or shared).
+        ids: the plans wanted (None: all), in the order of ``texts``.
+
+    Example:
+        >>> from tensoropt.plans import plan_file_text
+        >>> fj = {"version": 1, "job": {"x": 1}, "frontiers": [{"devices": 1, "mesh": [], "plans": [
+        ...     {"id": f"d1-p{i}", "time_s": 1.0 + i, "memory_bytes": 8, "ops": {"fc": "replicate"}}
+        ...     for i in range(2)], "configurations": {"fc": {"replicate": {"label": "replicate"}}}}]}
+        >>> pieces, texts = plan_text_pieces(fj)
+        >>> joined_text(pieces, texts["d1-p1"]) == plan_file_text(fj, "d1-p1")
+        True
+    """
+    from tensoropt.plans import (
+        PLAN_FILE_INDENT,
+        pack_frontier_json,
+        plan_file_json,
+        plan_file_text,
+        unpack_frontier_json,
+    )
+
+    shared = unpack_frontier_json(pack_frontier_json(frontier_json))  # equal rows are one object
+    if ids is None:
+        ids = [str(p["id"]) for f in shared.get("frontiers", []) for p in f.get("plans", [])]
+    lines = _TopLines(PLAN_FILE_INDENT)
+    pieces: list[str] = []
+    index: dict[str, int] = {}
+    texts = {}
+    for plan_id in ids:
+        refs = []
+        for line in lines.of(plan_file_json(shared, plan_id)):
+            i = index.get(line)
+            if i is None:
+                i = index[line] = len(pieces)
+                pieces.append(line)
+            refs.append(i)
+        texts[plan_id] = _runs(refs)
+    first = {str(f["plans"][0]["id"]) for f in shared.get("frontiers", []) if f.get("plans")}
+    for plan_id in first & set(texts):
+        if joined_text(pieces, texts[plan_id]) != plan_file_text(frontier_json, plan_id):
+            texts = all_plan_texts(frontier_json, None, ids)  # a changed file format: whole texts
+            return [texts[i] for i in ids], {i: [k, 1] for k, i in enumerate(ids)}
+    return pieces, texts
+
+
+def joined_text(pieces: list[str], runs: list[int]) -> str:
+    """A text of :func:`plan_text_pieces` put together (what the page's script does).
+
+    Example:
+        >>> joined_text(["a", "b", "c"], [2, 1, 0, 2])
+        'cab'
+    """
+    return "".join("".join(pieces[first:first + count]) for first, count in zip(runs[::2], runs[1::2]))
+
+
+class _TopLines:
+    """The lines of ``json.dumps(obj, indent=n) + "\\n"`` for a dict ``obj``, cut at its two top
+    levels: a line of the second level carries its whole value. Values are rendered once per
+    object (rows, configurations, the job are shared between plans) and key/value pair."""
+
+    def __init__(self, indent: int) -> None:
+        self.indent = indent
+        self.pad1, self.pad2 = " " * indent, " " * (2 * indent)
+        self.rendered: dict[tuple[int, str], tuple[object, str]] = {}
+        self.pairs: dict[tuple, str] = {}
+
+    def value(self, value, pad: str) -> str:
+        """``value`` as json.dumps renders it at the depth of ``pad``."""
+        if not isinstance(value, (dict, list)):
+            return json.dumps(value)
+        key = (id(value), pad)
+        hit = self.rendered.get(key)
+        if hit is None:  # the object is kept with its text, so its id is not reused meanwhile
+            text = json.dumps(value, indent=self.indent).replace("\n", "\n" + pad)
+            hit = self.rendered[key] = (value, text)
+        return hit[1]
+
+    def of(self, obj: dict) -> list[str]:
+        """The lines (each with its newline) of the text."""
+        out = ["{\n"]
+        items = list(obj.items())
+        for k, (key, value) in enumerate(items):
+            end = ",\n" if k < len(items) - 1 else "\n"
+            head = f"{self.pad1}{json.dumps(key)}: "
+            if isinstance(value, list) and value:
+                out.append(head + "[\n")
+                last = len(value) - 1
+                out += [self.pad2 + self.value(v, self.pad2) + (",\n" if i < last else "\n")
+                        for i, v in enumerate(value)]
+                out.append(self.pad1 + "]" + end)
+            elif isinstance(value, dict) and value:
+                out.append(head + "{\n")
+                last = len(value) - 1
+                for i, pair in enumerate(value.items()):
+                    out.append(self._pair(pair, i < last))
+                out.append(self.pad1 + "}" + end)
+            else:
+                out.append(head + self.value(value, self.pad1) + end)
+        out.append("}\n")  # the closing brace and the file's final newline
+        return out
+
+    def _pair(self, pair: tuple, more: bool) -> str:
+        """A second-level ``"key": value`` line, with its comma when ``more``."""
+        key, value = pair
+        memo = (key, id(value) if isinstance(value, (dict, list)) else value, type(value), more)
+        line = self.pairs.get(memo)
+        if line is None:
+            line = f"{self.pad2}{json.dumps(key)}: {self.value(value, self.pad2)}" + (",\n" if more else "\n")
+            self.pairs[memo] = line
+        return line
+
+
+def _runs(refs: list[int]) -> list[int]:
+    """``[first, count, ...]`` runs of consecutive indices.
+
+    Example:
+        >>> _runs([4, 5, 6, 2, 9, 10])
+        [4, 3, 2, 1, 9, 2]
+    """
+    out: list[int] = []
+    for i in refs:
+        if out and out[-2] + out[-1] == i:
+            out[-1] += 1
+        else:
+            out += [i, 1]
+    return out
