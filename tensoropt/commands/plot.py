@@ -37,7 +37,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Read the frontier file, write the page, print where."""
     path = frontier_path(args.frontier)
-    frontier_json = load_frontier_file(path).to_json()
+    frontier_json = load_frontier_file(path).to_json(shared=True)  # the file's form: rows shared
     out = Path(args.output) if args.output else path.parent / "pareto.html"
     budget = budget_bytes(args.memory_budget, frontier_json["job"])
     text = pareto_html(frontier_json, budget, args.job, embed_limit_bytes=_limit_bytes(args.embed_limit_mib))

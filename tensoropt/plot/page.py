@@ -21,7 +21,7 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
-from tensoropt.plans import unpack_frontier_json, write_text_atomic
+from tensoropt.plans import write_text_atomic
 from tensoropt.plot.data import PlotPoint, global_batch_size, job_budget_bytes, memory_unit, page_points
 from tensoropt.plot.details import EMBED_LIMIT_BYTES, embedded_ids, page_payload
 from tensoropt.plot.figure import pareto_figure
@@ -132,7 +132,6 @@ def with_meta(page: str, **changes) -> str:
 
 def _render(frontier_json, budget_bytes, job_file, plan_text, embed_limit_bytes) -> str:
     """Fill the page template."""
-    frontier_json = unpack_frontier_json(frontier_json)  # either form: the file's rows resolved once
     if budget_bytes is None:
         budget_bytes = job_budget_bytes(frontier_json)
     selected = frontier_json.get("selected")

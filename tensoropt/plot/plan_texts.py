@@ -159,24 +159,11 @@ def plan_text_pieces(frontier_json: dict, ids: list[str] | None = None
     if ids is None:
         ids = [str(p["id"]) for f in shared.get("frontiers", []) for p in f.get("plans", [])]
     lines = _TopLines(PLAN_FILE_INDENT)
-    pieces: list[str] = []
-    index: dict[str, int] = {}
-    texts = {}
-    for plan_id in ids:
-        refs = []
-        for line in lines.of(plan_file_json(shared, plan_id)):
-            i = index.get(line)
-            if i is None:
-                i = index[line] = len(pieces)
-                pieces.append(line)
-            refs.append(i)
-        texts[plan_id] = _runs(refs)
-    first = {str(f["plans"][0]["id"]) for f in shared.get("frontiers", []) if f.get("plans")}
-    for plan_id in first & set(texts):
-        if joined_text(pieces, texts[plan_id]) != plan_file_text(frontier_json, plan_id):
-            texts = all_plan_texts(frontier_json, None, ids)  # a changed file format: whole texts
-            return [texts[i] for i in ids], {i: [k, 1] for k, i in enumerate(ids)}
-    return pieces, texts
+    texts = {plan_id: _runs(lines.refs(plan_file_json(shared, plan_id))) for plan_id in ids}
+    if ids and joined_text(lines.pieces, texts[ids[-1]]) != plan_file_text(frontier_json, ids[-1]):
+        texts = all_plan_texts(frontier_json, None, ids)  # a changed file format: whole texts
+        return [texts[i] for i in ids], {i: [k, 1] for k, i in enumerate(ids)}
+    return lines.pieces, texts
 
 
 def joined_text(pieces: list[str], runs: list[int]) -> str:
@@ -189,61 +176,86 @@ def joined_text(pieces: list[str], runs: list[int]) -> str:
     return "".join("".join(pieces[first:first + count]) for first, count in zip(runs[::2], runs[1::2]))
 
 
+_ELEMENT = object()
+"""The key of a list's element in :meth:`_TopLines.line`."""
+_TOP = object()
+"""The mark of a first-level line in :class:`_TopLines`'s memo."""
+
+
 class _TopLines:
-    """The lines of ``json.dumps(obj, indent=n) + "\\n"`` for a dict ``obj``, cut at its two top
-    levels: a line of the second level carries its whole value. Values are rendered once per
-    object (rows, configurations, the job are shared between plans) and key/value pair."""
+    """The lines of ``json.dumps(obj, indent=n) + "\\n"`` for dicts ``obj``, cut at their two top
+    levels (a line of the second level carries its whole value), as indices into ``pieces``.
+    Values are rendered once per object (rows, configurations, the job: shared between plans) and
+    ``"key": value`` lines once per pair."""
 
     def __init__(self, indent: int) -> None:
-        self.indent = indent
         self.pad1, self.pad2 = " " * indent, " " * (2 * indent)
-        self.rendered: dict[tuple[int, str], tuple[object, str]] = {}
-        self.pairs: dict[tuple, str] = {}
+        self.indent = indent
+        self.pieces: list[str] = []
+        self.index: dict[str, int] = {}
+        self.lines: dict[tuple, int] = {}  # memo of a pair -> its piece, with its comma
+        self.last: dict[int, int] = {}  # piece with its comma -> the piece without
+        self.keep: list = []  # the objects whose ids key ``lines``: alive, so no id is reused
 
-    def value(self, value, pad: str) -> str:
+    def intern(self, line: str) -> int:
+        """The index of a piece (appended when new)."""
+        i = self.index.get(line)
+        if i is None:
+            i = self.index[line] = len(self.pieces)
+            self.pieces.append(line)
+        return i
+
+    def render(self, value, pad: str) -> str:
         """``value`` as json.dumps renders it at the depth of ``pad``."""
-        if not isinstance(value, (dict, list)):
-            return json.dumps(value)
-        key = (id(value), pad)
-        hit = self.rendered.get(key)
-        if hit is None:  # the object is kept with its text, so its id is not reused meanwhile
-            text = json.dumps(value, indent=self.indent).replace("\n", "\n" + pad)
-            hit = self.rendered[key] = (value, text)
-        return hit[1]
+        if isinstance(value, (dict, list)):
+            return json.dumps(value, indent=self.indent).replace("\n", "\n" + pad)
+        return json.dumps(value)
 
-    def of(self, obj: dict) -> list[str]:
-        """The lines (each with its newline) of the text."""
-        out = ["{\n"]
+    def line(self, key, value) -> int:
+        """The second-level line of ``value`` (``key``: its key in a dict, :data:`_ELEMENT` in a
+        list) with its comma, rendered once per pair."""
+        nested = type(value) in (dict, list)
+        memo = (key, id(value)) if nested else (key, value, type(value))
+        hit = self.lines.get(memo)
+        if hit is None:
+            if nested:
+                self.keep.append(value)
+            head = self.pad2 if key is _ELEMENT else f"{self.pad2}{json.dumps(key)}: "
+            hit = self.lines[memo] = self.intern(head + self.render(value, self.pad2) + ",\n")
+        return hit
+
+    def refs(self, obj: dict) -> list[int]:
+        """The piece indices of the text of ``obj``."""
+        out = [self.intern("{\n")]
         items = list(obj.items())
         for k, (key, value) in enumerate(items):
             end = ",\n" if k < len(items) - 1 else "\n"
             head = f"{self.pad1}{json.dumps(key)}: "
-            if isinstance(value, list) and value:
-                out.append(head + "[\n")
-                last = len(value) - 1
-                out += [self.pad2 + self.value(v, self.pad2) + (",\n" if i < last else "\n")
-                        for i, v in enumerate(value)]
-                out.append(self.pad1 + "]" + end)
-            elif isinstance(value, dict) and value:
-                out.append(head + "{\n")
-                last = len(value) - 1
-                for i, pair in enumerate(value.items()):
-                    out.append(self._pair(pair, i < last))
-                out.append(self.pad1 + "}" + end)
+            if isinstance(value, (list, dict)) and value:
+                opener, closer = ("[", "]") if isinstance(value, list) else ("{", "}")
+                out.append(self.intern(head + opener + "\n"))
+                if isinstance(value, list):
+                    out += [self.line(_ELEMENT, v) for v in value]
+                else:
+                    out += [self.line(k2, v) for k2, v in value.items()]
+                out[-1] = self.without_comma(out[-1])
+                out.append(self.intern(self.pad1 + closer + end))
+            elif type(value) in (dict, list):  # the job, the graph: the same objects in every plan
+                memo = (_TOP, key, id(value), end)
+                if memo not in self.lines:
+                    self.keep.append(value)
+                    self.lines[memo] = self.intern(head + self.render(value, self.pad1) + end)
+                out.append(self.lines[memo])
             else:
-                out.append(head + self.value(value, self.pad1) + end)
-        out.append("}\n")  # the closing brace and the file's final newline
+                out.append(self.intern(head + self.render(value, self.pad1) + end))
+        out.append(self.intern("}\n"))  # the closing brace and the file's final newline
         return out
 
-    def _pair(self, pair: tuple, more: bool) -> str:
-        """A second-level ``"key": value`` line, with its comma when ``more``."""
-        key, value = pair
-        memo = (key, id(value) if isinstance(value, (dict, list)) else value, type(value), more)
-        line = self.pairs.get(memo)
-        if line is None:
-            line = f"{self.pad2}{json.dumps(key)}: {self.value(value, self.pad2)}" + (",\n" if more else "\n")
-            self.pairs[memo] = line
-        return line
+    def without_comma(self, piece: int) -> int:
+        """The piece of the same line without its comma (the last of a list or dict)."""
+        if piece not in self.last:
+            self.last[piece] = self.intern(self.pieces[piece][:-2] + "\n")
+        return self.last[piece]
 
 
 def _runs(refs: list[int]) -> list[int]:
