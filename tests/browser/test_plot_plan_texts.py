@@ -16,6 +16,17 @@ def _ids(frontier_json: dict) -> list[str]:
     return [p["id"] for f in frontier_json["frontiers"] for p in f["plans"]]
 
 
+def _changed_format(monkeypatch, dumps):
+    """Make tensoropt.plans.plan_file_text write its JSON with ``dumps``; return that renderer."""
+    original = tensoropt.plans.plan_file_text
+
+    def variant(fj: dict, plan_id: str) -> str:
+        return dumps(json.loads(original(fj, plan_id))) + "\n"
+
+    monkeypatch.setattr(tensoropt.plans, "plan_file_text", variant)
+    return variant
+
+
 def test_every_plan_text_is_exact(frontier_json):
     texts = all_plan_texts(frontier_json)
     assert list(texts) == _ids(frontier_json)
@@ -29,12 +40,7 @@ def test_every_plan_text_is_exact(frontier_json):
     lambda obj: json.dumps({**obj, "job": {"rewritten": True}}, indent=1),  # shared part changed
 ])
 def test_a_changed_file_format_is_followed(frontier_json, monkeypatch, dumps):
-    original = tensoropt.plans.plan_file_text
-
-    def variant(fj: dict, plan_id: str) -> str:
-        return dumps(json.loads(original(fj, plan_id))) + "\n"
-
-    monkeypatch.setattr(tensoropt.plans, "plan_file_text", variant)
+    variant = _changed_format(monkeypatch, dumps)
     texts = all_plan_texts(frontier_json)
     for plan_id in _ids(frontier_json):
         assert texts[plan_id] == variant(frontier_json, plan_id), plan_id
@@ -60,12 +66,7 @@ def test_the_page_pieces_put_together_are_every_plan_text(frontier_json, form):
     lambda obj: json.dumps({**obj, "job": {"rewritten": True}}, indent=1),  # a part changed
 ])
 def test_the_page_pieces_follow_a_changed_file_format(frontier_json, monkeypatch, dumps):
-    original = tensoropt.plans.plan_file_text
-
-    def variant(fj: dict, plan_id: str) -> str:
-        return dumps(json.loads(original(fj, plan_id))) + "\n"
-
-    monkeypatch.setattr(tensoropt.plans, "plan_file_text", variant)
+    variant = _changed_format(monkeypatch, dumps)
     pieces, texts = plan_text_pieces(frontier_json)
     for plan_id in _ids(frontier_json):
         assert joined_text(pieces, texts[plan_id]) == variant(frontier_json, plan_id), plan_id
