@@ -32,7 +32,13 @@ GIB = 2**30
 
 def loss_rows(seq: int, batch: int, devices: int) -> tuple[list[tuple[str, float, float]], tuple, float]:
     """(label, memory bytes, time s) of each configuration of the loss node; its logits' shape;
-    planning seconds (capture + cost graph)."""
+    planning seconds (capture + cost graph).
+
+    Example:
+        >>> rows, shape, _ = loss_rows(32768, 8, 8)  # about 90 s: the 8B model on meta  # doctest: +SKIP
+        >>> shape  # doctest: +SKIP
+        (262144, 128256)
+    """
     job_data = job_dict(dict(LLAMA_8B, max_position_embeddings=seq), [devices], seq)
     job_data["training"].update(global_batch_size=batch)
     job_data["cluster"] = "h100x8"

@@ -29,7 +29,13 @@ class MaskedTokens(TokenSequences):
 
 def masked_tokens(num_samples: int, seq_len: int, vocab_size: int, seed: int = 0) -> MaskedTokens:
     """``num_samples`` sequences; sample ``i`` keeps labels up to a drawn length in ``[2, seq_len]``
-    (odd samples shorter than ``seq_len``), the rest ``-100``."""
+    (odd samples shorter than ``seq_len``), the rest ``-100``.
+
+    Example:
+        >>> ds = masked_tokens(2, 8, 16)
+        >>> bool((ds[1]["labels"][-3:] == -100).all()), bool((ds[1]["input_ids"] >= 0).all())
+        (True, True)
+    """
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, vocab_size, (num_samples, seq_len), generator=g)
     lengths = torch.randint(2, seq_len + 1, (num_samples,), generator=g)
