@@ -17,8 +17,9 @@ __all__ = ["data_parallel_assignment", "data_parallel_frontier", "data_parallel_
            "data_parallel_plan_json", "plan_cost"]
 
 
-def data_parallel_frontier(G, graph, global_batch_size: int) -> Frontier:
-    """A one-plan :class:`Frontier` holding the data-parallel plan of ``G``, id ``d<P>-dp``.
+def data_parallel_frontier(G, graph, global_batch_size: int, options: tuple[str, ...] = ()) -> Frontier:
+    """A one-plan :class:`Frontier` holding the data-parallel plan of ``G``, id ``d<P>-dp`` (with
+    ``options``, e.g. ``("zero3",)`` for FSDP's layout: ``d<P>-dp-zero3``).
 
     Its plan carries the cost model's time and memory, the summary and the per-operator
     breakdown like a frontier plan's, so ``plan_file_text`` turns it into the plan.json
@@ -39,15 +40,16 @@ def data_parallel_frontier(G, graph, global_batch_size: int) -> Frontier:
     from frontier.point import Point
     from tensoropt.planner import frontier_from_points
 
-    assignment = data_parallel_assignment(G)
+    assignment = data_parallel_assignment(G, options)
     point = Point(cost=plan_cost(G, assignment), assignment=assignment)
     one = frontier_from_points(G, graph, [point], global_batch_size)
-    one.plans[0].id = f"d{one.devices}-dp"
+    one.plans[0].id = "-".join((f"d{one.devices}-dp", *options))
     return one
 
 
-def data_parallel_plan_json(job, devices: int) -> dict:
-    """The plan.json document of ``job``'s data-parallel plan on ``devices`` devices.
+def data_parallel_plan_json(job, devices: int, options: tuple[str, ...] = ()) -> dict:
+    """The plan.json document of ``job``'s data-parallel plan on ``devices`` devices; ``options``
+    (memory options the job lists, e.g. ``("zero3",)``) on every operator that has them.
 
     Planned as ``tensoropt plan`` plans (the job resolved, captured on meta, priced on the job's
     cluster), so ``tensoropt run`` and the launcher read it like a selected frontier plan, graph
@@ -67,11 +69,15 @@ def data_parallel_plan_json(job, devices: int) -> dict:
     from tensoropt.planner import build_job_model, capture_job, job_cost_graph, load_job_cluster, resolve_job
     from tensoropt.plans import FrontierFile, plan_file_text
 
+    missing = [o for o in options if o not in job.training.memory_options]
+    if missing:
+        raise ValueError(f"data-parallel plan with {missing}: add them to training.memory_options "
+                         f"(the job lists {list(job.training.memory_options)})")
     cluster = load_job_cluster(job)
     model, spec = build_job_model(job, "meta")
     job = resolve_job(job, spec, cluster)
     graph = capture_job(job, (model, spec))
     G = job_cost_graph(graph, job, cluster, devices)
-    one = data_parallel_frontier(G, graph, job.training.global_batch_size)
+    one = data_parallel_frontier(G, graph, job.training.global_batch_size, tuple(options))
     doc = FrontierFile(job=job.to_dict(), frontiers=[one], graph=fingerprint(graph, job)).to_json()
     return json.loads(plan_file_text(doc, one.plans[0].id))

@@ -11,9 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 
-def data_parallel_index(configurations, mesh) -> int:
+def data_parallel_index(configurations, mesh, options: tuple[str, ...] = ()) -> int:
     """Index of one node's data-parallel configuration among ``configurations``: the batch split
     over every axis of ``mesh``, or ``replicate`` (no split) where the node has no batch split.
+    ``options``: the memory options wanted on it (``("zero3",)``: FSDP's layout), taken where that
+    variant exists (a node without parameters has no ZeRO variant), else the plain one.
 
     Raises:
         ValueError: neither exists (every configuration space offers ``replicate``, so this means
@@ -27,6 +29,10 @@ def data_parallel_index(configurations, mesh) -> int:
         >>> mesh = Mesh((2,), ("gpu",))
         >>> data_parallel_index(confs, mesh), data_parallel_index(confs[:2], mesh)
         (2, 0)
+        >>> with_zero3 = confs + [Configuration("batch=2,zero3", (("batch", (0,)),), (), (), ("S(0)",),
+        ...                                     options=("zero3",))]
+        >>> data_parallel_index(with_zero3, mesh, ("zero3",)), data_parallel_index(with_zero3, mesh)
+        (3, 2)
     """
     every_axis = tuple(range(len(mesh.shape)))
     splits = [{dim: tuple(axes) for dim, axes in c.splits if axes} for c in configurations]
@@ -35,12 +41,17 @@ def data_parallel_index(configurations, mesh) -> int:
     if not batch and not whole:
         raise ValueError(f"no batch-split and no replicated configuration among "
                          f"{[c.label for c in configurations]}; a data-parallel plan needs one of them")
-    return (batch or whole)[0]
+    candidates = batch or whole
+    for wanted in (tuple(options), ()):
+        chosen = [i for i in candidates if tuple(configurations[i].options) == wanted]
+        if chosen:
+            return chosen[0]
+    return candidates[0]
 
 
-def data_parallel_assignment(G) -> dict[str, int]:
+def data_parallel_assignment(G, options: tuple[str, ...] = ()) -> dict[str, int]:
     """Node -> configuration index of the data-parallel plan of cost graph ``G``
-    (:func:`data_parallel_index` of every node).
+    (:func:`data_parallel_index` of every node, with ``options`` where a node has them).
 
     Raises:
         ValueError: naming a node that has neither a batch split nor ``replicate``.
@@ -59,7 +70,7 @@ def data_parallel_assignment(G) -> dict[str, int]:
     assignment = {}
     for name, data in G.nodes(data=True):
         try:
-            assignment[name] = data_parallel_index(data["configurations"], G.graph["mesh"])
+            assignment[name] = data_parallel_index(data["configurations"], G.graph["mesh"], options)
         except ValueError as e:
             raise ValueError(f"node {name!r}: {e}") from None
     return assignment
