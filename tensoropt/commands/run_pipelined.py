@@ -41,6 +41,32 @@ def pipelined_problems(args, trainer_keys: list[str], executor: dict) -> list[st
     return problems
 
 
+def check_stages(job_path: str, spec, plan: dict) -> None:
+    """Cut the job's model (on meta) as the plan says before any worker starts: a plan for other
+    blocks, bad ranges, a batch the replicas and micro-batches do not divide, or weights shared by
+    two stages are one-line errors here rather than a traceback on every rank.
+
+    Example:
+        >>> # not run here: exports the job's model
+        >>> check_stages("job.yaml", spec, plan)  # doctest: +SKIP
+    """
+    from tensoropt.pipeline.schedules import PipelineError, check_pipeline
+    from tensoropt.pipeline_runtime.stage_modules import build_stages
+
+    pipe, devices = plan["pipeline"], int(plan.get("devices") or 1)
+    try:
+        check_pipeline(pipe["schedule"], int(pipe["stages"]), int(pipe["micro_batches"]), devices,
+                       spec.global_batch_size)
+        slices = devices // int(pipe["stages"]) * int(pipe["micro_batches"])
+        if spec.global_batch_size % slices:
+            raise PipelineError(f"training.global_batch_size {spec.global_batch_size} does not divide into "
+                                f"{slices} slices (replicas x micro-batches)")
+        build_stages(spec, pipe, spec.global_batch_size // slices,
+                     block_names=(plan.get("pipeline_detail") or {}).get("block_names"))
+    except PipelineError as e:
+        raise CommandError(f"{job_path}: plan {plan.get('id')}: {e}") from None
+
+
 def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], executor: dict) -> int:
     """Launch the pipelined plan's workers; print the losses and the predicted vs measured step.
 
@@ -56,6 +82,7 @@ def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], e
     if problems:
         raise CommandError(f"plan {plan.get('id')} is pipelined: " + "; ".join(problems))
     pipe = plan["pipeline"]
+    check_stages(args.job, spec, plan)
     entry = {"spec": spec.to_json(), "plan": plan, "steps": spec.steps}
     if args.metrics:
         entry["metrics"] = str(Path(args.metrics).resolve())

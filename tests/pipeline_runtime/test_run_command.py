@@ -55,3 +55,15 @@ def test_run_refuses_what_a_pipelined_plan_does_not_take_yet(planned, capsys):
     rc = main(["run", str(job_path), "--plan", str(plan_path), "--nproc", "2", "--compile", "inductor"])
     assert rc == 1
     assert "runs its stages eagerly" in capsys.readouterr().err
+
+
+def test_run_refuses_weights_tied_across_stages_before_any_worker_starts(planned, capsys):
+    out, job_path, plan_path = planned
+    tied = out / "tied.yaml"
+    data = yaml.safe_load(job_path.read_text())
+    data["model"]["kwargs"]["tie_weights"] = True
+    tied.write_text(yaml.safe_dump(data))
+    rc = main(["run", str(tied), "--plan", str(plan_path), "--nproc", "2"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "tied weights across stages" in err and "head.weight" in err
+    assert len(err.strip().splitlines()) == 1
