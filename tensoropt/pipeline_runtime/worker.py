@@ -3,8 +3,10 @@
 RUN.json: ``runs``, a list of runs trained one after the other by the same processes (one launch
 for several plans), each with ``spec`` (:meth:`TrainSpec.to_json`), ``plan`` (the plan entry),
 ``steps``, and
-optionally ``metrics`` (a JSON path rank 0 writes: the loss per step, the step times, the plan's
-prediction), ``params_dir`` (each stage's first replica saves its parameters there as
+optionally ``metrics`` (a JSON path rank 0 writes: the loss per step, the step times, each rank's
+stage, parameter bytes and measured peak above its level before the stage was built
+(:class:`tensoropt.executor.peak_memory.PeakMemory`), and the plan's predictions), ``params_dir``
+(each stage's first replica saves its parameters there as
 ``stage-S.pt``, under the model's names), ``checkpoint_dir`` (a DCP checkpoint of the model and
 the optimizer, under the model's names, written after the last step) and ``resume_from`` (a DCP
 checkpoint to start from: any stage count or process count wrote it); and ``timeout_s`` (every
@@ -33,11 +35,17 @@ from tensoropt.pipeline_runtime.runtime import PipelineRuntime
 
 def run(config: dict) -> dict | None:
     """Train ``config``'s plan on this rank; rank 0 returns the metrics (others None)."""
+    from tensoropt.executor.peak_memory import PeakMemory, load_model_code
     from tensoropt.executor.spec import TrainSpec
 
     spec = TrainSpec.from_json(config["spec"])
     torch.manual_seed(spec.seed)
-    rt = PipelineRuntime(spec, config["plan"])
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    load_model_code(spec, device)
+    peak = PeakMemory(device)  # the level before the stage is built (as the executor's worker reads it)
+    rt = PipelineRuntime(spec, config["plan"], device)
+    peak.start()
     start = 0
     if config.get("resume_from"):
         start = load_checkpoint(config["resume_from"], rt.module, rt.optimizer)
@@ -48,7 +56,12 @@ def run(config: dict) -> dict | None:
         t0 = time.perf_counter()
         losses.append(rt.train_step(step))
         times.append(time.perf_counter() - t0)
+    peak_bytes = peak.read()
     losses = rt.global_losses(losses)
+    per_rank = [None] * rt.world
+    dist.all_gather_object(per_rank, {
+        "rank": rt.rank, "stage": rt.stage_index, "peak_bytes": peak_bytes, "peak_method": peak.method,
+        "parameter_bytes": sum(p.numel() * p.element_size() for p in rt.module.parameters())})
     if config.get("params_dir") and rt.dp_index == 0:
         out = Path(config["params_dir"])
         out.mkdir(parents=True, exist_ok=True)
@@ -65,7 +78,9 @@ def run(config: dict) -> dict | None:
         "plan_id": plan.get("id"), "devices": rt.world, "pipeline": plan["pipeline"],
         "first_step": start, "losses": losses, "step_times_s": times,
         "predicted": {"time_s": plan.get("time_s"), "memory_bytes": plan.get("memory_bytes")},
-        "measured": {"time_s": statistics.median(steady) if steady else None},
+        "measured": {"time_s": statistics.median(steady) if steady else None, "ranks": per_rank},
+        "predicted_stages": [{"stage": st["stage"], "memory_bytes": st["memory_bytes"]}
+                             for st in (plan.get("pipeline_detail") or {}).get("stages", [])],
         "runtime": "eager stages (torch.distributed.pipelining), data parallel inside each stage",
     }
 
