@@ -80,10 +80,12 @@ def run(args) -> int:
     plan = None
     if "select" not in entry:
         plan = _load_plan(args) if args.plan else _select(args, job, nnodes)
-        if plan.get("pipeline"):  # issue 27: planned, not yet run
-            raise CommandError(f"plan {plan.get('id')} is pipelined ({plan['pipeline']['stages']} stages, "
-                               f"{plan['pipeline']['schedule']}); tensoropt run does not run pipelines yet: "
-                               "select a plan whose \"pipeline\" is null, or plan with planner.pipeline: off")
+        if plan.get("pipeline"):  # issue 27: stages on torch.distributed.pipelining
+            from tensoropt.commands.run_pipelined import run_pipelined
+
+            # the plan's micro-batches are the schedule's, not the trainer's accumulation
+            return run_pipelined(args, spec, plan, _nproc(args, plan, nnodes),
+                                 trainer_keys(job, {"micro_batches": 1}), _executor(args, job))
         entry["plan"] = plan
         _check_plan_graph(args, spec, plan)
     _check_training_keys(args, spec, plan)

@@ -24,6 +24,8 @@ LAYERS = {
     "tensoropt.selector": 3, "tensoropt.tables": 3, "tensoropt.baselines": 3, "tensoropt.pipeline": 3,
     # execution: the DTensor executor and its checkpoints
     "tensoropt.checkpoint": 4, "tensoropt.executor": 4,
+    # pipelined plans' runtime: stage modules on torch.distributed.pipelining, over the executor's pieces
+    "tensoropt.pipeline_runtime": 4,
     # starting processes
     "tensoropt.launch": 5, "tensoropt.elastic": 5,
     # the parallel model in your own training loop (tensoropt.parallelize), above the executor it runs

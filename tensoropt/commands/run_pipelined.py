@@ -1,0 +1,119 @@
+"""``tensoropt run`` of a plan whose ``"pipeline"`` is set: the workers of :mod:`tensoropt.pipeline_runtime`.
+
+``tensoropt run`` hands a pipelined plan here (``commands/run.py`` dispatches on
+``plan["pipeline"]``). The stages run eagerly (autograd through each stage's exported operators),
+data parallel inside each stage; the plan's intra-stage layouts (tensor splits, memory options) and
+the job's trainer keys are not run yet, and are refused or reported here before any worker
+starts. ``--checkpoint-dir DIR`` resumes from DIR when it holds a pipelined run's checkpoint (any
+stage count wrote it) and writes one there after the last step.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from tensoropt.commands import CommandError
+
+UNSUPPORTED_FLAGS = (("elastic", "--elastic"), ("checkpoint_every", "--checkpoint-every"))
+"""``tensoropt run`` options a pipelined plan does not take yet (attribute, flag)."""
+
+
+def pipelined_problems(args, trainer_keys: list[str], executor: dict) -> list[str]:
+    """What of this command line a pipelined run cannot honour yet (empty: it runs).
+
+    Example:
+        >>> import argparse
+        >>> pipelined_problems(argparse.Namespace(elastic=False, checkpoint_every=0), [],
+        ...                    {"mode": "replay", "compile": "inductor"})
+        ['--compile inductor: the pipelined runtime runs its stages eagerly (no replayed program to compile)']
+    """
+    problems = [f"{flag}: not run with a pipelined plan yet" for attr, flag in UNSUPPORTED_FLAGS
+                if getattr(args, attr, None)]
+    if executor.get("compile", "none") != "none":
+        problems.append(f"--compile {executor['compile']}: the pipelined runtime runs its stages eagerly "
+                        "(no replayed program to compile)")
+    if trainer_keys:
+        problems.append(f"trainer keys {', '.join(trainer_keys)}: the pipelined runtime runs the job's "
+                        "optimizer at a constant learning rate only; drop them for a pipelined plan")
+    return problems
+
+
+def check_stages(job_path: str, spec, plan: dict) -> None:
+    """Cut the job's model (on meta) as the plan says before any worker starts: a plan for other
+    blocks, bad ranges, a batch the replicas and micro-batches do not divide, or weights shared by
+    two stages are one-line errors here rather than a traceback on every rank.
+
+    Example:
+        >>> # not run here: exports the job's model
+        >>> check_stages("job.yaml", spec, plan)  # doctest: +SKIP
+    """
+    from tensoropt.pipeline.schedules import PipelineError, check_pipeline
+    from tensoropt.pipeline_runtime.stage_modules import build_stages
+
+    pipe, devices = plan["pipeline"], int(plan.get("devices") or 1)
+    try:
+        check_pipeline(pipe["schedule"], int(pipe["stages"]), int(pipe["micro_batches"]), devices,
+                       spec.global_batch_size)
+        slices = devices // int(pipe["stages"]) * int(pipe["micro_batches"])
+        if spec.global_batch_size % slices:
+            raise PipelineError(f"training.global_batch_size {spec.global_batch_size} does not divide into "
+                                f"{slices} slices (replicas x micro-batches)")
+        build_stages(spec, pipe, spec.global_batch_size // slices,
+                     block_names=(plan.get("pipeline_detail") or {}).get("block_names"))
+    except PipelineError as e:
+        raise CommandError(f"{job_path}: plan {plan.get('id')}: {e}") from None
+
+
+def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], executor: dict) -> int:
+    """Launch the pipelined plan's workers; print the losses and the predicted vs measured step.
+
+    Example:
+        >>> # not run here: starts torchrun workers
+        >>> run_pipelined(args, spec, plan, 2, [], {"mode": "replay", "compile": "none"})  # doctest: +SKIP
+        0
+    """
+    from tensoropt import elastic
+    from tensoropt.launch import launch_module
+
+    problems = pipelined_problems(args, trainer_keys, executor)
+    if problems:
+        raise CommandError(f"plan {plan.get('id')} is pipelined: " + "; ".join(problems))
+    pipe = plan["pipeline"]
+    check_stages(args.job, spec, plan)
+    entry = {"spec": spec.to_json(), "plan": plan, "steps": spec.steps}
+    if args.metrics:
+        entry["metrics"] = str(Path(args.metrics).resolve())
+    if args.checkpoint_dir:
+        from tensoropt.pipeline_runtime.checkpoint import STEP_FILE
+
+        ckpt = Path(args.checkpoint_dir).resolve()
+        entry["checkpoint_dir"] = str(ckpt)
+        if (ckpt / STEP_FILE).is_file():
+            entry["resume_from"] = str(ckpt)
+    print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc} process(es), "
+          f"plan {plan.get('id')}: "
+          f"{pipe['stages']} stages, {pipe['schedule']}, {pipe['micro_batches']} micro-batches, blocks "
+          f"{pipe['blocks']} (eager stages, data parallel inside each stage)", flush=True)
+    with tempfile.TemporaryDirectory(prefix="tensoropt-pipeline-") as tmp:
+        path = Path(tmp) / "run.json"
+        config = {"runs": [entry]}
+        if args.timeout_s:
+            config["timeout_s"] = args.timeout_s
+        path.write_text(json.dumps(config))
+        rc = launch_module("tensoropt.pipeline_runtime.worker", [str(path)],
+                           elastic.launch_options(args, nproc, spec.to_json(), args.timeout_s))
+    if rc != 0:
+        print(f"tensoropt run: the workers failed (exit code {rc}); see the messages above", file=sys.stderr)
+        return rc
+    if args.metrics and Path(args.metrics).is_file():
+        metrics = json.loads(Path(args.metrics).read_text())
+        predicted, measured = metrics["predicted"].get("time_s"), metrics["measured"].get("time_s")
+        line = (f"plan {metrics['plan_id']} on {metrics['devices']} devices: "
+                f"step time measured {1e3 * measured:.1f} ms")
+        if predicted:
+            line += f", predicted {1e3 * predicted:.1f} ms ({(measured - predicted) / predicted:+.0%})"
+        print(line)
+    return 0

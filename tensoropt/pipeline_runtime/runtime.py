@@ -1,0 +1,174 @@
+"""One rank of a pipelined plan: its stage on a ``(pp, dp)`` mesh, driven by torch.distributed.pipelining.
+
+Ranks are laid out stage-major (rank ``s * dp + d`` holds stage ``s`` for data-parallel replica
+``d``), as the plan's ``pipeline_detail.stages[s].devices`` reads. Each step:
+
+1. this replica's rows of the step's global batch (rows ``d * B/dp ..``) are split by the schedule
+   into ``m`` micro-batches; stage 0 gets the inputs it reads, the other stages the activation of
+   the stage before and the inputs they read (the labels) as keyword arguments;
+2. ``Schedule1F1B`` or ``ScheduleGPipe`` (``scale_grads=False``) runs the micro-batches; the last
+   stage's module returns the graph's own loss of a micro-batch, which the schedule's ``loss_fn``
+   scales by ``1/m`` (so gradients are the mean over micro-batches, as one process's mean over the
+   batch when every micro-batch holds as many counted tokens);
+3. the gradients of the stage's parameters are averaged over its data-parallel group, once per
+   step (one flat all-reduce);
+4. the job's optimizer (AdamW...) steps the stage's parameters.
+
+Example:
+    >>> # not run here: needs a process group; see tests/pipeline_runtime/
+    >>> rt = PipelineRuntime(spec, plan)  # doctest: +SKIP
+    >>> loss = rt.train_step(0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from tensoropt.pipeline.schedules import PipelineError, check_pipeline
+from tensoropt.pipeline_runtime.stage_modules import build_stages, load_initial_values
+
+SCHEDULE_CLASSES = ("1F1B", "GPipe")
+"""Schedules this runtime drives (one stage per rank)."""
+
+
+def schedule_class(name: str):
+    """torch's schedule class for a plan's ``schedule``.
+
+    Example:
+        >>> schedule_class("GPipe").__name__
+        'ScheduleGPipe'
+    """
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+
+    classes = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}
+    if name not in classes:
+        raise PipelineError(f"plan pipeline.schedule: {name!r} is not run yet; the runtime runs "
+                            f"{', '.join(SCHEDULE_CLASSES)}")
+    return classes[name]
+
+
+def stage_layout(rank: int, world_size: int, stages: int) -> tuple[int, int, int]:
+    """``(stage, data-parallel index, data-parallel degree)`` of ``rank``: stage-major.
+
+    Example:
+        >>> [stage_layout(r, 4, 2) for r in range(4)]
+        [(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)]
+    """
+    if world_size % stages:
+        raise PipelineError(f"plan pipeline.stages: {stages} stages do not divide {world_size} processes")
+    dp = world_size // stages
+    return rank // dp, rank % dp, dp
+
+
+class PipelineRuntime:
+    """This rank's stage of ``plan`` (see the module docstring); the process group must exist.
+
+    Args:
+        spec: the run's :class:`tensoropt.executor.spec.TrainSpec`.
+        plan: the plan entry (plan.json): ``pipeline`` and, optionally, ``pipeline_detail``.
+        device: where the stage runs (default: this rank's CUDA device, else the CPU).
+    """
+
+    def __init__(self, spec, plan: dict, device: torch.device | None = None):
+        pipe = plan.get("pipeline")
+        if not pipe:
+            raise PipelineError(f"plan {plan.get('id')}: \"pipeline\" is null; "
+                                "this runtime runs pipelined plans")
+        self.spec, self.plan = spec, plan
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.num_stages, self.m = int(pipe["stages"]), int(pipe["micro_batches"])
+        self.stage_index, self.dp_index, self.dp = stage_layout(self.rank, self.world, self.num_stages)
+        check_pipeline(pipe["schedule"], self.num_stages, self.m, self.world, spec.global_batch_size)
+        if spec.global_batch_size % (self.dp * self.m):
+            raise PipelineError(
+                f"training.global_batch_size {spec.global_batch_size} does not divide into {self.dp} "
+                f"data-parallel replicas x {self.m} micro-batches")
+        self.rows = spec.global_batch_size // self.dp
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+                else torch.device("cpu")
+        self.device = device
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self.mesh = init_device_mesh(device.type, (self.num_stages, self.dp), mesh_dim_names=("pp", "dp"))
+        detail = plan.get("pipeline_detail") or {}
+        stages = build_stages(spec, pipe, self.rows // self.m, device, detail.get("block_names"))
+        self.blocks = stages.blocks
+        self.module = load_initial_values(stages, self.stage_index, device)
+        self.input_names = stages.input_names[self.stage_index]
+        self.is_first, self.is_last = self.stage_index == 0, self.stage_index == self.num_stages - 1
+        from torch.distributed.pipelining import PipelineStage
+
+        inputs = stages.boundary_meta[self.stage_index - 1] if not self.is_first else None
+        outputs = stages.boundary_meta[self.stage_index] if not self.is_last else None
+        self.stage = PipelineStage(
+            self.module, self.stage_index, self.num_stages, device,
+            input_args=_like(inputs, device) if inputs is not None else None,
+            output_args=_like(outputs, device) if outputs is not None else None,
+            group=self.mesh.get_group("pp"))
+        scale = 1.0 / self.m
+        self.schedule = schedule_class(pipe["schedule"])(
+            self.stage, self.m, loss_fn=lambda loss, _rows: loss * scale, scale_grads=False)
+        self.optimizer = spec.make_optimizer(list(self.module.parameters()))
+        self.batches = spec.batch_source()
+        del stages
+
+    def local_batch(self, step: int) -> dict[str, torch.Tensor]:
+        """This replica's rows of ``step``'s global batch, by input name.
+
+        Example:
+            >>> # not run here: needs a process group
+            >>> rt.local_batch(0)["labels"].shape  # doctest: +SKIP
+            torch.Size([4, 8])
+        """
+        first = self.dp_index * self.rows
+        shapes = [(self.spec.global_batch_size, *s.shape) for s in self.spec.inputs]
+        regions = [((first, self.rows), *((0, n) for n in shape[1:])) for shape in shapes]
+        names = self.spec.input_names or tuple(f"input{i}" for i in range(len(shapes)))
+        values = self.batches.local(step, regions)
+        return {n: v.to(self.device) for n, v in zip(names, values)}
+
+    def train_step(self, step: int) -> float | None:
+        """One optimizer step over ``step``'s batch; the last stage returns this replica's loss
+        (the mean of its micro-batches' losses), the others None."""
+        batch = self.local_batch(step)
+        kwargs = {n: batch[n] for n in self.input_names}
+        self.optimizer.zero_grad(set_to_none=False)
+        losses: list[torch.Tensor] = []
+        target = torch.arange(self.rows, device=self.device) if self.is_last else None
+        self.schedule.step(target=target, losses=losses, return_outputs=False, **kwargs)
+        self.sync_gradients()
+        self.optimizer.step()
+        if self.is_last:
+            return float(sum(loss.detach() for loss in losses))
+        return None
+
+    def sync_gradients(self) -> None:
+        """Average the stage's gradients over its data-parallel group (one flat all-reduce)."""
+        if self.dp == 1:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.module.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.mesh.get_group("dp"))
+        flat /= self.dp
+        offset = 0
+        for p, g in zip(self.module.parameters(), grads):
+            n = g.numel()
+            p.grad = flat[offset:offset + n].view_as(g).clone()
+            offset += n
+
+    def global_losses(self, losses: list[float | None]) -> list[float]:
+        """Every rank's view of the global loss per step (the last stage's, averaged over replicas).
+
+        Example:
+            >>> # not run here: a collective
+            >>> rt.global_losses(local)  # doctest: +SKIP
+        """
+        values = torch.tensor([v if v is not None else 0.0 for v in losses], dtype=torch.float64)
+        dist.all_reduce(values)
+        return (values / self.dp).tolist()
+
+
+def _like(meta: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return torch.empty(meta.shape, dtype=meta.dtype, device=device)

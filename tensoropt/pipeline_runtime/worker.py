@@ -1,0 +1,116 @@
+"""The torchrun worker of a pipelined plan: ``python -m tensoropt.pipeline_runtime.worker RUN.json``.
+
+RUN.json: ``runs``, a list of runs trained one after the other by the same processes (one launch
+for several plans), each with ``spec`` (:meth:`TrainSpec.to_json`), ``plan`` (the plan entry),
+``steps``, and
+optionally ``metrics`` (a JSON path rank 0 writes: the loss per step, the step times, each rank's
+stage, parameter bytes and measured peak above its level before the stage was built
+(:class:`tensoropt.executor.peak_memory.PeakMemory`), and the plan's predictions), ``params_dir``
+(each stage's first replica saves its parameters there as
+``stage-S.pt``, under the model's names), ``checkpoint_dir`` (a DCP checkpoint of the model and
+the optimizer, under the model's names, written after the last step) and ``resume_from`` (a DCP
+checkpoint to start from: any stage count or process count wrote it); and ``timeout_s`` (every
+collective's limit; default 120 s).
+
+Example:
+    >>> # not run here: started by `tensoropt run` (tensoropt.launch.launch_module)
+    >>> main(["run.json"])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from tensoropt.pipeline_runtime.checkpoint import load_checkpoint, save_checkpoint
+from tensoropt.pipeline_runtime.runtime import PipelineRuntime
+
+
+def run(config: dict) -> dict | None:
+    """Train ``config``'s plan on this rank; rank 0 returns the metrics (others None)."""
+    from tensoropt.executor.peak_memory import PeakMemory, load_model_code
+    from tensoropt.executor.spec import TrainSpec
+
+    spec = TrainSpec.from_json(config["spec"])
+    torch.manual_seed(spec.seed)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    load_model_code(spec, device)
+    peak = PeakMemory(device)  # the level before the stage is built (as the executor's worker reads it)
+    rt = PipelineRuntime(spec, config["plan"], device)
+    peak.start()
+    start = 0
+    if config.get("resume_from"):
+        start = load_checkpoint(config["resume_from"], rt.module, rt.optimizer)
+    steps = int(config["steps"])
+    losses, times = [], []
+    for step in range(start, start + steps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        losses.append(rt.train_step(step))
+        times.append(time.perf_counter() - t0)
+    peak_bytes = peak.read()
+    losses = rt.global_losses(losses)
+    per_rank = [None] * rt.world
+    dist.all_gather_object(per_rank, {
+        "rank": rt.rank, "stage": rt.stage_index, "peak_bytes": peak_bytes, "peak_method": peak.method,
+        "parameter_bytes": sum(p.numel() * p.element_size() for p in rt.module.parameters())})
+    if config.get("params_dir") and rt.dp_index == 0:
+        out = Path(config["params_dir"])
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save({k: v.detach().cpu() for k, v in rt.module.state_dict().items()},
+                   out / f"stage-{rt.stage_index}.pt")
+    if config.get("checkpoint_dir"):
+        save_checkpoint(config["checkpoint_dir"], rt.module, rt.optimizer, start + steps)
+    dist.barrier()
+    if rt.rank != 0:
+        return None
+    plan = config["plan"]
+    steady = times[1:] or times
+    return {
+        "plan_id": plan.get("id"), "devices": rt.world, "pipeline": plan["pipeline"],
+        "first_step": start, "losses": losses, "step_times_s": times,
+        "predicted": {"time_s": plan.get("time_s"), "memory_bytes": plan.get("memory_bytes")},
+        "measured": {"time_s": statistics.median(steady) if steady else None, "ranks": per_rank},
+        "predicted_stages": [{"stage": st["stage"], "memory_bytes": st["memory_bytes"]}
+                             for st in (plan.get("pipeline_detail") or {}).get("stages", [])],
+        "runtime": "eager stages (torch.distributed.pipelining), data parallel inside each stage",
+    }
+
+
+def main(argv: list[str]) -> int:
+    """Join the process group (gloo on CPU, NCCL on CUDA; every collective under ``timeout_s``), run,
+    write the metrics (rank 0), leave the group."""
+    config = json.loads(Path(argv[0]).read_text())
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        import os
+
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend, timeout=timedelta(seconds=float(config.get("timeout_s", 120))))
+    try:
+        for entry in config["runs"]:
+            metrics = run(entry)
+            if metrics is not None:
+                losses = ", ".join(f"{v:.6f}" for v in metrics["losses"])
+                print(f"[tensoropt] pipelined plan {metrics['plan_id']}: losses {losses}; step "
+                      f"{1e3 * (metrics['measured']['time_s'] or 0):.1f} ms", flush=True)
+                if entry.get("metrics"):
+                    Path(entry["metrics"]).write_text(json.dumps(metrics, indent=1))
+    finally:
+        import gc
+
+        gc.collect()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

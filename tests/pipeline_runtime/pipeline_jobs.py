@@ -1,0 +1,43 @@
+"""The tiny models the pipelined runtime is checked on: the zoo GPT (untied) and HF Llama (4 layers)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from tensoropt.config import Job
+from tensoropt.executor.spec import TrainSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GPT = {"model": {"name": "gpt", "kwargs": {"layers": 2, "width": 32, "heads": 2, "seq_len": 8,
+                                           "vocab_size": 64, "dropout": 0.0, "tie_weights": False}},
+       "cluster": "cpu-local", "devices": [2],
+       "training": {"global_batch_size": 8, "optimizer": "adamw", "learning_rate": 0.01, "seed": 0}}
+"""Zoo GPT: embedding, 2 blocks, head (4 pipeline blocks); the head untied (tied weights across
+stages are not run yet)."""
+
+
+def gpt_spec(optimizer: str = "adamw", dtype: str = "float32") -> TrainSpec:
+    """The tiny GPT's spec. Its attention key biases have an exactly-zero gradient (softmax ignores
+    a constant added to every key's score), which AdamW's normalisation turns from rounding noise
+    into lr-sized steps: fp32 AdamW cannot match 1 process there, whatever the runtime. fp32 parity
+    is checked with momentum SGD (as tests/executor/test_zoo_parity.py does), AdamW in float64."""
+    job = Job.from_dict({**GPT, "training": {**GPT["training"], "optimizer": optimizer}})
+    return dataclasses.replace(TrainSpec.from_job(job), dtype=dtype)
+
+
+def llama_spec(layers: int = 4) -> TrainSpec:
+    """configs/jobs/hf-llama.yaml with ``num_hidden_layers`` 4 (embedding, 4 layers, head: 6 blocks)."""
+    data = yaml.safe_load((ROOT / "configs/jobs/hf-llama.yaml").read_text())
+    data["model"]["kwargs"]["num_hidden_layers"] = layers
+    return TrainSpec.from_job(Job.from_dict(data))
+
+
+def plan(plan_id: str, devices: int, schedule: str, blocks: list[list[int]], micro_batches: int = 2) -> dict:
+    """A plan entry with the contract's ``"pipeline"`` (what the runtime reads of a plan.json)."""
+    return {"id": plan_id, "devices": devices,
+            "pipeline": {"stages": len(blocks), "schedule": schedule, "micro_batches": micro_batches,
+                         "blocks": blocks}}

@@ -1,0 +1,69 @@
+"""``tensoropt run`` of a planned pipelined plan: planned with ``planner.pipeline``, selected into a
+plan.json, trained on 2 processes through the command line; options it cannot honour are refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from pipeline_jobs import GPT
+
+from tensoropt.cli import main
+from tensoropt.config import Job
+from tensoropt.executor.spec import TrainSpec
+from tensoropt.pipeline_runtime.reference import reference_run
+from tensoropt.planner import plan_job
+from tensoropt.plans import plan_file_text
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(900)]
+
+JOB = {**GPT, "training": {**GPT["training"], "steps": 3},
+       "planner": {"pipeline": {"stages": [2], "schedules": ["GPipe"], "micro_batches": [2]}}}
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run-pipelined")
+    job_path = out / "job.yaml"
+    job_path.write_text(yaml.safe_dump(JOB))
+    frontier = plan_job(Job.from_dict(JOB)).to_json()
+    pipelined = [p["id"] for f in frontier["frontiers"] for p in f["plans"] if p.get("pipeline")]
+    assert pipelined, "the planner listed no pipelined plan"
+    plan_path = out / "plan.json"
+    plan_path.write_text(plan_file_text(frontier, pipelined[0]))
+    return out, job_path, plan_path
+
+
+def test_run_trains_a_pipelined_plan_as_one_process_would(planned, capsys):
+    out, job_path, plan_path = planned
+    metrics_path = out / "metrics.json"
+    rc = main(["run", str(job_path), "--plan", str(plan_path), "--nproc", "2", "--metrics", str(metrics_path),
+               "--timeout-s", "600"])
+    assert rc == 0, capsys.readouterr().err[-2000:]
+    metrics = json.loads(metrics_path.read_text())
+    plan = json.loads(plan_path.read_text())
+    assert metrics["pipeline"] == plan["pipeline"] and metrics["devices"] == 2
+    assert metrics["predicted"]["time_s"] == plan["time_s"] and metrics["measured"]["time_s"] > 0
+    expected, _ = reference_run(TrainSpec.from_job(Job.from_dict(JOB)), 3, plan["pipeline"]["micro_batches"])
+    assert metrics["losses"] == pytest.approx(expected, rel=1e-5)
+    assert "step time measured" in capsys.readouterr().out
+
+
+def test_run_refuses_what_a_pipelined_plan_does_not_take_yet(planned, capsys):
+    out, job_path, plan_path = planned
+    rc = main(["run", str(job_path), "--plan", str(plan_path), "--nproc", "2", "--compile", "inductor"])
+    assert rc == 1
+    assert "runs its stages eagerly" in capsys.readouterr().err
+
+
+def test_run_refuses_weights_tied_across_stages_before_any_worker_starts(planned, capsys):
+    out, job_path, plan_path = planned
+    tied = out / "tied.yaml"
+    data = yaml.safe_load(job_path.read_text())
+    data["model"]["kwargs"]["tie_weights"] = True
+    tied.write_text(yaml.safe_dump(data))
+    rc = main(["run", str(tied), "--plan", str(plan_path), "--nproc", "2"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "tied weights across stages" in err and "head.weight" in err
+    assert len(err.strip().splitlines()) == 1
