@@ -126,7 +126,7 @@ def test_select_and_explain_show_the_margin(tmp_path, capsys):
     assert "--margin must be 'auto' or a fraction" in capsys.readouterr().err
 
 
-def test_a_planned_frontier_records_the_data_parallel_plan_and_it_runs_as_plan_json(tmp_path):
+def test_a_planned_frontier_records_the_data_parallel_plan_and_select_writes_its_plan_json(tmp_path):
     job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "cpu-local", "devices": [2],
                          "training": {"global_batch_size": 8}})
     ff = plan_job(job)
