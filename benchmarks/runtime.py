@@ -11,6 +11,9 @@ rotated order, the first step of each round left out):
 * ``dp``: the data-parallel plan (every node ``batch=2``), replayed local program;
 * ``fast``: the frontier's fastest predicted plan, replayed (when it is the data-parallel plan, it
   is not run twice: its figures are ``dp``'s, and the summary says so);
+* ``sel``: the plan ``tensoropt select`` selects (rule ``fastest`` with the margin, issue 29: the
+  simpler plan unless the fastest predicts a larger gain than the estimator's measured error for the
+  model's family, ``configs/time_errors.yaml``); run apart only when it is neither ``dp`` nor ``fast``;
 * ``fast-interp``: the same plan through the DTensor interpreter (the replay's speed-up);
 * ``fast-inductor``: the same plan replayed and compiled by Inductor (``--compile``; models named
   by ``--compile-models``).
@@ -22,13 +25,20 @@ per-round ratios (each round's median step time over DDP's in the same round, me
 over the rounds: the machine's drift between rounds cancels within a pair). The load average
 before and after is printed with the figures (this machine is shared).
 
+``--write-errors FILE`` adds the launch's error on each plan's predicted gain over the data-parallel
+plan (:func:`gain_errors`) to that table per model family (``configs/time_errors.yaml``: the
+margin ``select`` keeps); ``--errors-from JSON`` does the same from a launch's ``--json`` file.
+
 Usage (one command): ``.venv/bin/python benchmarks/runtime.py [--models gpt,block,...] [--steps 5]
-[--rounds 3] [--compile] [--compile-models big-fc,block] [--json out.json]``.
+[--rounds 3] [--compile] [--compile-models big-fc,block] [--batch-norm synchronized|local] [--skip-interp]
+[--margin auto] [--write-errors FILE]
+[--json out.json]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -87,16 +97,23 @@ def spec_of(name: str, steps: int = 5):
                      optimizer="adamw", lr=LR, steps=steps)
 
 
-def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchronized") -> dict[str, dict]:
-    """Plan documents of model ``name`` at 2 devices: ``dp`` (all ``batch=2``) and ``fast`` (the
-    frontier's fastest), each with its predicted ``time_s`` / ``memory_bytes``, and the frontier size.
-    ``batch_norm``: the job's ``training.batch_norm`` the plans are priced for. ``same``: the fastest
-    plan is the data-parallel plan (every node in the same configuration): it runs once, as ``dp``."""
+def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchronized",
+               margin: float | str | None = "auto") -> dict[str, dict]:
+    """Plan documents of model ``name`` at 2 devices: ``dp`` (all ``batch=2``), ``fast`` (the
+    frontier's fastest) and ``sel`` (what ``tensoropt select`` selects with ``margin``), each with its
+    predicted ``time_s`` / ``memory_bytes``, and the frontier size. ``batch_norm``: the job's
+    ``training.batch_norm`` the plans are priced for. ``same``: the fastest plan is the data-parallel
+    plan (every node in the same configuration): it runs once, as ``dp``. ``selected``: which of
+    ``dp``, ``fast`` or ``sel`` the selection is; ``selection``: its record (margin, family, gain)."""
     import frontier
     from tensoropt.baselines import data_parallel_assignment, plan_cost
     from tensoropt.capture import capture
+    from tensoropt.capture.fingerprint import node_rows
     from tensoropt.cost_graph import cost_graph
     from tensoropt.executor.data import synthetic_batch
+    from tensoropt.planner import attach_data_parallel, frontier_from_points
+    from tensoropt.plans import FrontierFile
+    from tensoropt.selector import select
 
     spec = spec_of(name)
     batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
@@ -113,8 +130,18 @@ def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchro
 
     dp = data_parallel_assignment(cg)
     fastest = dict(min(points, key=lambda p: p.cost[0]).assignment)
-    return {"dp": doc("dp", dp), "fast": doc("fast", fastest), "frontier": len(points),
-            "same": fastest == dp}
+    plans = frontier_from_points(cg, graph, sorted(points, key=lambda p: float(p.cost[0])),
+                                 spec.global_batch_size)
+    attach_data_parallel(plans, {1: (cg, graph)}, spec.global_batch_size)
+    ff = FrontierFile(job={"cluster": cluster}, frontiers=[plans], graph={"nodes": node_rows(graph)})
+    selection = select(ff, devices=NPROC, margin=margin)
+    chosen = {n: cg.nodes[n]["configs"].index(label) for n, label in selection.plan.ops.items()}
+    selected = "dp" if chosen == dp else "fast" if chosen == fastest else "sel"
+    out = {"dp": doc("dp", dp), "fast": doc("fast", fastest), "frontier": len(points), "same": fastest == dp,
+           "selected": selected, "selection": selection.to_json()}
+    if selected == "sel":
+        out["sel"] = doc("sel", chosen)
+    return out
 
 
 def worker(options: dict) -> None:
@@ -134,12 +161,16 @@ def worker(options: dict) -> None:
     per_round: dict[str, list[float]] = {}  # system -> median step ms of each round
     holders = []  # DDP modules: released before the process group
     for name, plans in options["plans"].items():
-        spec = spec_of(name, steps)
-        runs = [("dp", plans["dp"], "replay", "none"), ("fast", plans["fast"], "replay", "none"),
-                ("fast-interp", plans["fast"], "interpret", "none")]
+        spec = dataclasses.replace(spec_of(name, steps), batch_norm=options.get("batch_norm", "synchronized"))
+        runs = [("dp", plans["dp"], "replay", "none"), ("fast", plans["fast"], "replay", "none")]
+        if not options.get("skip_interp"):
+            runs.append(("fast-interp", plans["fast"], "interpret", "none"))
         if plans.get("same"):  # one plan: its two samples would differ by the machine's noise only
             runs.pop(1)
             aliases.append((f"{name}/fast", f"{name}/dp"))
+        if plans.get("selected") == "sel":  # the selection is neither: it runs too
+            runs.append(("sel", plans["sel"], "replay", "none"))
+        aliases.append((f"{name}/sel", f"{name}/{plans.get('selected', 'fast')}"))
         if name in options["compile_models"]:
             runs.append(("fast-inductor", plans["fast"], "replay", "inductor"))
         for label, plan_json, mode, backend in runs:
@@ -173,7 +204,7 @@ def worker(options: dict) -> None:
             one_round(r)
     for alias, source in aliases:
         for table in (kept, per_round, info):
-            if source in table:
+            if source in table and alias != source:
                 table[alias] = table[source]
     if rank == 0:
         Path(options["out"]).write_text(json.dumps({"times": kept, "per_round": per_round, "info": info,
@@ -207,8 +238,32 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the fastest plan compiled (Inductor)")
     parser.add_argument("--compile-models", default="big-fc,block",
                         help="models whose fastest plan is compiled with --compile")
+    parser.add_argument("--batch-norm", choices=("synchronized", "local"), default="synchronized",
+                        help="training.batch_norm of the executor's plans, priced so (plain DDP keeps each "
+                             "rank's statistics: 'local' compares like with like)")
+    parser.add_argument("--skip-interp", action="store_true",
+                        help="do not run the fastest plan through the DTensor interpreter (shorter launches)")
+    parser.add_argument("--margin", default="auto",
+                        help="the selection's margin: 'auto' (configs/time_errors.yaml) or a fraction "
+                             "(0: off)")
+    parser.add_argument("--write-errors", default=None,
+                        help="write this launch's step-time error per model family into this table "
+                             "(configs/time_errors.yaml)")
+    parser.add_argument("--errors-from", default=None,
+                        help="with --write-errors: take the rows of this --json file of an earlier launch "
+                             "instead of running one")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
+    if args.errors_from:
+        if not args.write_errors:
+            parser.error("--errors-from needs --write-errors FILE")
+        saved = json.loads(Path(args.errors_from).read_text())
+        table = write_errors(Path(args.write_errors), saved["rows"], saved.get("cluster", args.cluster),
+                             f"benchmarks/runtime.py --errors-from {Path(args.errors_from).name} "
+                             f"({saved.get('source', '')})")
+        print(f"wrote {args.write_errors}: default {table.default_error:.1%}")
+        return 0
+    margin = args.margin if args.margin == "auto" else float(args.margin)
     sys.path.insert(0, str(HERE))
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -219,18 +274,21 @@ def main(argv: list[str] | None = None) -> int:
     plans, plan_errors = {}, {}
     for name in names:
         try:
-            plans[name] = plan_model(name, args.cluster, args.compute)
+            plans[name] = plan_model(name, args.cluster, args.compute, batch_norm=args.batch_norm,
+                                     margin=margin)
         except Exception as err:  # noqa: BLE001 - report and go on with the other models
             plan_errors[name] = f"{type(err).__name__}: {str(err)[:300]}"
             continue
         print(f"planned {name}: {plans[name]['frontier']} frontier plans, fastest predicted "
-              f"{plans[name]['fast']['time_s'] * 1e3:.1f} ms, dp {plans[name]['dp']['time_s'] * 1e3:.1f} ms "
+              f"{plans[name]['fast']['time_s'] * 1e3:.1f} ms, dp {plans[name]['dp']['time_s'] * 1e3:.1f} ms; "
+              f"selected {plans[name]['selected']} ({_margin_text(plans[name]['selection'])}) "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
     compile_models = [m for m in args.compile_models.split(",") if m] if args.compile else []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         got = _launch({"plans": plans, "steps": args.steps, "rounds": args.rounds,
-                       "compile_models": compile_models}, Path(tmp))
+                       "compile_models": compile_models, "skip_interp": args.skip_interp,
+                       "batch_norm": args.batch_norm}, Path(tmp))
     load_after = os.getloadavg()
     t = {k: _median_ms(v) for k, v in got["times"].items()}
     rows = []
@@ -251,7 +309,16 @@ def main(argv: list[str] | None = None) -> int:
                "fast_summary": _summary(plans[name]["fast"]) + (" (the DP plan)" if plans[name].get("same")
                                                                   else ""),
                "dp_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/dp", f"{name}/ddp"),
-               "fast_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/fast", f"{name}/ddp")}
+               "fast_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/fast", f"{name}/ddp"),
+               "selected": plans[name]["selected"], "selection": plans[name]["selection"],
+               "sel_ms": t.get(f"{name}/sel"),
+               "sel_over_ddp": t[f"{name}/sel"] / ddp if t.get(f"{name}/sel") and ddp else None,
+               "sel_over_ddp_rounds": _paired(got.get("per_round", {}), f"{name}/sel", f"{name}/ddp"),
+               "predicted_sel_ms": plans[name][plans[name]["selected"]]["time_s"] * 1e3,
+               "family": plans[name]["selection"]["margin"]["family"]
+               if plans[name]["selection"].get("margin") else ""}
+        if plans[name]["selected"] == "sel":
+            row["fast_summary"] += f"; selected: {_summary(plans[name]['sel'])}"
         rows.append(row)
 
         def f(v, fmt="8.1f"):
@@ -260,9 +327,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{f(row['fast_over_ddp'], '8.2f')} {f(interp, '9.1f')} {f(row['replay_speedup'], '8.2f')} "
               f"{f(nodes, '6d') if nodes else '     -'} {f(row['overhead_us_per_node'], '8.1f')} "
               f"{f(row['predicted_fast_ms'], '9.1f')} {f(row['predicted_dp_ms'])} {f(ind)}")
-    errs = [abs(r[m] - r[p]) / r[p] for r in rows for m, p in (("fast_ms", "predicted_fast_ms"),
-                                                                ("dp_ms", "predicted_dp_ms"))
+    errs = [abs(r[m] - r[p]) / r[p] for r in rows for m, p in _measured_pairs(r)
             if r[m] and r[p] and r[m] == r[m]]
+    print("\nselected plan / DDP (the margin rule, issue 29): " + "; ".join(
+        f"{r['model']} {r['selected']} {_f2(r['sel_over_ddp'])} "
+        f"(per round {_spread(r['sel_over_ddp_rounds'])}; "
+        f"{_margin_text(r['selection'])})" for r in rows))
     print("\nper-round ratios (each round's median over DDP's in the same round; median [min, max] over "
           "rounds): " + "; ".join(f"{r['model']} DP {_spread(r['dp_over_ddp_rounds'])}, fastest "
                                   f"{_spread(r['fast_over_ddp_rounds'])}" for r in rows))
@@ -276,12 +346,127 @@ def main(argv: list[str] | None = None) -> int:
           f"{' '.join(f'{x:.2f}' for x in load_after)}; {args.rounds} rounds x {args.steps} steps "
           f"(medians over {args.rounds * (args.steps - 1)} steps per system); "
           f"{time.perf_counter() - start:.0f} s")
+    source = (f"benchmarks/runtime.py --steps {args.steps} --rounds {args.rounds}, "
+              f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
+              f"load {load_before[0]:.1f}-{load_after[0]:.1f}")
+    print("error on the predicted gain over DP: " + "; ".join(
+        f"{r['model']} {', '.join(f'{e:.1%}' for e in gain_errors(r)) or '-'}" for r in rows))
+    if args.write_errors:
+        table = write_errors(Path(args.write_errors), rows, args.cluster, source)
+        print(f"wrote {args.write_errors}: " + ", ".join(
+            f"{f} {e.error:.1%} ({e.plans} plans)" for f, e in table.clusters.get(args.cluster, {}).items())
+            + f"; default {table.default_error:.1%}")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "errors": {**plan_errors, **got["errors"]},
                                                "load_before": load_before, "load_after": load_after,
-                                               "steps": args.steps, "rounds": args.rounds,
+                                               "steps": args.steps, "rounds": args.rounds, "source": source,
+                                               "batch_norm": args.batch_norm,
                                                "cluster": args.cluster, "compute": args.compute}, indent=2))
     return 0
+
+
+def _measured_pairs(row: dict) -> list[tuple[str, str]]:
+    """(measured, predicted) keys of the distinct plans a row ran: DP, the fastest unless it is DP, the
+    selected plan when it is neither.
+
+    Example:
+        >>> _measured_pairs({"selected": "dp", "fast_summary": "batch=2 x3 (the DP plan)"})
+        [('dp_ms', 'predicted_dp_ms')]
+    """
+    pairs = [("dp_ms", "predicted_dp_ms")]
+    if not row.get("fast_summary", "").endswith("(the DP plan)"):
+        pairs.append(("fast_ms", "predicted_fast_ms"))
+    if row.get("selected") == "sel":
+        pairs.append(("sel_ms", "predicted_sel_ms"))
+    return pairs
+
+
+def gain_errors(row: dict) -> list[float]:
+    """The estimator's error on the gain of each plan a row ran over its data-parallel plan:
+    ``|(measured / measured DP) / (predicted / predicted DP) - 1|``, for the fastest (unless it is
+    DP) and the selected plan (when it is neither). A ratio of two plans timed in one launch: what
+    the machine's load and the profiled cache's scale do to every plan alike cancels, what is left is
+    the error of the predicted difference, the quantity the selection margin weighs.
+
+    Example:
+        >>> gain_errors({"dp_ms": 20.0, "predicted_dp_ms": 10.0, "fast_ms": 22.0, "predicted_fast_ms": 10.0,
+        ...              "fast_summary": "out=2 x1", "selected": "fast"})
+        [0.1]
+    """
+    dp, pdp = row.get("dp_ms"), row.get("predicted_dp_ms")
+    if not dp or not pdp or dp != dp:
+        return []
+    out = []
+    for m, p in _measured_pairs(row)[1:]:
+        if row.get(m) and row.get(p) and row[m] == row[m]:
+            out.append(round(abs((row[m] / dp) / (row[p] / pdp) - 1), 9))
+    return out
+
+
+def write_errors(path: Path, rows: list[dict], cluster: str, source: str):
+    """Merge this launch's gain errors per family (:func:`gain_errors`) into the table at ``path``:
+    each family keeps its last :data:`estimators.time_errors.MAX_SAMPLES` samples, its error their
+    median; other clusters and families are kept; ``default_error``: the median of every sample in
+    the table. Returns the table.
+
+    Example:
+        >>> import tempfile
+        >>> rows = [{"model": "m", "family": "mlp", "selected": "fast", "fast_summary": "out=2 x1",
+        ...          "dp_ms": 20.0, "predicted_dp_ms": 10.0, "fast_ms": 11.0, "predicted_fast_ms": 5.0}]
+        >>> t = write_errors(Path(tempfile.mkdtemp()) / "e.yaml", rows, "cpu-local", "test")
+        >>> round(t.clusters["cpu-local"]["mlp"].error, 6), t.clusters["cpu-local"]["mlp"].plans
+        (0.1, 1)
+    """
+    import yaml
+
+    from estimators.time_errors import MAX_SAMPLES, FamilyError, TimeErrors, load_time_errors
+
+    old = load_time_errors(path) if path.is_file() else TimeErrors()
+    per_family: dict[str, list[float]] = {}
+    models: dict[str, list[str]] = {}
+    for r in rows:
+        errs = gain_errors(r)
+        if errs and r.get("family"):
+            per_family.setdefault(r["family"], []).extend(errs)
+            models.setdefault(r["family"], [])
+            if r["model"] not in models[r["family"]]:
+                models[r["family"]].append(r["model"])
+    if not per_family:
+        return old
+    clusters = {c: dict(f) for c, f in old.clusters.items()}
+    for family, errs in per_family.items():
+        before = clusters.get(cluster, {}).get(family)
+        samples = (tuple(before.samples) if before else ()) + tuple(errs)
+        samples = samples[-MAX_SAMPLES:]
+        names = tuple(dict.fromkeys((*(before.models if before else ()), *models[family])))
+        clusters.setdefault(cluster, {})[family] = FamilyError(statistics.median(samples), len(samples),
+                                                               names, source, samples)
+    every = [x for fams in clusters.values() for e in fams.values() for x in (e.samples or (e.error,))]
+    table = TimeErrors(statistics.median(every), clusters, str(path))
+    header = ("# The estimator's measured error on a plan's gain over data parallelism, per model family\n"
+              "# and cluster: the margin `tensoropt select` keeps (estimators/time_errors.py). Written by\n"
+              "# benchmarks/runtime.py --write-errors; default_error: the median of every sample here.\n")
+    path.write_text(header + yaml.safe_dump(table.to_dict(), sort_keys=False))
+    return table
+
+
+def _margin_text(selection: dict) -> str:
+    """The margin and gain of a selection record, short.
+
+    Example:
+        >>> _margin_text({"margin": {"fraction": 0.08, "family": "lm"}, "gain": 0.02})
+        'lm margin 8.0 %, fastest gain 2.0 %'
+    """
+    m = selection.get("margin")
+    if not m:
+        return "no margin"
+    text = f"{m.get('family') or 'given'} margin {100 * m['fraction']:.1f} %"
+    gain = selection.get("gain")
+    return text + (f", fastest gain {100 * gain:.1f} %" if gain is not None else "")
+
+
+def _f2(value) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) and value == value else "-"
 
 
 def _paired(per_round: dict[str, list[float]], system: str, baseline: str) -> list[float]:

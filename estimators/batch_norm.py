@@ -117,7 +117,8 @@ def stats_time_s(comm: CommModel, node: dict, config, backward: bool, mode: str 
         >>> bn = {"kind": "batch_norm", "attrs": {"training": True}, "inputs": [{"shape": (8, 4, 2, 2)}]}
         >>> c = Configuration("batch=2", (("batch", (0,)),), (("S(0)",),), (), ("S(0)",))
         >>> both = stats_time_s(comm, bn, c, backward=True)
-        >>> both == comm.time_s("all_reduce", 64, (0,)) + comm.time_s("all_reduce", 32, (0,))
+        >>> both == (comm.blocking_time_s("all_reduce", 64, (0,))
+        ...          + comm.blocking_time_s("all_reduce", 32, (0,)))
         True
         >>> stats_time_s(comm, bn, c, backward=True, mode="local")
         0.0
@@ -133,7 +134,8 @@ def stats_time_s(comm: CommModel, node: dict, config, backward: bool, mode: str 
     local = -(-channels // split)
     total = 0.0
     for axis in stats_axes(config):
-        total += comm.time_s("all_reduce", 2 * local * STATS_ITEMSIZE, (axis,))
+        total += comm.blocking_time_s("all_reduce", 2 * local * STATS_ITEMSIZE, (axis,))
         if backward:
-            total += comm.time_s("all_reduce", 2 * local * max(itemsize, 4), (axis,))  # 16-bit: float32
+            # 16-bit activations: the sums in float32
+            total += comm.blocking_time_s("all_reduce", 2 * local * max(itemsize, 4), (axis,))
     return total

@@ -32,6 +32,14 @@ plan totals the executor's ``k`` all-reduces and dropping a gradient (replicatin
 saves its bytes and its share of the 25 MiB buckets' latency, not a whole latency. The rule before
 (every gradient of 1 MiB or more its own all-reduce) charged a latency per medium gradient, and
 the planner replicated embeddings (gpt, GPT-2, BERT) to save latencies the runtime never paid.
+Sync points (issue 29): a collective whose result the next operator needs at once (a
+redistribution between operators, forward or backward; a synchronised batch norm's statistics; a
+class-split loss's all-reduces) stops every rank there: the first to arrive waits for the other and
+wakes late. The fits above time collectives issued back to back, which holds no such wait, so
+:meth:`CommModel.blocking_time_s` adds the device's ``sync_point_s`` (``configs/devices/*.yaml``,
+measured by ``benchmarks/sync_points.py``) to each such collective. The gradient buckets are not
+sync points (started during backward, waited once at the step's end by every plan alike).
+
 Without the model's total (``bucketed_bytes`` None) a gradient below ``FIRST_GRAD_BUCKET_BYTES``
 pays its share of a first-size bucket and a larger one ``T(b)``.
 """
@@ -106,6 +114,25 @@ class CommModel:
         if intra == 1:
             return self._level(collective, nbytes, inter, "node")
         return self._hierarchical(collective, nbytes, inter, intra)
+
+    def blocking_time_s(self, collective: str, nbytes: float, axes: Iterable[int]) -> float:
+        """Seconds of one collective the next operator waits for: :meth:`time_s` plus the device's
+        ``sync_point_s`` (the wait at the sync point; see the module docstring); 0 where no data moves.
+
+        Example:
+            >>> from estimators.profiles import Device, load_cluster
+            >>> import dataclasses
+            >>> cl = load_cluster("cpu-local")
+            >>> cl = dataclasses.replace(cl, device=dataclasses.replace(cl.device, sync_point_s=1e-3))
+            >>> cm = CommModel(cl, Mesh((2,), ("gpu",)))
+            >>> extra_s = cm.blocking_time_s("all_reduce", 4096, (0,)) - cm.time_s("all_reduce", 4096, (0,))
+            >>> round(extra_s * 1e3, 9)
+            1.0
+            >>> cm.blocking_time_s("all_reduce", 0, (0,))
+            0.0
+        """
+        t = self.time_s(collective, nbytes, axes)
+        return t + self.cluster.device.sync_point_s if t > 0 else t
 
     def _level(self, collective: str, nbytes: float, p: int, level: str) -> float:
         """One collective on ``p`` devices of one level: the calibrated fit if any, else the formula."""

@@ -75,6 +75,10 @@ class Device:
     redistribute_overhead_s: float = 0.0
     """Host time of one DTensor redistribution beyond its collective (``tensoropt calibrate
     --overhead``; 0 by default)."""
+    sync_point_s: float = 0.0
+    """Time a blocking collective in the middle of a step costs beyond its collective fit: the wait of
+    the rank that arrives first for the other, and its wake-up (:meth:`estimators.collectives.CommModel.
+    blocking_time_s`; ``benchmarks/sync_points.py`` measures it). 0 by default (not measured)."""
     runtime_overhead_bytes: int = 0
     """Memory a training process spends beyond the plan's tensors and the optimizer step's
     temporaries (the exported program, autograd, the collective backend's buffers, allocator
@@ -119,6 +123,7 @@ class Device:
                 "memory_efficiency",
                 "kernel_launch_s",
                 *OVERHEAD_KEYS,
+                "sync_point_s",
                 "runtime_overhead_bytes",
                 "bytes_per_program_node",
                 "description",
@@ -148,6 +153,7 @@ class Device:
                 "kernel_launch_s", positive=False, default=5e-6, cited="kernel_launch_s" in data
             ),
             **{k: r.number(k, positive=False, default=0.0, cited=k in data) for k in OVERHEAD_KEYS},
+            sync_point_s=r.number("sync_point_s", positive=False, default=0.0, cited="sync_point_s" in data),
             runtime_overhead_bytes=int(r.number("runtime_overhead_bytes", positive=False, default=0,
                                                 cited="runtime_overhead_bytes" in data)),
             bytes_per_program_node=int(r.number("bytes_per_program_node", positive=False, default=0,
@@ -395,7 +401,7 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             **{
                 k: getattr(d, k)
                 for k in ("matmul_efficiency", "memory_efficiency", "kernel_launch_s", *OVERHEAD_KEYS,
-                          "runtime_overhead_bytes", "bytes_per_program_node")
+                          "sync_point_s", "runtime_overhead_bytes", "bytes_per_program_node")
                 if k in d.sources
             },
             "sources": dict(d.sources),

@@ -95,7 +95,8 @@ def redistribution_steps(
 def redistribution_time_s(
     comm: CommModel, shape: tuple[int, ...], itemsize: int, src: Layout, dst: Layout
 ) -> float:
-    """Seconds to redistribute a tensor from ``src`` to ``dst`` (one direction).
+    """Seconds to redistribute a tensor from ``src`` to ``dst`` (one direction): each collective a
+    blocking one (:meth:`CommModel.blocking_time_s`: the consumer waits for it, with its sync point).
 
     Example:
         >>> from estimators.profiles import load_cluster
@@ -109,7 +110,7 @@ def redistribution_time_s(
         return comm.memo[key]
     comm.memo[key] = total = sum(
         (
-            comm.time_s(kind, nbytes, (axis,))
+            comm.blocking_time_s(kind, nbytes, (axis,))
             for kind, nbytes, axis in redistribution_steps(
                 tuple(shape), itemsize, tuple(src), tuple(dst), comm.mesh.shape
             )

@@ -71,7 +71,8 @@ def class_split_time_s(comm: CommModel, node: dict, inputs) -> float:
         >>> node = {"op": "aten.cross_entropy_loss.default",
         ...         "inputs": [{"shape": (64, 512)}, {"shape": (64,)}]}
         >>> t = class_split_time_s(cm, node, (("S(1)",), ("R",)))
-        >>> t == cm.time_s("all_reduce", 64 * 4, (0,)) + cm.time_s("all_reduce", 2 * 64 * 4, (0,))
+        >>> t == (cm.blocking_time_s("all_reduce", 64 * 4, (0,))
+        ...       + cm.blocking_time_s("all_reduce", 2 * 64 * 4, (0,)))
         True
     """
     axes = class_axes(node, inputs)
@@ -80,4 +81,5 @@ def class_split_time_s(comm: CommModel, node: dict, inputs) -> float:
     rows = node["inputs"][0]["shape"][0]
     batch_ways = math.prod(comm.mesh.shape[a] for a, p in enumerate(inputs[0]) if _shard_dim(p, 2) == 0)
     local_rows = math.ceil(rows / batch_ways)
-    return sum(comm.time_s("all_reduce", k * local_rows * LOSS_ITEMSIZE, (a,)) for a in axes for k in (1, 2))
+    return sum(comm.blocking_time_s("all_reduce", k * local_rows * LOSS_ITEMSIZE, (a,))
+               for a in axes for k in (1, 2))

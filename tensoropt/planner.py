@@ -168,7 +168,39 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
                               {} if pipeline_graphs is None else pipeline_graphs, progress)
     if frontier.pipeline_search is not None:
         timing["pipeline"] = time.perf_counter() - pipeline_start
+    attach_data_parallel(frontier, solved, batch, units)
     return frontier
+
+
+def attach_data_parallel(frontier: Frontier, solved: dict, global_batch_size: int,
+                         units: PlanUnits | None = None) -> None:
+    """Record the data-parallel plan (id ``d<P>-dp``) on ``frontier``, priced on the cost graph of the
+    fewest micro-batches solved, with its configurations (:attr:`Frontier.data_parallel`): the plan
+    selection prefers within the estimator's measured error. Nothing when a node has neither a batch
+    split nor ``replicate`` (a hand-made configuration list).
+
+    Example:
+        >>> # see tests/planner/test_selection_margin.py (a planned job carries ``d2-dp``)
+        >>> True
+        True
+    """
+    from frontier.point import Point
+    from tensoropt.data_parallel import data_parallel_assignment, plan_cost
+
+    m = min(solved)
+    G, _ = solved[m]
+    try:
+        assignment = data_parallel_assignment(G)
+    except ValueError:
+        return
+    point = Point(cost=plan_cost(G, assignment), assignment=assignment)
+    one = frontier_over_counts({m: solved[m]}, [(m, point)], global_batch_size, frontier.devices, units)
+    plan = one.plans[0]
+    plan.id = f"d{frontier.devices}-dp"
+    for node, labels in one.configurations.items():
+        frontier.configurations.setdefault(node, {}).update(
+            {k: v for k, v in labels.items() if k not in frontier.configurations.get(node, {})})
+    frontier.data_parallel = plan
 
 
 def micro_batch_job(job: Job, micro_batches: int) -> Job:

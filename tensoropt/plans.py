@@ -14,6 +14,7 @@ version 1 files, every reader in tensoropt) each plan entry holds its rows itsel
                                            "memory_bytes"}, ...],
                                "redistributions": [{"src", "dst", "from", "to", "time_s",
                                                     "memory_bytes"}, ...]}, ...],
+                    "data_parallel": {...a plan entry, id "d8-dp"...},
                     "configurations": {"<node>": {"<label>": Configuration.to_json()}}}, ...],
      "selected": "d8-p3"}
 
@@ -271,6 +272,11 @@ class Frontier:
     """When pipelines were searched (issue 27): the (stages, schedule, micro_batches) tried, stage
     solves, the best plans without a pipeline (``unpipelined_fastest_s``, ``unpipelined_leanest_bytes``)
     and the stage covers' bound (``stage_bound``)."""
+    data_parallel: Plan | None = None
+    """The data-parallel plan of this device count (id ``d<P>-dp``), priced on the same tables, whether
+    or not the frontier lists it (it is dominated when a plan is both faster and leaner): the simplest
+    plan, which selection prefers within the estimator's measured error (:mod:`tensoropt.selector`).
+    Its labels are in :attr:`configurations`; plan.json can be written for it like for any plan."""
 
     def to_json(self, shared: bool = False) -> dict:
         """JSON form (an entry of frontier.json's "frontiers"); ``shared``: the file's form
@@ -290,6 +296,8 @@ class Frontier:
             out["plans"] = plans
         else:
             out["plans"] = [p.to_json() for p in self.plans]
+        if self.data_parallel is not None:  # every row inline, in both forms
+            out["data_parallel"] = self.data_parallel.to_json()
         out["configurations"] = self.configurations
         return out
 
@@ -309,7 +317,20 @@ class Frontier:
             plans=[Plan.from_json(p, layer_of) for p in data["plans"]],
             configurations=data.get("configurations", {}), timing_s=dict(data.get("timing_s", {})),
             epsilon_bound=data.get("epsilon_bound"), pipeline_search=data.get("pipeline_search"),
+            data_parallel=Plan.from_json(data["data_parallel"]) if data.get("data_parallel") else None,
         )
+
+    def all_plans(self) -> list[Plan]:
+        """The frontier's plans, then the data-parallel plan when it is recorded apart (every plan
+        id a selection may name).
+
+        Example:
+            >>> f = Frontier(2, Mesh((2,), ("gpu",)), [Plan("d2-p0", 0.5, 1024, {})],
+            ...              data_parallel=Plan("d2-dp", 0.6, 2048, {}))
+            >>> [p.id for p in f.all_plans()]
+            ['d2-p0', 'd2-dp']
+        """
+        return self.plans + ([self.data_parallel] if self.data_parallel is not None else [])
 
     def configuration(self, node: str, label: str) -> Configuration:
         """The Configuration a label of a node stands for."""
@@ -339,6 +360,9 @@ class FrontierFile:
     graph: dict | None = None
     """The fingerprint of the captured graph and the job fields shaping it
     (:func:`tensoropt.capture.fingerprint.fingerprint`); every plan.json carries it too."""
+    selection: dict | None = None
+    """How ``selected`` was chosen (:meth:`tensoropt.selector.Selection.to_json`: the rule, the margin
+    and its source, the rule's plan and the predicted gain); None for a selection by hand."""
 
     def to_json(self, shared: bool = False) -> dict:
         """JSON form: every row in its plan entry; ``shared``: the file's form (the content of
@@ -349,6 +373,8 @@ class FrontierFile:
             out["timing_s"] = dict(self.timing_s)
         if self.graph is not None:
             out["graph"] = self.graph
+        if self.selection is not None:
+            out["selection"] = self.selection
         return out
 
     @staticmethod
@@ -359,7 +385,8 @@ class FrontierFile:
         try:
             return FrontierFile(job=data["job"], frontiers=[Frontier.from_json(f) for f in data["frontiers"]],
                                 selected=data.get("selected"),
-                                timing_s=dict(data.get("timing_s", {})), graph=data.get("graph"))
+                                timing_s=dict(data.get("timing_s", {})), graph=data.get("graph"),
+                                selection=data.get("selection"))
         except (KeyError, TypeError, ValueError) as e:
             raise PlanFileError(f"{source}: malformed frontier file ({type(e).__name__}: {e})") from None
 
@@ -370,7 +397,7 @@ class FrontierFile:
     def find(self, plan_id: str) -> tuple[Frontier, Plan]:
         """The frontier and plan with id ``plan_id`` (KeyError when none)."""
         for f in self.frontiers:
-            for p in f.plans:
+            for p in f.all_plans():
                 if p.id == plan_id:
                     return f, p
         raise KeyError(plan_id)
@@ -587,6 +614,8 @@ class PlanFile:
     """Node -> the configuration the executor applies."""
     job: dict
     """The resolved job it was planned for."""
+    selection: dict | None = None
+    """How it was selected (frontier.json's ``selection`` record), when a selector chose it."""
 
     @staticmethod
     def from_json(data: dict, source: str = "plan.json") -> PlanFile:
@@ -596,7 +625,7 @@ class PlanFile:
             return PlanFile(plan=Plan.from_json(data), devices=int(data["devices"]),
                             mesh=Mesh.from_json(data["mesh"]),
                             placements={n: Configuration.from_json(c) for n, c in data["placements"].items()},
-                            job=data["job"])
+                            job=data["job"], selection=data.get("selection"))
         except (KeyError, TypeError, ValueError) as e:
             raise PlanFileError(f"{source}: malformed plan file ({type(e).__name__}: {e})") from None
 
@@ -646,7 +675,8 @@ def plan_file_json(frontier_json: dict, plan_id: str) -> dict:
         {'fc': {'label': 'r'}}
     """
     for frontier in frontier_json.get("frontiers", []):
-        for plan in frontier.get("plans", []):
+        extra = [frontier["data_parallel"]] if frontier.get("data_parallel") else []
+        for plan in frontier.get("plans", []) + extra:
             if plan.get("id") != plan_id:
                 continue
             plan = _unpack_plan(frontier, plan)  # plan.json is self-contained: every row inline
@@ -664,6 +694,9 @@ def plan_file_json(frontier_json: dict, plan_id: str) -> dict:
                    "placements": placements, "job": frontier_json.get("job", {})}
             if frontier_json.get("graph") is not None:  # the plan stays bound to its graph
                 out["graph"] = frontier_json["graph"]
+            record = frontier_json.get("selection")
+            if isinstance(record, dict) and record.get("plan") == plan_id:  # how it was selected
+                out["selection"] = record
             return out
     ids = [p.get("id") for f in frontier_json.get("frontiers", []) for p in f.get("plans", [])]
     shown = ", ".join(ids[:8]) + (", ..." if len(ids) > 8 else "")
@@ -671,11 +704,13 @@ def plan_file_json(frontier_json: dict, plan_id: str) -> dict:
 
 
 def write_selection(frontier_file: FrontierFile, plan_id: str, frontier_file_path: str | Path,
-                    plan_path: str | Path) -> str:
+                    plan_path: str | Path, selection: dict | None = None) -> str:
     """Select ``plan_id``: write plan.json and record ``selected`` in frontier.json (each atomically).
 
     The one writer of a selection (``tensoropt select`` and the UI server's ``POST /api/select``).
-    Returns plan.json's text.
+    ``selection``: how a selector chose it (:meth:`tensoropt.selector.Selection.to_json`), recorded
+    as ``selection`` in both files; None (a choice by hand) clears an earlier record. Returns
+    plan.json's text.
 
     Example:
         >>> import tempfile
@@ -688,6 +723,7 @@ def write_selection(frontier_file: FrontierFile, plan_id: str, frontier_file_pat
         ('d1-p0', 'd1-p0')
     """
     frontier_file.selected = plan_id
+    frontier_file.selection = selection if selection and selection.get("plan") == plan_id else None
     data = frontier_file.to_json(shared=True)
     text = plan_file_text(data, plan_id)
     write_text_atomic(plan_path, text)

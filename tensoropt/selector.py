@@ -11,12 +11,21 @@ Rules (``memory_bytes <= budget`` and, when given, ``time_s <= max_time_s`` for 
 
 When nothing qualifies, :class:`NoFeasiblePlan` says the smallest memory any plan needs on
 that device count and the device count that would fit.
+
+The margin (issue 29): a plan the rule picks is kept only where its predicted gain over a simpler
+plan of the same device count exceeds the estimator's measured step-time error for the model's
+family on the job's cluster (:mod:`estimators.time_errors`; ``margin`` overrides it, 0 turns it
+off). Otherwise the simplest plan within that margin is selected: the data-parallel plan
+(:attr:`Frontier.data_parallel`, or a frontier plan with its labels) first, then the fewest
+redistributions, then the fastest. The gain of the rule's plan over a plan ``p`` is
+``(p.time_s - time_s) / p.time_s``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from estimators.time_errors import load_time_errors, model_family
 from tensoropt.config import SELECT_RULES, format_size
 from tensoropt.plans import Frontier, FrontierFile, Plan
 
@@ -57,6 +66,34 @@ class NoFeasiblePlan(Exception):
         self.min_memory_bytes, self.fitting_devices = min_memory_bytes, fitting_devices
 
 
+@dataclass(frozen=True)
+class Margin:
+    """The gain a plan must predict over a simpler one to be selected instead of it."""
+
+    fraction: float
+    """The margin, a fraction of the simpler plan's step time."""
+    family: str = ""
+    """The model family it was measured for ("" when given by hand)."""
+    cluster: str = ""
+    """The cluster it was measured on."""
+    source: str = ""
+    """Where it comes from (the table and its measurement, or ``--margin``)."""
+
+    def describe(self) -> str:
+        """One phrase: the margin and where it comes from.
+
+        Example:
+            >>> Margin(0.08, "lm", "cpu-local", "the table").describe()
+            "8.0 % (the estimator's measured step-time error for lm models on cpu-local: the table)"
+            >>> Margin(0.0, source="--margin").describe()
+            '0.0 % (--margin)'
+        """
+        if self.family:
+            return (f"{100 * self.fraction:.1f} % (the estimator's measured step-time error for "
+                    f"{self.family} models on {self.cluster}: {self.source})")
+        return f"{100 * self.fraction:.1f} % ({self.source})"
+
+
 @dataclass
 class Selection:
     """The selected plan and the frontier it belongs to."""
@@ -67,10 +104,71 @@ class Selection:
     """Its frontier (device count and mesh)."""
     rule: str
     """The rule that chose it."""
+    margin: Margin | None = None
+    """The margin applied (None: none)."""
+    rule_plan: Plan | None = None
+    """The plan the rule alone picks (the fastest for ``fastest``); ``plan`` where the margin kept it."""
+
+    @property
+    def gain(self) -> float | None:
+        """The rule's plan's predicted gain over the selected plan, a fraction of its step time
+        (None when the rule's plan was selected).
+
+        Example:
+            >>> from tensoropt.configspace.configuration import Mesh
+            >>> f = Frontier(2, Mesh((2,), ("gpu",)), [])
+            >>> Selection(Plan("d2-dp", 1.0, 8, {}), f, "fastest", None, Plan("d2-p0", 0.98, 8, {})).gain
+            0.02
+        """
+        if self.rule_plan is None or self.rule_plan.id == self.plan.id or self.plan.time_s <= 0:
+            return None
+        return round((self.plan.time_s - self.rule_plan.time_s) / self.plan.time_s, 12)
+
+    def to_json(self) -> dict:
+        """The ``selection`` record of frontier.json and plan.json (issue 29's extension): the rule,
+        the margin and where it comes from, the rule's plan and the predicted gain.
+
+        Example:
+            >>> from tensoropt.configspace.configuration import Mesh
+            >>> f = Frontier(2, Mesh((2,), ("gpu",)), [])
+            >>> sorted(Selection(Plan("d2-p0", 1.0, 8, {}), f, "fastest").to_json())
+            ['margin', 'plan', 'rule', 'rule_plan', 'rule_plan_time_s']
+        """
+        m, rule_plan = self.margin, self.rule_plan or self.plan
+        out = {"plan": self.plan.id, "rule": self.rule, "rule_plan": rule_plan.id,
+               "rule_plan_time_s": rule_plan.time_s,
+               "margin": None if m is None else {"fraction": m.fraction, "family": m.family,
+                                                 "cluster": m.cluster, "source": m.source}}
+        if self.gain is not None:
+            out["gain"] = self.gain
+        return out
+
+
+def margin_line(selection: dict) -> str:
+    """The margin of a ``selection`` record (:meth:`Selection.to_json`) in words, for select and explain.
+
+    Example:
+        >>> margin_line({"plan": "d2-dp", "rule": "fastest", "rule_plan": "d2-p0", "rule_plan_time_s": 0.98,
+        ...              "gain": 0.02, "margin": {"fraction": 0.08, "family": "lm", "cluster": "cpu-local",
+        ...                                       "source": "configs/time_errors.yaml"}}).split("; ")[1]
+        'the fastest plan d2-p0 is predicted 2.0 % faster than d2-dp, within the margin: the simpler plan...'
+
+    """
+    m = selection.get("margin")
+    if not m:
+        return "margin: none (the rule's plan is selected as is)"
+    margin = Margin(m["fraction"], m.get("family", ""), m.get("cluster", ""), m.get("source", ""))
+    text = f"margin {margin.describe()}"
+    if selection.get("gain") is not None:
+        return (text + f"; the {selection['rule']} plan {selection['rule_plan']} is predicted "
+                f"{100 * selection['gain']:.1f} % faster than {selection['plan']}, within the margin: "
+                f"the simpler plan {selection['plan']} is selected")
+    return text + f"; no simpler plan within it: {selection['plan']} is kept"
 
 
 def select(frontier_file: FrontierFile, *, memory_budget_bytes: float | None = None,
-           devices: int | None = None, rule: str = "fastest", max_time_s: float | None = None) -> Selection:
+           devices: int | None = None, rule: str = "fastest", max_time_s: float | None = None,
+           margin: float | str | None = "auto") -> Selection:
     """Select a plan by ``rule`` among plans with memory <= budget and time <= max_time_s.
 
     Args:
@@ -80,6 +178,8 @@ def select(frontier_file: FrontierFile, *, memory_budget_bytes: float | None = N
             many); None: every planned count.
         rule: fastest | fewest_devices | best_per_device.
         max_time_s: optional step-time limit.
+        margin: ``"auto"``: the estimator's measured step-time error for the model's family on the
+            job's cluster (:func:`frontier_margin`); a fraction (0: off); None: off.
 
     Returns:
         The :class:`Selection`.
@@ -88,7 +188,7 @@ def select(frontier_file: FrontierFile, *, memory_budget_bytes: float | None = N
         NoFeasiblePlan: nothing meets the limits (message: the smallest memory needed there and
             the device count that would fit).
         DeviceCountNotPlanned: ``rule == "fastest"`` and ``devices`` has no frontier.
-        ValueError: unknown rule.
+        ValueError: unknown rule, or a margin that is not "auto" nor a fraction in [0, 1).
 
     Example:
         >>> from tensoropt.configspace.configuration import Mesh
@@ -114,7 +214,92 @@ def select(frontier_file: FrontierFile, *, memory_budget_bytes: float | None = N
     else:
         key = lambda fp: (fp[1].time_s * fp[0].devices, fp[1].time_s, fp[1].memory_bytes)
     frontier, plan = min(feasible, key=key)
-    return Selection(plan=plan, frontier=frontier, rule=rule)
+    applied = _margin(frontier_file, margin)
+    if applied is None:
+        return Selection(plan=plan, frontier=frontier, rule=rule)
+    chosen = simplest_within(plan, [p for p in frontier.all_plans() if fits(p)], applied.fraction,
+                             frontier.data_parallel)
+    return Selection(plan=chosen, frontier=frontier, rule=rule, margin=applied, rule_plan=plan)
+
+
+def is_data_parallel(plan: Plan, data_parallel: Plan | None) -> bool:
+    """Whether ``plan`` is the data-parallel plan (its id ``d<P>-dp``, or the same labels).
+
+    Example:
+        >>> dp = Plan("d2-dp", 1.0, 8, {"fc": "batch=2"})
+        >>> is_data_parallel(Plan("d2-p1", 1.0, 8, {"fc": "batch=2"}), dp), is_data_parallel(dp, None)
+        (True, True)
+    """
+    return plan.id.endswith("-dp") or (data_parallel is not None and plan.ops == data_parallel.ops)
+
+
+def simplicity(plan: Plan, data_parallel: Plan | None = None) -> tuple:
+    """Sort key, simplest first: the data-parallel plan, then fewer redistributions, then faster.
+
+    Example:
+        >>> from tensoropt.plans import Redistribution
+        >>> move = Redistribution("a", "b", ["S(0)"], ["R"], 1e-3)
+        >>> moved = Plan("d2-p0", 0.9, 8, {}, redistributions=[move])
+        >>> simplicity(Plan("d2-dp", 1.0, 8, {})) < simplicity(Plan("d2-p1", 1.0, 8, {})) < simplicity(moved)
+        True
+    """
+    return (not is_data_parallel(plan, data_parallel), len(plan.redistributions), plan.time_s,
+            plan.memory_bytes)
+
+
+def simplest_within(rule_plan: Plan, candidates: list[Plan], margin: float,
+                    data_parallel: Plan | None = None) -> Plan:
+    """The simplest of ``candidates`` over which ``rule_plan``'s predicted gain does not exceed
+    ``margin`` (``(p.time_s - rule_plan.time_s) / p.time_s <= margin``); ``rule_plan`` when none is
+    simpler.
+
+    Example:
+        >>> fast, dp = Plan("d2-p0", 0.97, 8, {"fc": "out=2"}), Plan("d2-dp", 1.0, 8, {"fc": "batch=2"})
+        >>> simplest_within(fast, [fast, dp], 0.05).id, simplest_within(fast, [fast, dp], 0.02).id
+        ('d2-dp', 'd2-p0')
+    """
+    within = [p for p in candidates if p.time_s <= 0 or (p.time_s - rule_plan.time_s) / p.time_s <= margin]
+    return min([rule_plan, *within], key=lambda p: simplicity(p, data_parallel))
+
+
+def frontier_margin(frontier_file: FrontierFile) -> Margin:
+    """The estimator's measured step-time error for the frontier's model family on its job's cluster
+    (:mod:`estimators.time_errors`; the family read off the graph fingerprint's operators).
+
+    Example:
+        >>> nodes = [["x", "input", [8, 3], "f32", {}], ["fc", "aten.linear.default", [8, 2], "f32", {}]]
+        >>> m = frontier_margin(FrontierFile({"cluster": "cpu-local"}, [], graph={"nodes": nodes}))
+        >>> m.family, m.cluster, 0 <= m.fraction < 1
+        ('mlp', 'cpu-local', True)
+    """
+    nodes = (frontier_file.graph or {}).get("nodes") or []
+    family = model_family(row[1] for row in nodes if isinstance(row, (list, tuple)) and len(row) > 1)
+    cluster = cluster_name(frontier_file.job.get("cluster"))
+    found = load_time_errors().error(cluster, family)
+    return Margin(found.error, family, cluster, found.source)
+
+
+def cluster_name(cluster) -> str:
+    """The name of a job's ``cluster`` entry: a profile name, a YAML path's stem, or a mapping's ``name``.
+
+    Example:
+        >>> cluster_name("cpu-local"), cluster_name("clusters/h100x8.yaml"), cluster_name({"name": "x"})
+        ('cpu-local', 'h100x8', 'x')
+    """
+    if isinstance(cluster, dict):
+        return str(cluster.get("name", ""))
+    text = str(cluster or "")
+    return text.rsplit("/", 1)[-1].removesuffix(".yaml").removesuffix(".yml")
+
+
+def _margin(frontier_file: FrontierFile, margin: float | str | None) -> Margin | None:
+    if margin is None:
+        return None
+    if margin == "auto":
+        return frontier_margin(frontier_file)
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
+        raise ValueError(f"margin must be 'auto' or a fraction in [0, 1), got {margin!r}")
+    return Margin(float(margin), source="--margin") if margin > 0 else None
 
 
 def _candidate_frontiers(frontier_file: FrontierFile, devices: int | None, rule: str) -> list[Frontier]:

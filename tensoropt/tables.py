@@ -62,7 +62,8 @@ def frontier_table(frontier: Frontier, global_batch_size: int | None = None, sel
     """The table of one frontier: id, devices, micro-batches, step time, memory per device,
     throughput (samples/s; for token inputs tokens/s per device beside it), predicted MFU, split.
 
-    Long frontiers show ``max_rows`` plans spread evenly (always the fastest and the smallest).
+    Long frontiers show ``max_rows`` plans spread evenly (always the fastest and the smallest). The
+    data-parallel plan (``d<P>-dp``) is listed last when it is the selected one (:mod:`tensoropt.selector`).
 
     Example:
         >>> from tensoropt.configspace.configuration import Mesh
@@ -76,10 +77,13 @@ def frontier_table(frontier: Frontier, global_batch_size: int | None = None, sel
     shown = list(range(len(plans)))
     if max_rows is not None and len(plans) > max_rows >= 2:
         shown = sorted({round(i * (len(plans) - 1) / (max_rows - 1)) for i in range(max_rows)})
-    tokens = any(plans[i].tokens_per_s_per_device is not None for i in shown)
+    listed = [plans[i] for i in shown]
+    dp = frontier.data_parallel
+    if dp is not None and dp.id == selected:  # selected within the margin, off the frontier: shown too
+        listed.append(dp)
+    tokens = any(p.tokens_per_s_per_device is not None for p in listed)
     rows = []
-    for i in shown:
-        p = plans[i]
+    for p in listed:
         tput = throughput(p, global_batch_size)
         mark = "*" if p.id == selected else ""
         row = [mark + p.id, frontier.devices, p.micro_batches, format_time(p.time_s),

@@ -84,6 +84,11 @@ def explain_text(plan_file: PlanFile, sort: str = "graph") -> str:
     lines.append(plan_units_line(plan))
     if plan.summary:
         lines.append(f"split: {plan.summary}")
+    if plan_file.selection:  # how a selector chose it: the rule, the margin and the gain
+        from tensoropt.selector import margin_line
+
+        rule = plan_file.selection.get("rule", "?")
+        lines.append(f"selected by rule {rule}: {margin_line(plan_file.selection)}")
     if plan.pipeline:  # issue 27: the stages, their devices, in-flight micro-batches and memory
         from tensoropt.pipeline.search import stages_text
 

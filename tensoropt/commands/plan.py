@@ -155,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     selection, infeasible = select_for_job(ff)
     ff.selected = selection.plan.id if selection else None
+    ff.selection = selection.to_json() if selection else None
     batch = ff.job["training"]["global_batch_size"]
     for frontier in ff.frontiers:
         print(frontier_table(frontier, batch, ff.selected, max_rows=args.rows or None))

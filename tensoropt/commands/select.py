@@ -12,7 +12,7 @@ from pathlib import Path
 from tensoropt.commands import CommandError, command_parser
 from tensoropt.config import SELECT_RULES, SIZE_FORM, format_size, parse_size
 from tensoropt.plans import load_frontier_file, write_selection
-from tensoropt.selector import Selection, select
+from tensoropt.selector import Selection, margin_line, select
 from tensoropt.tables import format_time, throughput
 
 
@@ -30,6 +30,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--rule", choices=SELECT_RULES, default=None,
                    help="selection rule (default: the job's select)")
     p.add_argument("--max-time-s", type=float, default=None, help="step-time limit in seconds")
+    p.add_argument("--margin", default="auto",
+                   help="keep the simpler plan (data parallelism first, then fewer redistributions) "
+                        "unless the rule's plan predicts a larger gain over it than this fraction; "
+                        "'auto' (default): the estimator's measured step-time error for the model's "
+                        "family (configs/time_errors.yaml); 0: off")
     p.add_argument("-o", "--output", default=None,
                    help="plan file to write (default: plan.json beside the frontier file)")
 
@@ -81,8 +86,26 @@ def frontier_path(arg: str) -> Path:
     return path / "frontier.json" if path.is_dir() else path
 
 
+def margin_arg(value: str | float | None) -> str | float:
+    """``--margin``: ``auto`` or a fraction in [0, 1).
+
+    Example:
+        >>> margin_arg("auto"), margin_arg("0.05"), margin_arg(None)
+        ('auto', 0.05, 'auto')
+    """
+    if value is None or str(value) == "auto":
+        return "auto"
+    try:
+        fraction = float(value)
+    except ValueError:
+        fraction = -1.0
+    if not 0 <= fraction < 1:
+        raise CommandError(f"--margin must be 'auto' or a fraction in [0, 1) (e.g. 0.05), got {value!r}")
+    return fraction
+
+
 def describe(selection: Selection, global_batch_size: int | None) -> str:
-    """Two lines on a selected plan (id, devices, mesh, time, memory, throughput; split)."""
+    """Lines on a selected plan (id, devices, mesh, time, memory, throughput; split; the margin)."""
     p, f = selection.plan, selection.frontier
     tput = throughput(p, global_batch_size)
     mesh = "x".join(map(str, f.mesh.shape)) or "1"
@@ -90,7 +113,8 @@ def describe(selection: Selection, global_batch_size: int | None) -> str:
             f"{format_time(p.time_s)}/step, {format_size(p.memory_bytes)} per device")
     if tput is not None:
         line += f", {tput:,.1f} samples/s"
-    return line + (f"\n  split: {p.summary}" if p.summary else "")
+    line += f"\n  split: {p.summary}" if p.summary else ""
+    return line + f"\n  {margin_line(selection.to_json())}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,9 +124,10 @@ def run(args: argparse.Namespace) -> int:
     devices = resolve_devices(args.devices, args.nproc)
     budget = budget_bytes(args.memory_budget, ff.job)
     rule = args.rule or ff.job.get("select", "fastest")
-    selection = select(ff, memory_budget_bytes=budget, devices=devices, rule=rule, max_time_s=args.max_time_s)
+    selection = select(ff, memory_budget_bytes=budget, devices=devices, rule=rule, max_time_s=args.max_time_s,
+                       margin=margin_arg(getattr(args, "margin", "auto")))
     plan_path = Path(args.output) if args.output else path.parent / "plan.json"
-    write_selection(ff, selection.plan.id, path, plan_path)
+    write_selection(ff, selection.plan.id, path, plan_path, selection.to_json())
     print(describe(selection, ff.job.get("training", {}).get("global_batch_size")))
     print(f"wrote {plan_path}; recorded as selected in {path}")
     return 0

@@ -98,7 +98,7 @@ def select_for_world_size(world_size: int, frontier: str | Path | None = None, j
     planned = ff.frontier(world_size) if ff is not None else None
     if planned is not None:
         source = f"from {frontier}"
-        ff_n = FrontierFile(job=ff.job, frontiers=[planned])
+        ff_n = FrontierFile(job=ff.job, frontiers=[planned], graph=ff.graph)  # graph: the margin's family
     else:
         from tensoropt.planner import plan_job
 

@@ -81,12 +81,12 @@ def test_explain_prints_the_layer_table(planned, capsys):
 
 
 FILE_KEYS = {
-    "frontier.json": {"frontiers", "graph", "job", "selected", "timing_s", "version"},
+    "frontier.json": {"frontiers", "graph", "job", "selected", "timing_s", "version", "selection"},
     "frontier": {"configurations", "devices", "epsilon_bound", "mesh", "mesh_levels", "plans", "timing_s",
-                 "layer_rows", "redistribution_rows", "op_rows"},
+                 "layer_rows", "redistribution_rows", "op_rows", "data_parallel"},
     "plan.json": {"devices", "graph", "id", "job", "layers", "memory_bytes", "mesh", "ops", "placements",
                   "pipeline", "redistributions", "summary", "throughput_samples_per_s", "time_s", "version",
-                  "micro_batches", "tokens_per_s_per_device", "mfu"},
+                  "micro_batches", "tokens_per_s_per_device", "mfu", "selection"},
     "plan": {"id", "layers", "memory_bytes", "ops", "pipeline", "redistributions", "summary",
              "throughput_samples_per_s", "time_s", "micro_batches", "tokens_per_s_per_device", "mfu"},
     "layer": {"node", "op", "module", "config", "compute_s", "comm_s", "memory_bytes", "param_bytes",
@@ -102,7 +102,9 @@ frontier: recompute and zero3 plans, gradient buffers). Added since: a redistrib
 frontier ``pipeline_search``, absent here: one node, no pipeline); every plan's ``micro_batches``
 (issue 25) and, for token inputs, ``tokens_per_s_per_device`` and the predicted ``mfu``; version 2
 (issue 26): a frontier's ``layer_rows``, ``redistribution_rows`` and ``op_rows``, which its plans'
-``layers``, ``redistributions`` and ``ops`` index (the rows' keys are read from the tables)."""
+``layers``, ``redistributions`` and ``ops`` index (the rows' keys are read from the tables); issue 29's
+``selection`` (how the selected plan was chosen: rule, margin, gain) in frontier.json and plan.json
+and each frontier's ``data_parallel`` plan (every row inline)."""
 
 
 def test_plan_files_keep_their_keys(planned):

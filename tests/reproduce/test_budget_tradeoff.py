@@ -39,8 +39,8 @@ def test_shrinking_budget_selects_slower_leaner_plans(planned):
     file, frontier = planned
     lo, hi = frontier.plans[-1].memory_bytes, frontier.plans[0].memory_bytes
     previous = None
-    for budget in np.linspace(hi, lo, 25):
-        chosen = select(file, memory_budget_bytes=float(budget), devices=frontier.devices).plan
+    for budget in np.linspace(hi, lo, 25):  # the rule alone (no margin: tensoropt.selector)
+        chosen = select(file, memory_budget_bytes=float(budget), devices=frontier.devices, margin=None).plan
         assert chosen.memory_bytes <= budget
         fits = [p for p in frontier.plans if p.memory_bytes <= budget]
         assert chosen.time_s == min(p.time_s for p in fits)
