@@ -12,6 +12,8 @@ tensoropt registers torch's *global* optimizer step hooks once (``register_optim
   the post-hook. This is ``tensoropt run``'s optimizer step.
 * any other optimizer steps through DTensor dispatch: correct, slower (a one-line note, once).
 * after either, ZeRO-1/2 shard parameters are all-gathered into the parameters the step reads.
+* in ``fp16-mixed`` the gradients are first unscaled; where one is not finite on some rank the
+  step is skipped (every gradient hidden from it) and the loss scale halves, as ``GradScaler`` does.
 
 An optimizer holding parallel-model parameters *and* other tensors, or the model's original
 parameters (built before :func:`tensoropt.parallelize` replaced them), is refused at its first
@@ -129,9 +131,12 @@ def _pre_hook(optimizer, args, kwargs):
         return None
     for runtime in runtimes:
         runtime.check_synchronised()
+    finite = all([runtime.unscale() for runtime in runtimes])  # fp16-mixed (a collective each)
+    optimizer.__dict__["_tensoropt_skipped"] = not finite
     args = args[1:] if args and args[0] is optimizer else args  # torch passes (self, *args)
-    if type(optimizer) in FAST and not args and not kwargs:  # no closure
-        step_local(optimizer)
+    if not finite or (type(optimizer) in FAST and not args and not kwargs):  # no closure
+        if finite:
+            step_local(optimizer)
         hidden = []
         for group in optimizer.param_groups:
             for p in group["params"]:
@@ -152,5 +157,7 @@ def _post_hook(optimizer, args, kwargs):
     runtimes = optimizer.__dict__.get("_tensoropt_runtimes", (0, []))[1]
     for p, grad in optimizer.__dict__.pop("_tensoropt_hidden", []):
         p.grad = grad
+    if optimizer.__dict__.pop("_tensoropt_skipped", False):  # fp16-mixed: a gradient overflowed
+        return
     for runtime in runtimes:
         runtime.after_optimizer_step()
