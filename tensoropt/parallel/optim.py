@@ -9,7 +9,9 @@ tensoropt registers torch's *global* optimizer step hooks once (``register_optim
   (torch's fused or foreach kernels on the local tensors behind the DTensors; state created by
   the optimizer's own ``_init_group``, kept as DTensors, so checkpoints reshard it); the gradients
   are then hidden from the optimizer's own ``step`` (which finds nothing to do) and given back in
-  the post-hook. This is ``tensoropt run``'s optimizer step.
+  the post-hook. This is ``tensoropt run``'s optimizer step. Steps the DTensor interpreter runs
+  (``mode="interpret"``, and the measured step of ``tensoropt run``) are the reference: there the
+  optimizer steps the DTensors itself.
 * any other optimizer steps through DTensor dispatch: correct, slower (a one-line note, once).
 * after either, ZeRO-1/2 shard parameters are all-gathered into the parameters the step reads.
 * in ``fp16-mixed`` the gradients are first unscaled; where one is not finite on some rank the
@@ -134,7 +136,11 @@ def _pre_hook(optimizer, args, kwargs):
     finite = all([runtime.unscale() for runtime in runtimes])  # fp16-mixed (a collective each)
     optimizer.__dict__["_tensoropt_skipped"] = not finite
     args = args[1:] if args and args[0] is optimizer else args  # torch passes (self, *args)
-    if not finite or (type(optimizer) in FAST and not args and not kwargs):  # no closure
+    # the interpreter's steps (interpret mode, the measured step of `tensoropt run`) are the reference:
+    # the optimizer steps its DTensors itself there
+    local = (type(optimizer) in FAST and not args and not kwargs
+             and not any(rt.interpret_steps for rt in runtimes))
+    if not finite or local:
         if finite:
             step_local(optimizer)
         hidden = []
@@ -144,7 +150,7 @@ def _pre_hook(optimizer, args, kwargs):
                     hidden.append((p, p.grad))
                     p.grad = None
         optimizer.__dict__["_tensoropt_hidden"] = hidden
-    else:
+    elif type(optimizer) not in FAST:
         name = type(optimizer).__name__
         if name not in _NOTED:
             _NOTED.add(name)
