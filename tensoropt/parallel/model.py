@@ -189,6 +189,7 @@ class ParallelModel:
             >>> norm = pm.clip_grad_norm_(1.0)  # doctest: +SKIP
         """
         self.tensoropt_runtime.check_synchronised()
+        self.tensoropt_runtime.unscale()  # fp16-mixed: the norm of the true gradients (GradScaler's unscale_)
         return clip_grad_norm(self.parameters(), max_norm, norm_type, error_if_nonfinite)
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True,

@@ -163,6 +163,8 @@ def _post_hook(optimizer, args, kwargs):
     runtimes = optimizer.__dict__.get("_tensoropt_runtimes", (0, []))[1]
     for p, grad in optimizer.__dict__.pop("_tensoropt_hidden", []):
         p.grad = grad
+    for runtime in runtimes:
+        runtime.unscaled = None  # the next step's gradients hold the loss scale again
     if optimizer.__dict__.pop("_tensoropt_skipped", False):  # fp16-mixed: a gradient overflowed
         return
     for runtime in runtimes:

@@ -245,6 +245,9 @@ class Runtime:
         """``hook(event, loss)`` callables run by :meth:`train_step`: ``"forward"`` after an
         interpreted forward, ``"step"`` at its end (the measuring of ``tensoropt run`` hooks in here:
         :mod:`tensoropt.training.measure`)."""
+        self.unscaled: bool | None = None
+        """fp16-mixed: None while this step's gradients hold the loss scale, else whether they were
+        finite when :meth:`unscale` divided it out."""
         self.graphs: dict[int, StepGraph] = {}
         batch = spec.global_batch_size
         self.graphs[batch] = StepGraph(self, local.ep, local.operands, batch)
@@ -303,6 +306,7 @@ class Runtime:
             for p in self.params.values():
                 p.grad = None
             self.pending = False
+            self.unscaled = None
         values = graph.values(local_inputs)
         defer = not self.syncing and self.mode == "replay" and self.mesh is not None
         if graph.program is not None and not self.interpret_steps:
@@ -410,7 +414,9 @@ class Runtime:
         """
         if self.scaler is None:
             return True
-        finite = self.scaler.unscale([p.grad for p in self.installed if p.grad is not None])
+        if self.unscaled is not None:  # this step's gradients are unscaled already (clip_grad_norm_)
+            return self.unscaled
+        finite = self.unscaled = self.scaler.unscale([p.grad for p in self.installed if p.grad is not None])
         if self.scaler.update(finite):
             for graph in self.graphs.values():
                 graph.interpreter.loss_scale = self.scaler.scale
