@@ -14,11 +14,10 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from loop_plans import model_parallel_plan  # noqa: E402
 from torchrun import torchrun  # noqa: E402
 
 from tensoropt.config import Job  # noqa: E402
-from tensoropt.planner import plan_job  # noqa: E402
-from tensoropt.plans import plan_file_text  # noqa: E402
 
 KWARGS = {"vocab_size": 64, "seq_len": 16, "layers": 1, "width": 32, "heads": 2, "dropout": 0.3}
 
@@ -26,12 +25,7 @@ KWARGS = {"vocab_size": 64, "seq_len": 16, "layers": 1, "width": 32, "heads": 2,
 def _model_parallel_plan() -> dict:
     job = Job.from_dict({"model": {"name": "gpt", "kwargs": KWARGS}, "cluster": "cpu-local", "devices": [2],
                          "training": {"global_batch_size": 4, "optimizer": "sgd"}})
-    frontier = plan_job(job).to_json()
-    for p in sorted(frontier["frontiers"][0]["plans"], key=lambda p: p["memory_bytes"]):
-        plan = json.loads(plan_file_text(frontier, p["id"]))
-        if any(not c["label"].startswith(("batch", "replicate")) for c in plan["placements"].values()):
-            return plan
-    raise AssertionError("no model-parallel plan on the 2-device frontier of the dropout GPT")
+    return model_parallel_plan(job)
 
 
 @pytest.mark.distributed
