@@ -10,6 +10,8 @@ warm-up steps (the traces). One API step is ``pm.train_step(batch)`` (the loss r
 the optimizer step, the gradients dropped; the loss read after its clock stops). Printed: the median
 wall time and the median main-thread CPU time (``time.thread_time``: the work on this thread, no
 waiting for the other rank) of each, and their ratios (issue 24's target: API <= 1.03 x run).
+Since ``tensoropt run``'s loop trains through ``tensoropt.parallelize`` itself, both sides run one
+code path; what differs is the batch (the run reads only this rank's region) and the timing wrapper.
 
 Usage: ``.venv/bin/python benchmarks/api_overhead.py [--cases hf-gpt2:model_parallel,...] [--steps 20]``.
 """
