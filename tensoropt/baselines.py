@@ -15,9 +15,11 @@ import numpy as np
 from tensoropt.plans import Frontier
 
 
-def data_parallel_index(configurations, mesh) -> int:
+def data_parallel_index(configurations, mesh, options: tuple[str, ...] = ()) -> int:
     """Index of one node's data-parallel configuration among ``configurations``: the batch split
     over every axis of ``mesh``, or ``replicate`` (no split) where the node has no batch split.
+    ``options``: the memory options wanted on it (``("zero3",)``: FSDP's layout), taken where that
+    variant exists (a node without parameters has no ZeRO variant), else the plain one.
 
     Raises:
         ValueError: neither exists (every configuration space offers ``replicate``, so this means
@@ -31,6 +33,10 @@ def data_parallel_index(configurations, mesh) -> int:
         >>> mesh = Mesh((2,), ("gpu",))
         >>> data_parallel_index(confs, mesh), data_parallel_index(confs[:2], mesh)
         (2, 0)
+        >>> with_zero3 = confs + [Configuration("batch=2,zero3", (("batch", (0,)),), (), (), ("S(0)",),
+        ...                                     options=("zero3",))]
+        >>> data_parallel_index(with_zero3, mesh, ("zero3",)), data_parallel_index(with_zero3, mesh)
+        (3, 2)
     """
     every_axis = tuple(range(len(mesh.shape)))
     splits = [{dim: tuple(axes) for dim, axes in c.splits if axes} for c in configurations]
@@ -39,12 +45,17 @@ def data_parallel_index(configurations, mesh) -> int:
     if not batch and not whole:
         raise ValueError(f"no batch-split and no replicated configuration among "
                          f"{[c.label for c in configurations]}; a data-parallel plan needs one of them")
-    return (batch or whole)[0]
+    candidates = batch or whole
+    for wanted in (tuple(options), ()):
+        chosen = [i for i in candidates if tuple(configurations[i].options) == wanted]
+        if chosen:
+            return chosen[0]
+    return candidates[0]
 
 
-def data_parallel_assignment(G) -> dict[str, int]:
+def data_parallel_assignment(G, options: tuple[str, ...] = ()) -> dict[str, int]:
     """Node -> configuration index of the data-parallel plan of cost graph ``G``
-    (:func:`data_parallel_index` of every node).
+    (:func:`data_parallel_index` of every node, with ``options`` where a node has them).
 
     Raises:
         ValueError: naming a node that has neither a batch split nor ``replicate``.
@@ -63,7 +74,7 @@ def data_parallel_assignment(G) -> dict[str, int]:
     assignment = {}
     for name, data in G.nodes(data=True):
         try:
-            assignment[name] = data_parallel_index(data["configurations"], G.graph["mesh"])
+            assignment[name] = data_parallel_index(data["configurations"], G.graph["mesh"], options)
         except ValueError as e:
             raise ValueError(f"node {name!r}: {e}") from None
     return assignment
@@ -87,8 +98,9 @@ def plan_cost(G, assignment: dict) -> np.ndarray:
     return np.asarray(total)
 
 
-def data_parallel_frontier(G, graph, global_batch_size: int) -> Frontier:
-    """A one-plan :class:`Frontier` holding the data-parallel plan of ``G``, id ``d<P>-dp``.
+def data_parallel_frontier(G, graph, global_batch_size: int, options: tuple[str, ...] = ()) -> Frontier:
+    """A one-plan :class:`Frontier` holding the data-parallel plan of ``G``, id ``d<P>-dp`` (with
+    ``options``, e.g. ``("zero3",)`` for FSDP's layout: ``d<P>-dp-zero3``).
 
     Its plan carries the cost model's time and memory, the summary and the per-operator
     breakdown like a frontier plan's, so ``plan_file_text`` turns it into the plan.json
@@ -109,15 +121,16 @@ def data_parallel_frontier(G, graph, global_batch_size: int) -> Frontier:
     from frontier.point import Point
     from tensoropt.planner import frontier_from_points
 
-    assignment = data_parallel_assignment(G)
+    assignment = data_parallel_assignment(G, options)
     point = Point(cost=plan_cost(G, assignment), assignment=assignment)
     one = frontier_from_points(G, graph, [point], global_batch_size)
-    one.plans[0].id = f"d{one.devices}-dp"
+    one.plans[0].id = "-".join((f"d{one.devices}-dp", *options))
     return one
 
 
-def data_parallel_plan_json(job, devices: int) -> dict:
-    """The plan.json document of ``job``'s data-parallel plan on ``devices`` devices.
+def data_parallel_plan_json(job, devices: int, options: tuple[str, ...] = ()) -> dict:
+    """The plan.json document of ``job``'s data-parallel plan on ``devices`` devices; ``options``
+    (memory options the job lists, e.g. ``("zero3",)``) on every operator that has them.
 
     Planned as ``tensoropt plan`` plans (the job resolved, captured on meta, priced on the job's
     cluster), so ``tensoropt run`` and the launcher read it like a selected frontier plan, graph
@@ -137,11 +150,15 @@ def data_parallel_plan_json(job, devices: int) -> dict:
     from tensoropt.planner import build_job_model, capture_job, job_cost_graph, load_job_cluster, resolve_job
     from tensoropt.plans import FrontierFile, plan_file_text
 
+    missing = [o for o in options if o not in job.training.memory_options]
+    if missing:
+        raise ValueError(f"data-parallel plan with {missing}: add them to training.memory_options "
+                         f"(the job lists {list(job.training.memory_options)})")
     cluster = load_job_cluster(job)
     model, spec = build_job_model(job, "meta")
     job = resolve_job(job, spec, cluster)
     graph = capture_job(job, (model, spec))
     G = job_cost_graph(graph, job, cluster, devices)
-    one = data_parallel_frontier(G, graph, job.training.global_batch_size)
+    one = data_parallel_frontier(G, graph, job.training.global_batch_size, tuple(options))
     doc = FrontierFile(job=job.to_dict(), frontiers=[one], graph=fingerprint(graph, job)).to_json()
     return json.loads(plan_file_text(doc, one.plans[0].id))

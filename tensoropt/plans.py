@@ -1,8 +1,9 @@
 """Plans and frontiers as dataclasses, and their versioned JSON files.
 
-``frontier.json`` (outside tools read it; ``version`` says which form)::
+``frontier.json`` (outside tools read it; ``version`` says which form). In memory (``to_json()``,
+version 1 files, every reader in tensoropt) each plan entry holds its rows itself::
 
-    {"version": 1, "job": {...the resolved job...},
+    {"version": 2, "job": {...the resolved job...},
      "frontiers": [{"devices": 8, "mesh": [2, 2, 2], "mesh_levels": ["gpu", "gpu", "gpu"],
                     "plans": [{"id": "d8-p0", "time_s": 0.123, "memory_bytes": 123456,
                                "micro_batches": 1, "throughput_samples_per_s": 520.3,
@@ -16,16 +17,26 @@
                     "configurations": {"<node>": {"<label>": Configuration.to_json()}}}, ...],
      "selected": "d8-p3"}
 
+The file (version 2, :func:`frontier_file_text`) keeps each row a frontier's plans share once:
+a frontier gains the tables ``layer_rows`` (distinct ``layers`` rows), ``redistribution_rows``
+and ``op_rows`` (distinct ``[node, label]`` pairs), and a plan's ``layers``, ``redistributions``
+and ``ops`` are lists of indices into them (``ops`` in node order: ``dict(op_rows[i] for i in
+ops)``). A reader also accepts the inline forms in a version 2 file (a row object in place of
+an index, ``ops`` as a dict); :func:`unpack_frontier_json` resolves the indices and
+:func:`load_frontier_file` reads versions 1 and 2 (a version 1 file is the in-memory form).
+
 Plans of a frontier are sorted by time and mutually non-dominated. ``plan.json`` is one plan
 entry plus ``devices``, ``mesh`` (``Mesh.to_json()``), ``placements`` (node ->
 ``Configuration.to_json()``) and ``job``: everything the executor needs to run it without
-re-planning. :func:`plan_file_text` is the one writer of that text (``tensoropt select`` and
+re-planning (every row inline; plan.json keeps version 1: its form did not change).
+:func:`plan_file_text` is the one writer of that text (``tensoropt select`` and
 the plot's download button both use it). Files are written atomically (:func:`write_text_atomic`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +45,18 @@ from estimators.files import write_text_atomic
 from estimators.memory_parts import MEMORY_PARTS, TRANSIENT_PARTS
 from tensoropt.configspace.configuration import Configuration, Mesh
 
-__all__ = ["SCHEMA_VERSION", "Frontier", "FrontierFile", "Layer", "Plan", "PlanFile", "PlanFileError",
-           "Redistribution", "frontier_file_text", "load_frontier_file", "load_plan_file", "plan_file_text",
-           "plan_id", "write_selection", "write_text_atomic"]
+__all__ = ["PLAN_FILE_INDENT", "PLAN_SCHEMA_VERSION", "READ_VERSIONS", "SCHEMA_VERSION", "Frontier",
+           "FrontierFile", "Layer", "Plan", "PlanFile", "PlanFileError", "Redistribution",
+           "frontier_file_text", "load_frontier_file", "load_plan_file", "pack_frontier_json",
+           "plan_file_json", "plan_file_text", "plan_id", "unpack_frontier_json", "write_selection",
+           "write_text_atomic"]
 
-SCHEMA_VERSION = 1
-"""Version of frontier.json / plan.json written by this module."""
+SCHEMA_VERSION = 2
+"""Version of frontier.json written by this module (2: rows shared by a frontier's plans stored once)."""
+READ_VERSIONS = (1, 2)
+"""frontier.json versions :func:`load_frontier_file` reads."""
+PLAN_SCHEMA_VERSION = 1
+"""Version of plan.json (its form is the same since version 1: one plan, every row inline)."""
 
 
 class PlanFileError(ValueError):
@@ -185,9 +202,10 @@ class Plan:
     mesh; ``ops`` labels are prefixed ``pp<p>:``), ``block_names`` and ``stages`` (per stage its
     blocks, device range, in-flight micro-batches, time per micro-batch, once-per-step time, memory)."""
 
-    def to_json(self) -> dict:
+    def to_json(self, tables: _RowTables | None = None) -> dict:
         """JSON form (the frontier.json plan entry; ``micro_batches`` and ``pipeline`` always written,
-        ``pipeline`` null when not pipelined)."""
+        ``pipeline`` null when not pipelined). With ``tables`` (the file's form), ``ops``, ``layers``
+        and ``redistributions`` are indices into the frontier's shared rows, added to them."""
         out: dict[str, Any] = {"id": self.id, "time_s": self.time_s, "memory_bytes": self.memory_bytes,
                                "micro_batches": self.micro_batches}
         if self.throughput_samples_per_s is not None:
@@ -197,21 +215,27 @@ class Plan:
         if self.mfu is not None:
             out["mfu"] = self.mfu
         out["summary"] = self.summary
-        out["ops"] = dict(self.ops)
-        out["layers"] = [layer.to_json() for layer in self.layers]
-        out["redistributions"] = [r.to_json() for r in self.redistributions]
+        if tables is None:
+            out["ops"] = dict(self.ops)
+            out["layers"] = [layer.to_json() for layer in self.layers]
+            out["redistributions"] = [r.to_json() for r in self.redistributions]
+        else:
+            out["ops"] = [tables.op(pair) for pair in self.ops.items()]
+            out["layers"] = [tables.layer(layer) for layer in self.layers]
+            out["redistributions"] = [tables.row("redistribution_rows", r.to_json())
+                                      for r in self.redistributions]
         out["pipeline"] = self.pipeline
         if self.pipeline_detail is not None:
             out["pipeline_detail"] = self.pipeline_detail
         return out
 
     @staticmethod
-    def from_json(data: dict) -> Plan:
-        """Inverse of :meth:`to_json`."""
+    def from_json(data: dict, layer_of: Callable[[dict], Layer] = Layer.from_json) -> Plan:
+        """Inverse of :meth:`to_json` (``layer_of`` makes each Layer; a frontier shares equal ones)."""
         return Plan(
             id=data["id"], time_s=data["time_s"], memory_bytes=data["memory_bytes"], ops=dict(data["ops"]),
             summary=data.get("summary", ""),
-            layers=[Layer.from_json(x) for x in data.get("layers", [])],
+            layers=[layer_of(x) for x in data.get("layers", [])],
             redistributions=[Redistribution.from_json(x) for x in data.get("redistributions", [])],
             throughput_samples_per_s=data.get("throughput_samples_per_s"),
             micro_batches=int(data.get("micro_batches", 1)),
@@ -248,8 +272,9 @@ class Frontier:
     solves, the best plans without a pipeline (``unpipelined_fastest_s``, ``unpipelined_leanest_bytes``)
     and the stage covers' bound (``stage_bound``)."""
 
-    def to_json(self) -> dict:
-        """JSON form (an entry of frontier.json's "frontiers")."""
+    def to_json(self, shared: bool = False) -> dict:
+        """JSON form (an entry of frontier.json's "frontiers"); ``shared``: the file's form
+        (version 2: rows its plans share stored once, see :func:`pack_frontier_json`)."""
         out: dict[str, Any] = {"devices": self.devices, "mesh": list(self.mesh.shape),
                                "mesh_levels": list(self.mesh.levels)}
         if self.timing_s:
@@ -258,16 +283,30 @@ class Frontier:
             out["epsilon_bound"] = self.epsilon_bound
         if self.pipeline_search is not None:
             out["pipeline_search"] = self.pipeline_search
-        out["plans"] = [p.to_json() for p in self.plans]
+        if shared:
+            tables = _RowTables()
+            plans = [p.to_json(tables) for p in self.plans]
+            out.update(tables.to_json())
+            out["plans"] = plans
+        else:
+            out["plans"] = [p.to_json() for p in self.plans]
         out["configurations"] = self.configurations
         return out
 
     @staticmethod
     def from_json(data: dict) -> Frontier:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json` (also reads a frontier of the file's form, rows shared by index)."""
+        data = _unpack_frontier(data)
+        layers: dict[int, Layer] = {}  # one Layer per shared row (id of its dict)
+
+        def layer_of(row: dict) -> Layer:
+            if id(row) not in layers:
+                layers[id(row)] = Layer.from_json(row)
+            return layers[id(row)]
+
         return Frontier(
             devices=int(data["devices"]), mesh=_mesh_of(data),
-            plans=[Plan.from_json(p) for p in data["plans"]],
+            plans=[Plan.from_json(p, layer_of) for p in data["plans"]],
             configurations=data.get("configurations", {}), timing_s=dict(data.get("timing_s", {})),
             epsilon_bound=data.get("epsilon_bound"), pipeline_search=data.get("pipeline_search"),
         )
@@ -301,10 +340,11 @@ class FrontierFile:
     """The fingerprint of the captured graph and the job fields shaping it
     (:func:`tensoropt.capture.fingerprint.fingerprint`); every plan.json carries it too."""
 
-    def to_json(self) -> dict:
-        """JSON form (the content of frontier.json)."""
-        out = {"version": self.version, "job": self.job, "frontiers": [f.to_json() for f in self.frontiers],
-               "selected": self.selected}
+    def to_json(self, shared: bool = False) -> dict:
+        """JSON form: every row in its plan entry; ``shared``: the file's form (the content of
+        frontier.json, equal to ``pack_frontier_json(self.to_json())`` and faster)."""
+        out = {"version": self.version, "job": self.job,
+               "frontiers": [f.to_json(shared) for f in self.frontiers], "selected": self.selected}
         if self.timing_s:
             out["timing_s"] = dict(self.timing_s)
         if self.graph is not None:
@@ -313,11 +353,12 @@ class FrontierFile:
 
     @staticmethod
     def from_json(data: dict, source: str = "frontier.json") -> FrontierFile:
-        """Inverse of :meth:`to_json`; checks the version and names ``source`` in errors."""
+        """Inverse of :meth:`to_json`; reads versions 1 and 2 (:data:`READ_VERSIONS`; the object is
+        of version 2, written back in version 2's form) and names ``source`` in errors."""
         _check_version(data, source)
         try:
             return FrontierFile(job=data["job"], frontiers=[Frontier.from_json(f) for f in data["frontiers"]],
-                                selected=data.get("selected"), version=data["version"],
+                                selected=data.get("selected"),
                                 timing_s=dict(data.get("timing_s", {})), graph=data.get("graph"))
         except (KeyError, TypeError, ValueError) as e:
             raise PlanFileError(f"{source}: malformed frontier file ({type(e).__name__}: {e})") from None
@@ -336,17 +377,179 @@ class FrontierFile:
 
     def write(self, path: str | Path) -> None:
         """Write atomically as JSON (:func:`frontier_file_text`)."""
-        write_text_atomic(path, frontier_file_text(self.to_json()))
+        write_text_atomic(path, frontier_file_text(self.to_json(shared=True)))
 
 
 def frontier_file_text(frontier_json: dict) -> str:
-    """The text of frontier.json: compact JSON (frontiers of thousands of plans stay small).
+    """The text of frontier.json: compact JSON of :func:`pack_frontier_json` (version 2: the rows a
+    frontier's plans share are stored once), so frontiers of thousands of plans stay small.
 
     Example:
         >>> frontier_file_text({"version": 1, "job": {}, "frontiers": [], "selected": None})
-        '{"version":1,"job":{},"frontiers":[],"selected":null}\\n'
+        '{"version":2,"job":{},"frontiers":[],"selected":null}\\n'
     """
-    return json.dumps(frontier_json, separators=(",", ":")) + "\n"
+    return json.dumps(pack_frontier_json(frontier_json), separators=(",", ":")) + "\n"
+
+
+_SHARED_ROWS = (("layers", "layer_rows"), ("redistributions", "redistribution_rows"))
+"""Plan entry field -> the frontier's table of its distinct rows in the file (version 2)."""
+
+
+class _RowTables:
+    """The shared rows of one frontier in the file's form, filled while its plans are written."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, list] = {table: [] for _, table in _SHARED_ROWS}
+        self.tables["op_rows"] = []
+        self.indices: dict[str, dict] = {table: {} for table in self.tables}
+        self.layers: dict[tuple, int] = {}
+
+    def row(self, table: str, row: dict) -> int:
+        """Index of a JSON row in ``table`` (appended when new)."""
+        return _row_index(row, self.tables[table], self.indices[table])
+
+    def layer(self, layer: Layer) -> int:
+        """Index of a Layer's row in ``layer_rows`` (its JSON made once per distinct row)."""
+        values = tuple(layer.__dict__.values())
+        key = (values, tuple(map(type, values)))
+        i = self.layers.get(key)
+        if i is None:
+            i = self.layers[key] = self.row("layer_rows", layer.to_json())
+        return i
+
+    def op(self, pair: tuple[str, str]) -> int:
+        """Index of a ``(node, label)`` pair in ``op_rows``."""
+        index = self.indices["op_rows"]
+        i = index.get(pair)
+        if i is None:
+            i = index[pair] = len(self.tables["op_rows"])
+            self.tables["op_rows"].append(list(pair))
+        return i
+
+    def to_json(self) -> dict:
+        """The tables, as a frontier's keys."""
+        return self.tables
+
+
+def pack_frontier_json(frontier_json: dict) -> dict:
+    """The file's form (version 2) of a frontier.json dict: per frontier, each distinct row of the
+    plans' ``layers`` and ``redistributions`` and each ``[node, label]`` pair of their ``ops`` is
+    stored once, in ``layer_rows``, ``redistribution_rows`` and ``op_rows``; a plan lists indices.
+
+    Accepts either form (a packed frontier is packed again from its resolved rows); every other
+    key is kept as it is. :func:`unpack_frontier_json` is its inverse.
+
+    Example:
+        >>> row = {"node": "fc", "op": "aten.linear.default", "module": "fc", "config": "out=2",
+        ...        "compute_s": 0.5, "comm_s": 0.0, "memory_bytes": 8}
+        >>> fj = {"version": 1, "job": {}, "frontiers": [{"devices": 2, "mesh": [2], "plans": [
+        ...     {"id": f"d2-p{i}", "time_s": 1.0, "memory_bytes": 8, "ops": {"fc": "out=2"}, "layers": [row]}
+        ...     for i in range(2)]}]}
+        >>> packed = pack_frontier_json(fj)
+        >>> [p["layers"] for p in packed["frontiers"][0]["plans"]], packed["frontiers"][0]["op_rows"]
+        ([[0], [0]], [['fc', 'out=2']])
+        >>> unpack_frontier_json(packed)["frontiers"] == fj["frontiers"]
+        True
+    """
+    return {**frontier_json, "version": SCHEMA_VERSION,
+            "frontiers": [_pack_frontier(f) for f in frontier_json.get("frontiers", [])]}
+
+
+def unpack_frontier_json(frontier_json: dict) -> dict:
+    """The in-memory form of a frontier.json dict of either version: every plan entry holds its
+    ``layers`` and ``redistributions`` rows and its ``ops`` dict itself (the row tables dropped).
+
+    Rows are shared between plans, not copied (treat them as read-only). A dict already in
+    that form comes back equal. See :func:`pack_frontier_json` for an example.
+
+    Raises:
+        PlanFileError: an index that is not in its table.
+
+    Example:
+        >>> unpack_frontier_json({"version": 2, "job": {}, "frontiers": [{"devices": 1, "mesh": [],
+        ...     "op_rows": [["fc", "replicate"]], "plans": [{"id": "d1-p0", "ops": [0]}]}]})["frontiers"]
+        [{'devices': 1, 'mesh': [], 'plans': [{'id': 'd1-p0', 'ops': {'fc': 'replicate'}}]}]
+    """
+    return {**frontier_json, "frontiers": [_unpack_frontier(f) for f in frontier_json.get("frontiers", [])]}
+
+
+def _pack_frontier(frontier: dict) -> dict:
+    """One frontier in the file's form (see :func:`pack_frontier_json`); the same object when it is."""
+    if _is_packed(frontier):
+        return frontier
+    frontier = _unpack_frontier(frontier)
+    tables = _RowTables()
+    plans = []
+    for plan in frontier.get("plans", []):
+        plan = dict(plan)
+        for key, table in _SHARED_ROWS:
+            if key in plan:
+                plan[key] = [tables.row(table, row) for row in plan[key]]
+        if isinstance(plan.get("ops"), dict):
+            plan["ops"] = [tables.op(pair) for pair in plan["ops"].items()]
+        plans.append(plan)
+    out = {k: v for k, v in frontier.items() if k not in ("plans", "configurations")}
+    out.update(tables.to_json(), plans=plans)
+    if "configurations" in frontier:
+        out["configurations"] = frontier["configurations"]
+    return out
+
+
+def _is_packed(frontier: dict) -> bool:
+    """True if a frontier is in the file's form: its tables present, every plan's rows indices."""
+    if any(t not in frontier for t in ("layer_rows", "redistribution_rows", "op_rows")):
+        return False
+    for plan in frontier.get("plans", []):
+        if not isinstance(plan.get("ops", []), list):
+            return False
+        for key, _ in _SHARED_ROWS:
+            if not all(isinstance(x, int) for x in plan.get(key, [])):
+                return False
+    return True
+
+
+def _row_index(row: dict, rows: list[dict], index: dict) -> int:
+    """The index of ``row`` in ``rows`` (appended when new); equal rows of other number types
+    (1 and 1.0) and field orders stay distinct, so the text reads back as written."""
+    try:
+        key: tuple = (tuple(row.items()), tuple(map(type, row.values())))
+        hash(key)
+    except TypeError:  # a list value (a redistribution's layouts)
+        key = tuple((k, type(v), tuple(v) if isinstance(v, list) else v) for k, v in row.items())
+    i = index.get(key)
+    if i is None:
+        i = index[key] = len(rows)
+        rows.append(row)
+    return i
+
+
+def _unpack_frontier(frontier: dict) -> dict:
+    """One frontier in the in-memory form (see :func:`unpack_frontier_json`); the same object when
+    it has no row tables and no plan lists ``ops`` by index."""
+    tables = [t for _, t in _SHARED_ROWS] + ["op_rows"]
+    plans = frontier.get("plans", [])
+    if not any(t in frontier for t in tables) and not any(isinstance(p.get("ops"), list) for p in plans):
+        return frontier
+    out = {k: v for k, v in frontier.items() if k not in tables}
+    out["plans"] = [_unpack_plan(frontier, plan) for plan in plans]
+    return out
+
+
+def _unpack_plan(frontier: dict, plan: dict) -> dict:
+    """A plan entry with its rows and ops resolved from the frontier's tables."""
+    plan = dict(plan)
+    try:
+        for key, table in _SHARED_ROWS:
+            if key in plan:
+                rows = frontier.get(table, [])
+                plan[key] = [rows[x] if isinstance(x, int) else x for x in plan[key]]
+        if isinstance(plan.get("ops"), list):
+            pairs = frontier.get("op_rows", [])
+            plan["ops"] = dict(pairs[i] for i in plan["ops"])
+    except IndexError:
+        raise PlanFileError(f"plan {plan.get('id')!r}: an index past its frontier's row table "
+                            f"({', '.join(t for _, t in _SHARED_ROWS)}, op_rows)") from None
+    return plan
 
 
 def load_frontier_file(path: str | Path) -> FrontierFile:
@@ -357,7 +560,7 @@ def load_frontier_file(path: str | Path) -> FrontierFile:
         >>> p = os.path.join(tempfile.mkdtemp(), "frontier.json")
         >>> FrontierFile(job={}, frontiers=[]).write(p)
         >>> load_frontier_file(p).version
-        1
+        2
     """
     return FrontierFile.from_json(_read_json(path), str(path))
 
@@ -388,7 +591,7 @@ class PlanFile:
     @staticmethod
     def from_json(data: dict, source: str = "plan.json") -> PlanFile:
         """Parse plan.json's content (raising PlanFileError that names ``source``)."""
-        _check_version(data, source)
+        _check_version(data, source, (PLAN_SCHEMA_VERSION,))
         try:
             return PlanFile(plan=Plan.from_json(data), devices=int(data["devices"]),
                             mesh=Mesh.from_json(data["mesh"]),
@@ -407,13 +610,13 @@ def plan_file_text(frontier_json: dict, plan_id: str) -> str:
     """The exact text ``tensoropt select`` writes to plan.json for plan ``plan_id``.
 
     Args:
-        frontier_json: the parsed content of frontier.json.
+        frontier_json: the parsed content of frontier.json (either form: rows inline or shared).
         plan_id: id of one of its plans.
 
     Returns:
-        JSON text (indented, newline-terminated): the plan entry, ``devices``, ``mesh``,
-        ``placements``, ``job`` and (when the frontier has it) ``graph``, the fingerprint of the
-        graph the plan was made for.
+        JSON text (indented, newline-terminated) of :func:`plan_file_json`: the plan entry,
+        ``devices``, ``mesh``, ``placements``, ``job`` and (when the frontier has it) ``graph``,
+        the fingerprint of the graph the plan was made for.
 
     Raises:
         PlanFileError: no plan has that id, or a label lacks its configuration.
@@ -424,10 +627,29 @@ def plan_file_text(frontier_json: dict, plan_id: str) -> str:
         >>> json.loads(plan_file_text(fj, "d1-p0"))["devices"]
         1
     """
+    return json.dumps(plan_file_json(frontier_json, plan_id), indent=PLAN_FILE_INDENT) + "\n"
+
+
+PLAN_FILE_INDENT = 1
+"""Spaces per level of plan.json's text."""
+
+
+def plan_file_json(frontier_json: dict, plan_id: str) -> dict:
+    """The content of plan.json for plan ``plan_id`` (:func:`plan_file_text` writes it): self-contained,
+    every row inline, ``version`` :data:`PLAN_SCHEMA_VERSION`.
+
+    Example:
+        >>> fj = {"version": 2, "job": {}, "frontiers": [{"devices": 1, "mesh": [], "op_rows": [["fc", "r"]],
+        ...       "configurations": {"fc": {"r": {"label": "r"}}},
+        ...       "plans": [{"id": "d1-p0", "time_s": 1.0, "memory_bytes": 8, "ops": [0]}]}]}
+        >>> plan_file_json(fj, "d1-p0")["placements"]
+        {'fc': {'label': 'r'}}
+    """
     for frontier in frontier_json.get("frontiers", []):
         for plan in frontier.get("plans", []):
             if plan.get("id") != plan_id:
                 continue
+            plan = _unpack_plan(frontier, plan)  # plan.json is self-contained: every row inline
             configs = frontier.get("configurations", {})
             placements = {}
             for node, label in plan["ops"].items():
@@ -436,13 +658,13 @@ def plan_file_text(frontier_json: dict, plan_id: str) -> str:
                 except KeyError:
                     raise PlanFileError(f"plan {plan_id}: no configuration {label!r} recorded for node "
                                         f"{node!r} in the frontier's 'configurations'") from None
-            out = {"version": frontier_json.get("version", SCHEMA_VERSION), **plan,
+            out = {"version": PLAN_SCHEMA_VERSION, **plan,
                    "pipeline": plan.get("pipeline"), "devices": frontier["devices"],
                    "mesh": _mesh_of(frontier).to_json(),
                    "placements": placements, "job": frontier_json.get("job", {})}
             if frontier_json.get("graph") is not None:  # the plan stays bound to its graph
                 out["graph"] = frontier_json["graph"]
-            return json.dumps(out, indent=1) + "\n"
+            return out
     ids = [p.get("id") for f in frontier_json.get("frontiers", []) for p in f.get("plans", [])]
     shown = ", ".join(ids[:8]) + (", ..." if len(ids) > 8 else "")
     raise PlanFileError(f"no plan with id {plan_id!r} in the frontier file (ids: {shown or 'none'})")
@@ -466,7 +688,7 @@ def write_selection(frontier_file: FrontierFile, plan_id: str, frontier_file_pat
         ('d1-p0', 'd1-p0')
     """
     frontier_file.selected = plan_id
-    data = frontier_file.to_json()
+    data = frontier_file.to_json(shared=True)
     text = plan_file_text(data, plan_id)
     write_text_atomic(plan_path, text)
     write_text_atomic(frontier_file_path, frontier_file_text(data))
@@ -489,12 +711,14 @@ def _mesh_of(frontier: dict) -> Mesh:
     return Mesh(shape=shape, levels=levels)
 
 
-def _check_version(data: Any, source: str) -> None:
+def _check_version(data: Any, source: str, versions: tuple[int, ...] = READ_VERSIONS) -> None:
     if not isinstance(data, dict) or "version" not in data:
         raise PlanFileError(f"{source}: not a tensoropt file (no 'version' key)")
-    if data["version"] != SCHEMA_VERSION:
+    if data["version"] not in versions:
+        readable = " and ".join(str(v) for v in versions)
         raise PlanFileError(f"{source}: schema version {data['version']!r}; this tensoropt reads version "
-                            f"{SCHEMA_VERSION} (re-run `tensoropt plan`)")
+                            f"{readable} (re-run `tensoropt plan` with this tensoropt, or read the file "
+                            f"with the tensoropt that wrote it)")
 
 
 def _read_json(path: str | Path) -> Any:

@@ -161,10 +161,14 @@ def op_attrs(op: str, kind: str, args: tuple, kwargs: dict, in_shapes: list[tupl
         return {"dim": d + rank if d < 0 else d}
     if kind == "cross_entropy":
         red = _arg(args, kwargs, 3, "reduction", 1)
-        return {
+        attrs = {
             "reduction": {0: "none", 1: "mean", 2: "sum"}.get(red, red),
             "class_dim": 1 if rank > 1 else 0,
         }
+        if "nll_loss" not in op:  # (self, target, weight, reduction, ignore_index, label_smoothing)
+            attrs["weighted"] = _arg(args, kwargs, 2, "weight", None) is not None
+            attrs["label_smoothing"] = float(_arg(args, kwargs, 5, "label_smoothing", 0.0) or 0.0)
+        return attrs
     if kind == "mse_loss":
         red = _arg(args, kwargs, 2, "reduction", 1)
         return {"reduction": {0: "none", 1: "mean", 2: "sum"}.get(red, red)}

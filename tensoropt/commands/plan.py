@@ -114,7 +114,7 @@ def write_outputs(ff: FrontierFile, out: Path, job_path: str, plot: bool) -> lis
     from tensoropt.planner import frozen_heap
 
     with frozen_heap():  # the plans' rows are many small objects: no full collection walks them all
-        data = ff.to_json()
+        data = ff.to_json(shared=True)  # the file's form: rows the plans share stored once
         text = frontier_file_text(data)
     written = [out / "frontier.json"]
     write_text_atomic(written[0], text)

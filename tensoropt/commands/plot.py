@@ -29,14 +29,15 @@ def add_parser(subparsers) -> None:
                    help="per-device budget to draw, e.g. 16GiB (default: the job's memory_budget)")
     p.add_argument("--job", default=None, help="job YAML named in the page's `tensoropt run` command")
     p.add_argument("--embed-limit-mib", type=float, default=EMBED_LIMIT_BYTES / 2**20,
-                   help="plan files embedded in the page, in MiB of JSON (default %(default)g); beyond it "
-                        "only an even subset of plans carries its per-layer details")
+                   help="plan files embedded in the page, in MiB of their distinct JSON text (the plans "
+                        "share most of it; default %(default)g); beyond it only an even subset of plans "
+                        "carries its per-layer details")
 
 
 def run(args: argparse.Namespace) -> int:
     """Read the frontier file, write the page, print where."""
     path = frontier_path(args.frontier)
-    frontier_json = load_frontier_file(path).to_json()
+    frontier_json = load_frontier_file(path).to_json(shared=True)  # the file's form: rows shared
     out = Path(args.output) if args.output else path.parent / "pareto.html"
     budget = budget_bytes(args.memory_budget, frontier_json["job"])
     text = pareto_html(frontier_json, budget, args.job, embed_limit_bytes=_limit_bytes(args.embed_limit_mib))

@@ -235,8 +235,21 @@ def sdpa_dims(node: dict) -> list[ParDim]:
 
 def cross_entropy_dims(node: dict) -> list[ParDim]:
     """cross_entropy: ``batch`` (+ ``seq`` of [N, C, T] logits), partial when the loss is reduced;
-    the class dim of 2-D logits as ``out`` (the executor runs it with DTensor's ``loss_parallel``,
-    whose output is the replicated loss)."""
+    the class dim of 2-D logits as ``out`` when the loss is a mean or a sum without class weights
+    or label smoothing (the executor's vocabulary-parallel loss, executor/vocab_parallel.py, whose
+    output is the replicated loss). HuggingFace's causal-LM loss (``.float()``, flattened to
+    ``[tokens, vocabulary]``, labels padded with -100) is such a loss: its class dim is the head's
+    ``out`` dim through the folded upcast and view.
+
+    Example:
+        >>> node = {"op": "aten.cross_entropy_loss.default", "attrs": {"reduction": "mean"},
+        ...         "inputs": [{"shape": (6, 10)}, {"shape": (6,)}]}
+        >>> [(d.name, d.size, d.operand_dims) for d in cross_entropy_dims(node)]
+        [('batch', 6, (0, 0)), ('out', 10, (1, None))]
+        >>> node["attrs"]["label_smoothing"] = 0.1
+        >>> [d.name for d in cross_entropy_dims(node)]
+        ['batch']
+    """
     reduced = node["attrs"].get("reduction", "mean") != "none"
     logits = node["inputs"][0]["shape"] if node["inputs"] else ()
     if not logits:
@@ -250,7 +263,10 @@ def cross_entropy_dims(node: dict) -> list[ParDim]:
         dims.append(
             ParDim(name, logits[ld], operand_dims, out_dim=None if reduced else td, reduction=reduced)
         )
-    if len(logits) == 2 and node["op"] == "aten.cross_entropy_loss.default":
+    attrs = node["attrs"]
+    class_split = (attrs.get("reduction", "mean") in ("mean", "sum") and not attrs.get("weighted")
+                   and not attrs.get("label_smoothing"))
+    if len(logits) == 2 and node["op"] == "aten.cross_entropy_loss.default" and class_split:
         dims.append(ParDim("out", logits[1], _only(node, 0, 1), out_dim=None, grad_sync=False))
     return dims
 

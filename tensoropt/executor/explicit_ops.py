@@ -427,9 +427,9 @@ def cross_entropy(node_name: str, op, logits, labels, weight=None, reduction: in
         for p in logits.placements)
     if not class_sharded:
         return op(logits, labels, weight, reduction, ignore_index, label_smoothing)
-    if logits.dim() != 2 or weight is not None or reduction != 1 or label_smoothing:
+    if logits.dim() != 2 or weight is not None or reduction not in (1, 2) or label_smoothing:
         raise UnsupportedConfiguration(
             f"node {node_name!r} (aten.cross_entropy_loss): a class-split cross entropy needs 2-D logits, "
-            "mean reduction, no class weights and no label smoothing"
+            "a mean or sum reduction, no class weights and no label smoothing"
         )
-    return class_split_cross_entropy(logits, labels, ignore_index)
+    return class_split_cross_entropy(logits, labels, ignore_index, reduction)

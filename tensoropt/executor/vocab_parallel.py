@@ -115,12 +115,15 @@ def row_losses(logits: torch.Tensor, labels: torch.Tensor, vocab_start: int, gro
 
 
 def class_split_cross_entropy(logits: DTensor, labels: DTensor | torch.Tensor,
-                              ignore_index: int = -100) -> DTensor:
-    """Mean cross entropy of DTensor logits split on the class dim (dim 1) over some mesh axes.
+                              ignore_index: int = -100, reduction: int = 1) -> DTensor:
+    """Mean (``reduction=1``) or sum (``2``) cross entropy of DTensor logits split on the class dim
+    (dim 1) over some mesh axes.
 
-    The result is the sum of this rank's valid rows' losses over the global count of valid labels:
-    ``Partial`` over the axes that split the batch (dim 0), replicated over the others, like the
-    aten op on a batch-split input (the caller reduces it).
+    The mean is the sum of the valid rows' losses over the global count of valid labels (rows whose
+    label is ``ignore_index`` count in neither), as ``cross_entropy(ignore_index=...)`` gives; the
+    sum leaves the division to the caller (HuggingFace's loss divides by ``num_items_in_batch``).
+    The result is ``Partial`` over the axes that split the batch (dim 0), replicated over the others,
+    like the aten op on a batch-split input (the caller reduces it).
 
     Example:
         >>> # not run here: needs DTensors on a process group's mesh
@@ -145,6 +148,8 @@ def class_split_cross_entropy(logits: DTensor, labels: DTensor | torch.Tensor,
     per_row = DTensor.from_local(local_rows, mesh, rows, run_check=False, shape=torch.Size(logits.shape[:1]),
                                  stride=(1,))
     valid = labels != ignore_index
+    if reduction == 2:
+        return (per_row * valid).sum()
     total = valid.sum()
     if any(p.is_partial() for p in total.placements):
         total = total.redistribute(mesh, [Replicate() if p.is_partial() else p for p in total.placements])

@@ -120,10 +120,13 @@ def page_points(frontier_json: dict, budget_bytes: int | None) -> list[PlotPoint
         >>> page_points(fj, budget_bytes=2 * GIB)[0].fits
         False
     """
+    from tensoropt.plans import unpack_frontier_json
+
     batch = global_batch_size(frontier_json)
     frontiers = frontier_json.get("frontiers")
     if not isinstance(frontiers, list):
         raise ValueError("frontier.json: 'frontiers' must be a list of frontiers (see issue 5 schema)")
+    frontiers = unpack_frontier_json(frontier_json)["frontiers"]  # the file's shared rows resolved
     points = []
     for i, fr in sorted(enumerate(frontiers), key=lambda t: int(t[1].get("devices", 0))):
         devices = _number(fr, "devices", f"frontiers[{i}]")

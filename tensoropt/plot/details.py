@@ -22,10 +22,11 @@ import math
 from collections.abc import Callable
 
 from tensoropt.plot.data import PlotPoint, page_points
-from tensoropt.plot.plan_texts import all_plan_texts
+from tensoropt.plot.plan_texts import all_plan_texts, plan_text_pieces
 
 EMBED_LIMIT_BYTES = 80 * 2**20
-"""Default limit on the plan.json text embedded in one page (~6 MiB once compressed)."""
+"""Default limit on the plan.json text embedded in one page: the distinct pieces of the plans'
+texts (:func:`page_payload`; ~6 MiB once compressed; Llama-3-8B's 200 plans on 4 counts: 5 MiB)."""
 
 
 def embedded_ids(
@@ -33,6 +34,7 @@ def embedded_ids(
     selected: str | None,
     limit_bytes: float,
     plan_text: Callable[[dict, str], str] | None = None,
+    total_bytes: float | None = None,
 ) -> list[str]:
     """Ids of the plans whose details the page embeds.
 
@@ -42,6 +44,8 @@ def embedded_ids(
         limit_bytes: limit on the total plan.json text; each frontier's plan size is estimated
             from its first plan.
         plan_text: the plan.json renderer (None: :func:`tensoropt.plans.plan_file_text`).
+        total_bytes: the size of every plan's details as embedded (the page passes its pieces'
+            total, :func:`page_payload`); None estimates the plan files' total text.
 
     Returns:
         Ids in file order: all plans when they fit, else every k-th plan of each frontier plus
@@ -55,7 +59,8 @@ def embedded_ids(
     """
     render = plan_text or _plan_file_text
     frontiers = [f.get("plans", []) for f in frontier_json.get("frontiers", [])]
-    total = sum(len(plans) * len(render(frontier_json, str(plans[0]["id"]))) for plans in frontiers if plans)
+    total = total_bytes if total_bytes is not None else sum(
+        len(plans) * len(render(frontier_json, str(plans[0]["id"]))) for plans in frontiers if plans)
     stride = 1 if total <= limit_bytes else math.ceil(total / max(limit_bytes, 1.0))
     ids = []
     for plans in frontiers:
@@ -123,6 +128,46 @@ def details_payload(
         >>> sorted(details_payload(fj, page_points(fj, None), ["d1-p0"])["texts"])
         ['d1-p0']
     """
+    return {
+        "plans": _panels(frontier_json, points, ids, job_file),
+        "texts": all_plan_texts(frontier_json, plan_text, ids),
+    }
+
+
+def page_payload(
+    frontier_json: dict, points: list[PlotPoint], ids: list[str], plan_text: Callable | None = None,
+    job_file: str = "JOB.yaml",
+) -> dict:
+    """The data the page embeds for the plans ``ids``: ``{"plans": {id: panel payload without its
+    layers}, "pieces": [text, ...], "texts": {id: [first, count, ...]}}``. A plan's plan.json text
+    is its runs of pieces put together (:func:`tensoropt.plot.plan_texts.joined_text`; plans
+    share most pieces, so each is stored once), and the panel's layers are that text's
+    ``layers``: the page's script makes both when a plan is shown.
+
+    Example:
+        >>> from tensoropt.plot.data import page_points
+        >>> import json
+        >>> from tensoropt.plot.plan_texts import joined_text
+        >>> fj = {"version": 1, "job": {}, "frontiers": [{"devices": 1, "mesh": [], "plans": [
+        ...     {"id": "d1-p0", "time_s": 1.0, "memory_bytes": 8, "ops": {}}], "configurations": {}}]}
+        >>> data = page_payload(fj, page_points(fj, None), ["d1-p0"])
+        >>> text = joined_text(data["pieces"], data["texts"]["d1-p0"])
+        >>> json.loads(text)["id"], "layers" in data["plans"]["d1-p0"]
+        ('d1-p0', False)
+    """
+    if plan_text is None:
+        pieces, texts = plan_text_pieces(frontier_json, ids)
+    else:
+        pieces = [plan_text(frontier_json, i) for i in ids]
+        texts = {i: [k, 1] for k, i in enumerate(ids)}
+    plans = _panels(frontier_json, points, ids, job_file)
+    for payload in plans.values():
+        del payload["layers"]
+    return {"plans": plans, "pieces": pieces, "texts": texts}
+
+
+def _panels(frontier_json: dict, points: list[PlotPoint], ids: list[str], job_file: str) -> dict:
+    """Plan id -> :func:`plan_payload` for the plans ``ids``."""
     frontiers = {int(f["devices"]): f for f in frontier_json.get("frontiers", [])}
     wanted = set(ids)
     plans = {}
@@ -131,10 +176,7 @@ def details_payload(
             frontier = frontiers[p.devices]
             command = run_command(job_file, "plan.json", p.devices, frontier_nodes(frontier))
             plans[p.plan_id] = plan_payload(p, mesh_text(frontier.get("mesh")), command)
-    return {
-        "plans": plans,
-        "texts": all_plan_texts(frontier_json, plan_text, ids),
-    }
+    return plans
 
 
 def plan_details(

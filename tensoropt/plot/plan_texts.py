@@ -120,3 +120,155 @@ def _agree(texts: dict[str, str], frontier_json: dict, render) -> bool:
             if texts[plans[k]] != render(frontier_json, plans[k]):
                 return False
     return True
+
+
+def plan_text_pieces(frontier_json: dict, ids: list[str] | None = None
+                     ) -> tuple[list[str], dict[str, list[int]]]:
+    """The plan.json texts of plans ``ids`` as pieces shared between them, for the page to embed.
+
+    Each plan's text is exactly :func:`tensoropt.plans.plan_file_text`'s, cut into its lines of the
+    two top levels, each with what it opens (a layer row, a placement, an ``ops`` entry, whole):
+    plans share most of them, so each distinct piece is kept once. ``texts[id]`` lists runs
+    ``[first, count, first, count, ...]`` of piece indices (:func:`joined_text`). The pieces are
+    made from :func:`tensoropt.plans.plan_file_json` by the rules of ``json.dumps(indent=...)``,
+    each shared value rendered once; a plan per frontier is checked against the plain renderer,
+    and on any difference each text is one piece of its own.
+
+    Args:
+        frontier_json: a frontier.json dict of either form (rows inline or shared).
+        ids: the plans wanted (None: all), in the order of ``texts``.
+
+    Example:
+        >>> from tensoropt.plans import plan_file_text
+        >>> fj = {"version": 1, "job": {"x": 1}, "frontiers": [{"devices": 1, "mesh": [], "plans": [
+        ...     {"id": f"d1-p{i}", "time_s": 1.0 + i, "memory_bytes": 8, "ops": {"fc": "replicate"}}
+        ...     for i in range(2)], "configurations": {"fc": {"replicate": {"label": "replicate"}}}}]}
+        >>> pieces, texts = plan_text_pieces(fj)
+        >>> joined_text(pieces, texts["d1-p1"]) == plan_file_text(fj, "d1-p1")
+        True
+    """
+    from tensoropt.plans import (
+        PLAN_FILE_INDENT,
+        pack_frontier_json,
+        plan_file_json,
+        plan_file_text,
+        unpack_frontier_json,
+    )
+
+    shared = unpack_frontier_json(pack_frontier_json(frontier_json))  # equal rows are one object
+    if ids is None:
+        ids = [str(p["id"]) for f in shared.get("frontiers", []) for p in f.get("plans", [])]
+    lines = _TopLines(PLAN_FILE_INDENT)
+    texts = {plan_id: _runs(lines.refs(plan_file_json(shared, plan_id))) for plan_id in ids}
+    if ids and joined_text(lines.pieces, texts[ids[-1]]) != plan_file_text(frontier_json, ids[-1]):
+        texts = all_plan_texts(frontier_json, None, ids)  # a changed file format: whole texts
+        return [texts[i] for i in ids], {i: [k, 1] for k, i in enumerate(ids)}
+    return lines.pieces, texts
+
+
+def joined_text(pieces: list[str], runs: list[int]) -> str:
+    """A text of :func:`plan_text_pieces` put together (what the page's script does).
+
+    Example:
+        >>> joined_text(["a", "b", "c"], [2, 1, 0, 2])
+        'cab'
+    """
+    return "".join("".join(pieces[first:first + count]) for first, count in zip(runs[::2], runs[1::2]))
+
+
+_ELEMENT = object()
+"""The key of a list's element in :meth:`_TopLines.line`."""
+_TOP = object()
+"""The mark of a first-level line in :class:`_TopLines`'s memo."""
+
+
+class _TopLines:
+    """The lines of ``json.dumps(obj, indent=n) + "\\n"`` for dicts ``obj``, cut at their two top
+    levels (a line of the second level carries its whole value), as indices into ``pieces``.
+    Values are rendered once per object (rows, configurations, the job: shared between plans) and
+    ``"key": value`` lines once per pair."""
+
+    def __init__(self, indent: int) -> None:
+        self.pad1, self.pad2 = " " * indent, " " * (2 * indent)
+        self.indent = indent
+        self.pieces: list[str] = []
+        self.index: dict[str, int] = {}
+        self.lines: dict[tuple, int] = {}  # memo of a pair -> its piece, with its comma
+        self.last: dict[int, int] = {}  # piece with its comma -> the piece without
+        self.keep: list = []  # the objects whose ids key ``lines``: alive, so no id is reused
+
+    def intern(self, line: str) -> int:
+        """The index of a piece (appended when new)."""
+        i = self.index.get(line)
+        if i is None:
+            i = self.index[line] = len(self.pieces)
+            self.pieces.append(line)
+        return i
+
+    def render(self, value, pad: str) -> str:
+        """``value`` as json.dumps renders it at the depth of ``pad``."""
+        if isinstance(value, (dict, list)):
+            return json.dumps(value, indent=self.indent).replace("\n", "\n" + pad)
+        return json.dumps(value)
+
+    def line(self, key, value) -> int:
+        """The second-level line of ``value`` (``key``: its key in a dict, :data:`_ELEMENT` in a
+        list) with its comma, rendered once per pair."""
+        nested = type(value) in (dict, list)
+        memo = (key, id(value)) if nested else (key, value, type(value))
+        hit = self.lines.get(memo)
+        if hit is None:
+            if nested:
+                self.keep.append(value)
+            head = self.pad2 if key is _ELEMENT else f"{self.pad2}{json.dumps(key)}: "
+            hit = self.lines[memo] = self.intern(head + self.render(value, self.pad2) + ",\n")
+        return hit
+
+    def refs(self, obj: dict) -> list[int]:
+        """The piece indices of the text of ``obj``."""
+        out = [self.intern("{\n")]
+        items = list(obj.items())
+        for k, (key, value) in enumerate(items):
+            end = ",\n" if k < len(items) - 1 else "\n"
+            head = f"{self.pad1}{json.dumps(key)}: "
+            if isinstance(value, (list, dict)) and value:
+                opener, closer = ("[", "]") if isinstance(value, list) else ("{", "}")
+                out.append(self.intern(head + opener + "\n"))
+                if isinstance(value, list):
+                    out += [self.line(_ELEMENT, v) for v in value]
+                else:
+                    out += [self.line(k2, v) for k2, v in value.items()]
+                out[-1] = self.without_comma(out[-1])
+                out.append(self.intern(self.pad1 + closer + end))
+            elif type(value) in (dict, list):  # the job, the graph: the same objects in every plan
+                memo = (_TOP, key, id(value), end)
+                if memo not in self.lines:
+                    self.keep.append(value)
+                    self.lines[memo] = self.intern(head + self.render(value, self.pad1) + end)
+                out.append(self.lines[memo])
+            else:
+                out.append(self.intern(head + self.render(value, self.pad1) + end))
+        out.append(self.intern("}\n"))  # the closing brace and the file's final newline
+        return out
+
+    def without_comma(self, piece: int) -> int:
+        """The piece of the same line without its comma (the last of a list or dict)."""
+        if piece not in self.last:
+            self.last[piece] = self.intern(self.pieces[piece][:-2] + "\n")
+        return self.last[piece]
+
+
+def _runs(refs: list[int]) -> list[int]:
+    """``[first, count, ...]`` runs of consecutive indices.
+
+    Example:
+        >>> _runs([4, 5, 6, 2, 9, 10])
+        [4, 3, 2, 1, 9, 2]
+    """
+    out: list[int] = []
+    for i in refs:
+        if out and out[-2] + out[-1] == i:
+            out[-1] += 1
+        else:
+            out += [i, 1]
+    return out

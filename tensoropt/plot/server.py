@@ -101,7 +101,7 @@ class ParetoServer(ThreadingHTTPServer):
         with self.write_lock:
             key = _content_key(self.frontier_path)
             if self._cache is None or self._cache[0] != key:
-                fj = load_frontier_file(self.frontier_path).to_json()
+                fj = load_frontier_file(self.frontier_path).to_json(shared=True)  # rows shared
                 page = pareto_html(fj, self.budget_bytes, self.job_file,
                                    embed_limit_bytes=self.embed_limit_bytes)
                 page = with_meta(page, server=True, token=self.token)  # it writes through this server

@@ -8,19 +8,28 @@ import json
 import re
 
 import pytest
+from plotly.offline import get_plotlyjs
 
 from tensoropt.cli import main
 from tensoropt.plans import plan_file_text
 from tensoropt.plot import pareto_html
 from tensoropt.plot.data import GIB, memory_unit, page_points
-from tensoropt.plot.details import embedded_ids
+from tensoropt.plot.details import embedded_ids, page_payload
 from tensoropt.plot.figure import DIMMED_OPACITY, pareto_figure
+from tensoropt.plot.plan_texts import joined_text
 
 
 def _script(page: str, element_id: str) -> str:
     m = re.search(rf'<script type="[^"]+" id="{element_id}">(.*?)</script>', page, re.S)
     assert m, f"no <script id={element_id}> in the page"
     return m.group(1)
+
+
+def _data(page: str) -> dict:
+    """The page's embedded plans, each plan.json text put together from its pieces."""
+    data = json.loads(gzip.decompress(base64.b64decode(_script(page, "tensoropt-data"))))
+    data["texts"] = {i: joined_text(data["pieces"], runs) for i, runs in data["texts"].items()}
+    return data
 
 
 def test_points_follow_the_file(frontier_json):
@@ -87,8 +96,10 @@ def test_far_budget_is_a_label_not_an_axis_stretch(frontier_json):
 def test_page_embeds_exact_plan_files_and_plotly(frontier_json):
     page = pareto_html(frontier_json)
     assert "<script src=" not in page and "<link" not in page, "the page must not load anything"
-    assert "Plotly.newPlot" in page and len(page) > 3_000_000, "plotly.js must be inlined"
-    data = json.loads(gzip.decompress(base64.b64decode(_script(page, "tensoropt-data"))))
+    assert "Plotly.newPlot" in page, "the page script must be inlined"
+    plotly = gzip.decompress(base64.b64decode(_script(page, "tensoropt-plotly"))).decode()
+    assert plotly == get_plotlyjs(), "plotly.js must be inlined (compressed)"
+    data = _data(page)
     ids = [p["id"] for f in frontier_json["frontiers"] for p in f["plans"]]
     assert sorted(data["texts"]) == sorted(ids)
     for plan_id in ids:
@@ -117,7 +128,7 @@ def test_cli_plot_writes_the_page(run_dir, capsys):
     meta = json.loads(_script(out.read_text(), "tensoropt-meta"))
     assert meta["budget_x"] == pytest.approx(0.5)
     assert main(["plot", str(run_dir)]) == 0
-    assert (run_dir / "pareto.html").stat().st_size > 3_000_000
+    assert (run_dir / "pareto.html").stat().st_size > 1_500_000  # plotly.js, compressed
 
 
 def test_cli_plot_bad_input(run_dir, capsys):
@@ -136,9 +147,14 @@ def test_large_frontiers_embed_an_even_subset(frontier_json):
     for f in frontier_json["frontiers"]:
         plans = [p["id"] for p in f["plans"]]
         assert plans[0] in subset and plans[-1] in subset, "fastest and smallest plan always embedded"
-    page = pareto_html(frontier_json, embed_limit_bytes=8 * size)
-    data = json.loads(gzip.decompress(base64.b64decode(_script(page, "tensoropt-data"))))
-    expected = sorted(embedded_ids(frontier_json, "d8-p1", 8 * size))
+    # the page's limit applies to the pieces of text the plans share (each stored once)
+    every = [p.plan_id for p in page_points(frontier_json, None)]
+    shared = sum(map(len, page_payload(frontier_json, page_points(frontier_json, None), every)["pieces"]))
+    assert shared < sum(len(plan_file_text(frontier_json, i)) for i in ids) / 2
+    page = pareto_html(frontier_json, embed_limit_bytes=shared / 3)
+    data = _data(page)
+    expected = sorted(embedded_ids(frontier_json, "d8-p1", shared / 3, total_bytes=shared))
+    assert len(expected) < len(ids)
     assert sorted(data["texts"]) == sorted(data["plans"]) == expected
     meta = json.loads(_script(page, "tensoropt-meta"))
     assert (meta["embedded"], meta["plans"]) == (len(data["texts"]), len(ids))

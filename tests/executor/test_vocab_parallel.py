@@ -66,3 +66,33 @@ def test_class_columns_nest_over_two_mesh_axes_and_skip_other_splits():
     # a batch split on axis 0 does not move the columns
     assert class_columns(10, (Shard(0), Shard(1)), (1, 1), (2, 2)) == (5, 5)
     assert class_columns(10, (Replicate(),), (1,), (2,)) == (0, 10)
+
+
+@pytest.mark.parametrize("reduction", [1, 2])
+def test_class_split_loss_mean_and_sum_leave_ignored_rows_out(tmp_path, reduction):
+    """Mean (HF's default) and sum (HF's ``num_items_in_batch`` form) of a class-sharded DTensor on a
+    1-rank mesh equal ``F.cross_entropy(ignore_index=-100)``, value and gradient, with -100 rows."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DeviceMesh, DTensor
+
+    from tensoropt.executor.worker import end_process_group
+    from tensoropt.executor.vocab_parallel import class_split_cross_entropy
+
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(10, 7, generator=gen)
+    labels = torch.randint(0, 7, (10,), generator=gen)
+    labels[[0, 4, 5]] = -100
+    ref_logits = logits.clone().requires_grad_()
+    ref = F.cross_entropy(ref_logits, labels, ignore_index=-100, reduction={1: "mean", 2: "sum"}[reduction])
+    ref.backward()
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        mesh = DeviceMesh("cpu", [0])
+        local = logits.clone().requires_grad_()
+        z = DTensor.from_local(local, mesh, [Shard(1)], run_check=False)
+        loss = class_split_cross_entropy(z, labels, -100, reduction)
+        loss.full_tensor().backward()
+        assert torch.allclose(loss.full_tensor(), ref, atol=1e-6)
+        assert torch.allclose(local.grad, ref_logits.grad, atol=1e-6)
+    finally:
+        end_process_group()

@@ -58,3 +58,26 @@ def test_the_plan_document_is_what_run_reads(gpt):
     assert plan.devices == 2 and plan.plan_id == "d2-dp" and doc["graph"]
     splits = [dict(c.splits).get("batch") for c in plan.placements.values()]
     assert splits.count((0,)) > len(splits) // 2
+
+
+def test_the_fully_sharded_plan_is_fsdps_layout_and_leaner():
+    """``options=("zero3",)``: every operator with parameters takes its ZeRO-3 batch split, the rest
+    stay plain data parallel; the plan is leaner than plain data parallelism and costs more time."""
+    job = Job.from_dict({**JOB, "training": {"global_batch_size": 8, "memory_options": ["zero3"]}})
+    graph = capture_job(job)
+    G = job_cost_graph(graph, job, load_cluster("cpu-local"), 2)
+    plain, sharded = data_parallel_assignment(G), data_parallel_assignment(G, ("zero3",))
+    for n, c in sharded.items():
+        labels = G.nodes[n]["configs"]
+        want = labels[plain[n]] + ",zero3"
+        assert labels[c] == (want if want in labels else labels[plain[n]]), (n, labels[c])
+    assert sum(G.nodes[n]["configs"][c].endswith("zero3") for n, c in sharded.items()) >= 4
+    plain_cost, sharded_cost = plan_cost(G, plain), plan_cost(G, sharded)
+    assert sharded_cost[1] < plain_cost[1] and sharded_cost[0] > plain_cost[0]
+    doc = data_parallel_plan_json(job, 2, ("zero3",))
+    assert doc["id"] == "d2-dp-zero3" and doc["memory_bytes"] == pytest.approx(sharded_cost[1], abs=1)
+
+
+def test_a_fully_sharded_plan_needs_the_option_in_the_job():
+    with pytest.raises(ValueError, match="training.memory_options"):
+        data_parallel_plan_json(Job.from_dict(JOB), 2, ("zero3",))

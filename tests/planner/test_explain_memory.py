@@ -16,7 +16,7 @@ from tensoropt.commands.explain import load_plan
 from tensoropt.commands.explain_memory import PART_LABELS, LayerMemory, memory_by_layer
 from tensoropt.config import load_job
 from tensoropt.planner import capture_job
-from tensoropt.plans import Layer
+from tensoropt.plans import Layer, unpack_frontier_json
 
 GPT_JOB = textwrap.dedent("""\
     model:
@@ -82,7 +82,8 @@ def test_explain_prints_the_layer_table(planned, capsys):
 
 FILE_KEYS = {
     "frontier.json": {"frontiers", "graph", "job", "selected", "timing_s", "version"},
-    "frontier": {"configurations", "devices", "epsilon_bound", "mesh", "mesh_levels", "plans", "timing_s"},
+    "frontier": {"configurations", "devices", "epsilon_bound", "mesh", "mesh_levels", "plans", "timing_s",
+                 "layer_rows", "redistribution_rows", "op_rows"},
     "plan.json": {"devices", "graph", "id", "job", "layers", "memory_bytes", "mesh", "ops", "placements",
                   "pipeline", "redistributions", "summary", "throughput_samples_per_s", "time_s", "version",
                   "micro_batches", "tokens_per_s_per_device", "mfu"},
@@ -99,14 +100,16 @@ frontier: recompute and zero3 plans, gradient buffers). Added since: a redistrib
 ``tied_param`` (the tied weight moved between its users, estimators/tied.py); every plan's
 ``pipeline`` (null, or issue 27's mapping; a pipelined plan adds ``pipeline_detail`` and its
 frontier ``pipeline_search``, absent here: one node, no pipeline); every plan's ``micro_batches``
-(issue 25) and, for token inputs, ``tokens_per_s_per_device`` and the predicted ``mfu``."""
+(issue 25) and, for token inputs, ``tokens_per_s_per_device`` and the predicted ``mfu``; version 2
+(issue 26): a frontier's ``layer_rows``, ``redistribution_rows`` and ``op_rows``, which its plans'
+``layers``, ``redistributions`` and ``ops`` index (the rows' keys are read from the tables)."""
 
 
 def test_plan_files_keep_their_keys(planned):
     _, out = planned
     frontier = json.loads((out / "frontier.json").read_text())
     plan = json.loads((out / "plan.json").read_text())
-    plans = [p for f in frontier["frontiers"] for p in f["plans"]]
+    plans = [p for f in unpack_frontier_json(frontier)["frontiers"] for p in f["plans"]]
     found = {
         "frontier.json": set(frontier),
         "frontier": {k for f in frontier["frontiers"] for k in f},

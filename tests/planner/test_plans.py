@@ -15,6 +15,7 @@ from tensoropt.plans import (
     load_frontier_file,
     load_plan_file,
     plan_file_text,
+    unpack_frontier_json,
     write_text_atomic,
 )
 
@@ -24,13 +25,14 @@ def test_frontier_file_round_trip(tmp_path, frontier_file):
     frontier_file.write(path)
     again = load_frontier_file(path)
     assert again == frontier_file
-    assert json.loads(path.read_text()) == frontier_file.to_json()
+    assert json.loads(path.read_text()) == frontier_file.to_json(shared=True)
+    assert unpack_frontier_json(json.loads(path.read_text())) == frontier_file.to_json()
     assert FrontierFile.from_json(json.loads(json.dumps(frontier_file.to_json()))) == frontier_file
 
 
 def test_frontier_json_has_the_issue_schema(frontier_file):
     data = frontier_file.to_json()
-    assert data["version"] == 1 and "job" in data and "selected" in data
+    assert data["version"] == 2 and "job" in data and "selected" in data
     for f in data["frontiers"]:
         assert isinstance(f["devices"], int) and isinstance(f["mesh"], list)
         times = [p["time_s"] for p in f["plans"]]

@@ -47,17 +47,106 @@
     return Number(x.toPrecision(3)).toString();
   }
 
-  async function loadData() {
-    if (typeof DecompressionStream === "undefined") {
-      throw new Error("this browser cannot unpack the embedded plans (no DecompressionStream); " +
-        "open the page in Chrome/Edge 80+, Firefox 113+ or Safari 16.4+");
+  // RFC 1951 inflate of a gzip member (RFC 1952), for browsers without DecompressionStream
+  // (Firefox < 113, Safari < 16.4); the decoder is puff.c's (zlib/contrib/puff)
+  const LBASE = [3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115,
+    131, 163, 195, 227, 258];
+  const LEXT = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0];
+  const DBASE = [1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537,
+    2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577];
+  const DEXT = [0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13];
+  const ORDER = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15];
+
+  function gunzip(data) {
+    let pos = 10, bitbuf = 0, bitcnt = 0, op = 0;
+    const flags = data[3];
+    if (flags & 4) pos += 2 + (data[pos] | (data[pos + 1] << 8));
+    if (flags & 8) while (data[pos++]);
+    if (flags & 16) while (data[pos++]);
+    if (flags & 2) pos += 2;
+    const n = data.length;
+    const out = new Uint8Array((data[n - 4] | (data[n - 3] << 8) | (data[n - 2] << 16) | (data[n - 1] << 24)) >>> 0);
+    const bits = (k) => {
+      while (bitcnt < k) { bitbuf |= data[pos++] << bitcnt; bitcnt += 8; }
+      const v = bitbuf & ((1 << k) - 1);
+      bitbuf >>>= k; bitcnt -= k;
+      return v;
+    };
+    const table = (lengths) => {
+      const count = new Uint16Array(16), offs = new Uint16Array(16), symbol = new Uint16Array(lengths.length);
+      for (const l of lengths) count[l]++;
+      count[0] = 0;
+      for (let i = 1; i < 16; i++) offs[i] = offs[i - 1] + count[i - 1];
+      lengths.forEach((l, s) => { if (l) symbol[offs[l]++] = s; });
+      return { count, symbol };
+    };
+    const decode = (h) => {
+      let code = 0, first = 0, index = 0;
+      for (let len = 1; len < 16; len++) {
+        code |= bits(1);
+        const count = h.count[len];
+        if (code - first < count) return h.symbol[index + code - first];
+        index += count; first = (first + count) << 1; code <<= 1;
+      }
+      throw new Error("corrupt embedded data");
+    };
+    const fixed = [table([...Array(288)].map((_, s) => (s < 144 ? 8 : s < 256 ? 9 : s < 280 ? 7 : 8))),
+      table(Array(30).fill(5))];
+    for (let last = 0; !last;) {
+      last = bits(1);
+      const type = bits(2);
+      if (type === 0) {
+        bitbuf = 0; bitcnt = 0; // to the byte boundary
+        const len = data[pos] | (data[pos + 1] << 8);
+        out.set(data.subarray(pos + 4, pos + 4 + len), op);
+        pos += 4 + len; op += len;
+        continue;
+      }
+      let lit = fixed[0], dist = fixed[1];
+      if (type === 2) {
+        const nlen = bits(5) + 257, ndist = bits(5) + 1, ncode = bits(4) + 4;
+        const lengths = Array(19).fill(0);
+        for (let i = 0; i < ncode; i++) lengths[ORDER[i]] = bits(3);
+        const lencode = table(lengths), all = [];
+        while (all.length < nlen + ndist) {
+          const sym = decode(lencode);
+          if (sym < 16) all.push(sym);
+          else if (sym === 16) all.push(...Array(3 + bits(2)).fill(all[all.length - 1]));
+          else all.push(...Array(sym === 17 ? 3 + bits(3) : 11 + bits(7)).fill(0));
+        }
+        lit = table(all.slice(0, nlen)); dist = table(all.slice(nlen));
+      }
+      for (;;) {
+        const sym = decode(lit);
+        if (sym < 256) { out[op++] = sym; continue; }
+        if (sym === 256) break;
+        const len = LBASE[sym - 257] + bits(LEXT[sym - 257]);
+        const d = decode(dist), back = DBASE[d] + bits(DEXT[d]);
+        for (let i = 0; i < len; i++, op++) out[op] = out[op - back];
+      }
     }
-    const b64 = $("tensoropt-data").textContent.trim();
-    const raw = atob(b64);
+    return out;
+  }
+
+  async function unpack(id) {
+    // the text of an embedded gzip + base64 block
+    const raw = atob($(id).textContent.trim());
     const bytes = new Uint8Array(raw.length);
     for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    if (typeof DecompressionStream === "undefined") return new TextDecoder().decode(gunzip(bytes));
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-    return JSON.parse(await new Response(stream).text());
+    return new Response(stream).text();
+  }
+
+  async function loadData() {
+    return JSON.parse(await unpack("tensoropt-data"));
+  }
+
+  async function loadPlotly() {
+    // plotly.js is embedded compressed (4.6 MiB -> 1.9 MiB): run it as an inline script
+    const script = document.createElement("script");
+    script.textContent = await unpack("tensoropt-plotly");
+    document.head.append(script);
   }
 
   // every frontier trace's points as drawn first: the micro-batch filter shows a subset of them
@@ -155,6 +244,17 @@
     setTimeout(() => URL.revokeObjectURL(url), 10000);
   }
 
+  function planText(id) {
+    // a plan's exact plan.json text: put together from the pieces the plans share, once
+    const runs = state.data.texts[id];
+    if (!Array.isArray(runs)) return runs;
+    const parts = [];
+    for (let k = 0; k < runs.length; k += 2) {
+      for (let i = runs[k]; i < runs[k] + runs[k + 1]; i++) parts.push(state.data.pieces[i]);
+    }
+    return (state.data.texts[id] = parts.join(""));
+  }
+
   async function usePlan(id) {
     const plan = state.data.plans[id];
     const status = $("use-status");
@@ -175,7 +275,7 @@
         command.textContent = body.command;
         markSelected(id);
       } else {
-        download("plan.json", state.data.texts[id]);
+        download("plan.json", planText(id));
         status.textContent = `Downloaded plan.json (${id}). Run it with:`;
         command.textContent = plan.command;
       }
@@ -241,6 +341,9 @@
       if (state.current !== id) return; // another point was clicked meanwhile
     }
     const cd = pointData[id];
+    if (state.data.plans[id] && !state.data.plans[id].layers && state.data.texts[id] !== undefined) {
+      state.data.plans[id].layers = JSON.parse(planText(id)).layers; // the panel's rows: the plan file's
+    }
     const plan = state.data.plans[id] || {
       devices: cd[1], mesh: "", time_s: cd[2], memory_bytes: cd[3] * meta.unit_bytes, throughput: cd[4],
       summary: cd[5], fits: cd[6], layers: null,
@@ -302,7 +405,8 @@
     modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
     toImageButtonOptions: { filename: "pareto", format: "png", scale: 2 },
   };
-  Plotly.newPlot(gd, fig.data, fig.layout, config)
+  loadPlotly()
+    .then(() => Plotly.newPlot(gd, fig.data, fig.layout, config))
     .then(() => {
       gd.on("plotly_click", (ev) => {
         const pt = ev.points.find((p) => p.data.meta && p.data.meta.kind === "frontier");
