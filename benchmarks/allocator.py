@@ -135,7 +135,7 @@ def _single_worker(model: str, steps: int) -> None:
 
     from tensoropt.executor.peak_memory import predicted_peak_bytes
     from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.trainer import Trainer
+    from tensoropt.training.trainer import Trainer
 
     spec, plan = _jobs((model,), 1)[model]
     trainer = Trainer(spec, ExecPlan.from_json(plan))

@@ -1,7 +1,7 @@
 """A step through ``tensoropt.parallelize`` against the same plan's step under ``tensoropt run``.
 
 For each (job, plan kind) case, one torchrun launch of 2 gloo processes (one thread each) builds
-the plan's :class:`~tensoropt.executor.trainer.Trainer` (``tensoropt run``'s runtime: AdamW, the
+the plan's :class:`~tensoropt.training.trainer.Trainer` (``tensoropt run``'s runtime: AdamW, the
 replayed program) and a parallel model of the same job model built on meta
 (``tensoropt.parallelize``, a stock ``torch.optim.AdamW`` over ``pm.parameters()``), and runs them
 step by step, interleaved (the order reversed every other step), ``--steps`` steps each after 2
@@ -10,6 +10,8 @@ warm-up steps (the traces). One API step is ``pm.train_step(batch)`` (the loss r
 the optimizer step, the gradients dropped; the loss read after its clock stops). Printed: the median
 wall time and the median main-thread CPU time (``time.thread_time``: the work on this thread, no
 waiting for the other rank) of each, and their ratios (issue 24's target: API <= 1.03 x run).
+Since ``tensoropt run``'s loop trains through ``tensoropt.parallelize`` itself, both sides run one
+code path; what differs is the batch (the run reads only this rank's region) and the timing wrapper.
 
 Usage: ``.venv/bin/python benchmarks/api_overhead.py [--cases hf-gpt2:model_parallel,...] [--steps 20]``.
 """
@@ -42,8 +44,8 @@ def interleaved(doc: dict, steps: int) -> dict:
     import tensoropt
     from tensoropt.executor.plan import ExecPlan
     from tensoropt.executor.spec import TrainSpec
-    from tensoropt.executor.trainer import Trainer
     from tensoropt.models.registry import load_factory
+    from tensoropt.training.trainer import Trainer
 
     spec = TrainSpec.from_job(doc["job"])
     trainer = Trainer(spec, ExecPlan.from_json(doc))

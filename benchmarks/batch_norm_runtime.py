@@ -97,8 +97,8 @@ def worker(options: dict) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.trainer import Trainer
     from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.training.trainer import Trainer
 
     init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -167,8 +167,8 @@ def paired_worker(options: dict) -> None:
     from tensoropt.executor.data import synthetic_batch
     from tensoropt.executor.plan import ExecPlan
     from tensoropt.executor.spec import TrainSpec
-    from tensoropt.executor.trainer import Trainer
     from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.training.trainer import Trainer
 
     init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -211,8 +211,9 @@ def worker(options: dict) -> None:
     from tensoropt.executor.data import synthetic_batch
     from tensoropt.executor.plan import ExecPlan
     from tensoropt.executor.spec import TrainSpec
-    from tensoropt.executor.trainer import Trainer
-    from tensoropt.executor.worker import end_process_group, init_process_group, metrics_json
+    from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.training.trainer import Trainer
+    from tensoropt.training.worker import metrics_json
 
     init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -277,7 +278,7 @@ def worker(options: dict) -> None:
     if rank == 0:
         runs = {}
         for key, plan in plans.items():
-            from tensoropt.executor.trainer import RunResult
+            from tensoropt.training.trainer import RunResult
 
             res = RunResult(plan.plan_id, plan.devices, [{"step": i, "time_s": t} for i, t in
                                                          enumerate(kept[key])], memory[key])

@@ -31,9 +31,9 @@ def plan_example(model: str) -> dict:
     from tensoropt.config import load_job
     from tensoropt.executor.plan import ExecPlan
     from tensoropt.executor.spec import TrainSpec
-    from tensoropt.executor.trainer import Trainer
     from tensoropt.planner import plan_job
     from tensoropt.plans import plan_file_text
+    from tensoropt.training.trainer import Trainer
 
     job = load_job(REPO / "configs" / "jobs" / f"hf-{model}.yaml")
     start = time.perf_counter()

@@ -356,7 +356,7 @@ def measure(model_type: str, architecture: str, family: str, workdir: Path,
 def _single_process(spec) -> tuple[list[float], dict]:
     """Losses and final parameters of ``spec`` trained on 1 process (no mesh, the fx interpreter)."""
     from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.trainer import Trainer
+    from tensoropt.training.trainer import Trainer
 
     single = Trainer(spec, ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []},
                                                 "placements": {}}), mode="interpret")

@@ -97,8 +97,8 @@ def worker(options: dict) -> None:
 
     from tensoropt.executor.data import synthetic_batch
     from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.trainer import Trainer
     from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.training.trainer import Trainer
 
     torch.set_num_threads(1)
     init_process_group()

@@ -54,7 +54,7 @@ def _measure(name: str, plan: dict, options: dict, rank: int, world: int) -> dic
     from tensoropt.executor.data import synthetic_batch
     from tensoropt.executor.local_optim import step_local
     from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.trainer import Trainer
+    from tensoropt.training.trainer import Trainer
 
     spec = spec_of(name, options["steps"])
     trainer = Trainer(spec, ExecPlan.from_json(plan), mode="replay")

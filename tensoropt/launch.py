@@ -100,7 +100,7 @@ def torchrun_command(opts: LaunchOptions, module: str, args: list[str]) -> list[
     may instead be the path of a ``.py`` script: ``python script.py args``).
 
     Example:
-        >>> torchrun_command(LaunchOptions(2), "tensoropt.executor.worker", ["run.json"])[1:6]
+        >>> torchrun_command(LaunchOptions(2), "tensoropt.training.worker", ["run.json"])[1:6]
         ['-m', 'torch.distributed.run', '--nproc-per-node', '2', '--standalone']
         >>> torchrun_command(LaunchOptions(2), "benchmarks/runtime.py", ["--worker", "c.json"])[-3:]
         ['benchmarks/runtime.py', '--worker', 'c.json']
@@ -133,7 +133,7 @@ def launch_workers(run_config: dict, opts: LaunchOptions, env: dict | None = Non
     with tempfile.TemporaryDirectory(prefix="tensoropt-run-") as tmp:
         path = Path(tmp) / "run.json"
         path.write_text(json.dumps(run_config))
-        return launch_module("tensoropt.executor.worker", [str(path)], opts, env)
+        return launch_module("tensoropt.training.worker", [str(path)], opts, env)
 
 
 def restarts_possible(opts: LaunchOptions) -> bool:

@@ -102,7 +102,7 @@ def save_checkpoint(trainer, root: str | Path, step: int, job_hash: str, job: di
     """Write the trainer's state after ``step`` steps to ``root/step-<step>``, then its manifest.
 
     Args:
-        trainer: a :class:`tensoropt.executor.trainer.Trainer` (params, buffers, optimizer, plan).
+        trainer: a :class:`tensoropt.training.trainer.Trainer` (params, buffers, optimizer, plan).
         root: the checkpoint directory.
         step: global steps done (the step training resumes at).
         job_hash: :func:`tensoropt.checkpoint.job_hash` of the job.

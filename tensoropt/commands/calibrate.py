@@ -213,7 +213,7 @@ def _overhead_points(nproc: int, backend: str, iters: int, statistic: str = "mea
     from tensoropt.executor.data import synthetic_batch
     from tensoropt.executor.plan import ExecPlan
     from tensoropt.executor.spec import TrainSpec
-    from tensoropt.executor.trainer import Trainer
+    from tensoropt.training.trainer import Trainer
 
     rank = dist.get_rank()
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")

@@ -35,7 +35,7 @@ from tensoropt.executor.program import Signature, signature
 
 @dataclass
 class LocalState:
-    """What :class:`~tensoropt.executor.trainer.Trainer` trains on this rank.
+    """What :class:`~tensoropt.training.trainer.Trainer` trains on this rank.
 
     Attributes:
         ep: the exported program (meta state; tensors it creates go to the rank's device).
@@ -56,6 +56,9 @@ class LocalState:
     params: dict[str, torch.nn.Parameter]
     buffers: dict[str, torch.Tensor]
     constants: dict[str, object]
+    module: torch.nn.Module | None = None
+    """The module exported, on meta (float32 in a mixed precision), when :func:`build_local_state`
+    built it."""
 
 
 def build_local_state(spec, plan: ExecPlan, mesh: DeviceMesh | None, device: torch.device) -> LocalState:
@@ -85,8 +88,10 @@ def build_local_state(spec, plan: ExecPlan, mesh: DeviceMesh | None, device: tor
     if checkpoint is not None:
         host_buffers.update(model_checkpoint.buffer_values(checkpoint, host_buffers))
     compute = getattr(torch, spec.mixed.compute_dtype) if spec.mixed is not None else None
-    return shard_state(ep, operands, skeleton.module, plan, mesh, device, fill, host_buffers, compute,
-                       name=spec.model)
+    state = shard_state(ep, operands, skeleton.module, plan, mesh, device, fill, host_buffers, compute,
+                        name=spec.model)
+    state.module = skeleton.module
+    return state
 
 
 def shard_state(ep, operands: dict[str, list[dict]], module: torch.nn.Module, plan: ExecPlan,

@@ -145,7 +145,8 @@ def shared_fake_mode():
 
 
 def lower_step(trainer, values: list, reinplace: bool = True, sync_grads: bool = True) -> LoweredStep:
-    """Trace one training step of ``trainer`` (a :class:`~tensoropt.executor.trainer.Trainer`).
+    """Trace one training step of ``trainer`` (a :class:`~tensoropt.parallel.runtime.StepGraph`:
+    its interpreter, parameters and ZeRO state).
 
     Args:
         trainer: the rank's trainer (its interpreter, parameters, ZeRO state and mesh).

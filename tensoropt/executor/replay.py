@@ -70,7 +70,7 @@ class ReplayProgram:
     """A trainer's step as local programs, one per input shapes.
 
     Args:
-        trainer: the rank's :class:`~tensoropt.executor.trainer.Trainer`.
+        trainer: the rank's :class:`~tensoropt.training.trainer.Trainer`.
         compile: ``"none"`` or ``"inductor"`` (:data:`COMPILE_BACKENDS`).
 
     Example:

@@ -144,15 +144,21 @@ def check_samples(tensors: list[torch.Tensor], names: Sequence[str], shapes: Seq
 def cut_regions(tensors: list[torch.Tensor], regions: Sequence, dtypes: Sequence[torch.dtype],
                 device: torch.device, whole: bool) -> list[torch.Tensor]:
     """This rank's region of each input (``whole``: the tensors are the global batch; else they are
-    already this rank's rows), on ``device``, floating inputs in the graph's dtype.
+    already this rank's rows), on ``device``, floating inputs in the graph's dtype. A tensor of
+    exactly its region's shape is that region already (a loader that read only it).
 
     Example:
         >>> cut_regions([torch.arange(4)], [((2, 2),)], [torch.int64], torch.device("cpu"), True)
         [tensor([2, 3])]
+        >>> cut_regions([torch.arange(2)], [((2, 2),)], [torch.int64], torch.device("cpu"), False)
+        [tensor([0, 1])]
     """
     out = []
     for t, region, dtype in zip(tensors, regions, dtypes):
-        local = narrow(t, region) if whole else narrow(t, ((0, t.shape[0]), *region[1:]))
+        if tuple(t.shape) == tuple(length for _, length in region):
+            local = t
+        else:
+            local = narrow(t, region) if whole else narrow(t, ((0, t.shape[0]), *region[1:]))
         local = local.to(device, dtype) if local.is_floating_point() else local.to(device)
         out.append(local.contiguous())
     return out

@@ -32,15 +32,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from tensoropt.executor.local_state import local_shard, shard_state
+from tensoropt.executor.local_state import LocalState, build_local_state, local_shard, shard_state
 from tensoropt.executor.materialize import build_skeleton, materialize
+from tensoropt.executor.mesh import build_mesh, rank_device
 from tensoropt.executor.plan import ExecPlan, check_plan_graph
 from tensoropt.executor.replay import MODES, check_compile_backend
 from tensoropt.executor.spec import TrainSpec
-from tensoropt.executor.trainer import build_mesh, device_type
 from tensoropt.parallel import batches, optim
 from tensoropt.parallel.clip import clip_grad_norm
-from tensoropt.parallel.runtime import Runtime, export_module
+from tensoropt.parallel.runtime import Runtime, compute_dtype, export_module
 
 
 class ParallelModel:
@@ -87,13 +87,34 @@ class ParallelModel:
             rt.local_rows[length] = int(global_batch_size)
         return range(start, start + length)
 
+    def regions(self, global_batch_size: int) -> dict[str, tuple[tuple[int, int], ...]]:
+        """Input name -> the (start, length) of each dim of it this rank needs, of a
+        ``global_batch_size``-row batch: a loader may read only these; ``train_step`` takes tensors
+        of exactly these shapes as this rank's part (the plan may split other dims than the batch).
+
+        Example:
+            >>> pm.regions(8)  # rank 1 of a 2-way batch split  # doctest: +SKIP
+            {'input_ids': ((4, 4), (0, 16)), 'labels': ((4, 4), (0, 16))}
+        """
+        rt = self.tensoropt_runtime
+        graph = rt.graph(int(global_batch_size))
+        for (_, length), *_ in graph.regions:
+            if length != global_batch_size:
+                rt.local_rows[length] = int(global_batch_size)
+        return dict(zip(self.input_names, graph.regions))
+
     def _local_inputs(self, batch):
         rt = self.tensoropt_runtime
         tensors = batches.ordered_inputs(batch, self.input_names)
         rows = batches.batch_rows(tensors, self.input_names)
         whole = rows not in rt.local_rows
         graph = rt.graph(rows if whole else rt.local_rows[rows])
-        batches.check_samples(tensors, self.input_names, graph.input_shapes, graph.input_dtypes)
+        regional = [tuple(t.shape) == tuple(n for _, n in region)  # a loader read only this rank's region
+                    for t, region in zip(tensors, graph.regions)]
+        batches.check_samples([t for t, r in zip(tensors, regional) if not r],
+                              [n for n, r in zip(self.input_names, regional) if not r],
+                              [s for s, r in zip(graph.input_shapes, regional) if not r],
+                              [d for d, r in zip(graph.input_dtypes, regional) if not r])
         return graph, batches.cut_regions(tensors, graph.regions, graph.input_dtypes, rt.device, whole)
 
     def train_step(self, batch, loss_scale: float = 1.0) -> torch.Tensor:
@@ -115,9 +136,11 @@ class ParallelModel:
         return self.tensoropt_runtime.train_step(graph, local, float(loss_scale))
 
     def eval_step(self, batch) -> torch.Tensor:
-        """The loss of a batch, forward only: no gradient, no state change (buffers, random state).
+        """The loss of a batch, forward only, as ``model.eval()`` computes it: dropout off, batch norm
+        on its running statistics; no gradient, no state change (buffers, random state).
 
-        The step's graph is the training one (dropout as in training, as the plan priced it).
+        The step's graph with its training flags turned off
+        (:func:`~tensoropt.executor.eval_graph.eval_graph_module`), laid out by the same plan.
 
         Example:
             >>> pm.eval_step({"input_ids": ids, "labels": ids})  # doctest: +SKIP
@@ -125,6 +148,17 @@ class ParallelModel:
         """
         graph, local = self._local_inputs(batch)
         return self.tensoropt_runtime.eval_step(graph, local)
+
+    def trace(self, batch) -> None:
+        """Trace the replayed program of this batch's shapes now (else the first ``train_step`` of
+        them does): a loop that times its steps calls it before the clock starts. Nothing changes
+        (parameters, gradients, buffers, random state); in interpret mode it does nothing.
+
+        Example:
+            >>> pm.trace(batch)  # doctest: +SKIP
+        """
+        graph, local = self._local_inputs(batch)
+        self.tensoropt_runtime.trace(graph, local)
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -155,6 +189,7 @@ class ParallelModel:
             >>> norm = pm.clip_grad_norm_(1.0)  # doctest: +SKIP
         """
         self.tensoropt_runtime.check_synchronised()
+        self.tensoropt_runtime.unscale()  # fp16-mixed: the norm of the true gradients (GradScaler's unscale_)
         return clip_grad_norm(self.parameters(), max_norm, norm_type, error_if_nonfinite)
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True,
@@ -277,12 +312,8 @@ def parallelize(model: nn.Module, plan, *, mode: str = "replay", compile: str = 
         raise ValueError(f"parallelize: plan {exec_plan.plan_id} carries no job (its model, inputs, loss); "
                          "use a plan.json written by `tensoropt select`")
     spec = TrainSpec.from_job(doc["job"])
-    if spec.mixed is not None:
-        raise ValueError(f"parallelize: training.precision {spec.precision} is not supported by parallelize "
-                         "yet; plan with fp32, bf16 or fp16")
     mesh = build_mesh(exec_plan)  # refuses another world size
-    device = torch.device(device_type(), torch.cuda.current_device()) if device_type() == "cuda" \
-        else torch.device("cpu")
+    device = rank_device()
     step, prefix = _step_module(model, spec.job)
     ep = export_module(step, spec, spec.global_batch_size, device)
     from tensoropt.capture.graph import build_graph
@@ -314,15 +345,54 @@ def parallelize(model: nn.Module, plan, *, mode: str = "replay", compile: str = 
         if any(b.is_meta for b in host_buffers.values()):
             host_buffers.update({k: b for k, b in build_skeleton(spec).buffers().items()
                                  if host_buffers[k].is_meta})
-    local = shard_state(ep, operands, step, exec_plan, mesh, device, fill, host_buffers, name=spec.model)
-    runtime = Runtime(step, local, exec_plan, spec, mesh, device, mode=mode, compile=compile)
+    local = shard_state(ep, operands, step, exec_plan, mesh, device, fill, host_buffers, compute_dtype(spec),
+                        name=spec.model)
+    return _parallel_model(model, step, local, exec_plan, spec, mesh, device, mode, compile,
+                           {k.removeprefix(prefix): p for k, p in originals.items()})
+
+
+def parallelize_spec(spec: TrainSpec, plan: ExecPlan, *, mode: str = "replay",
+                     compile: str = "none") -> ParallelModel:
+    """The :class:`ParallelModel` of a :class:`~tensoropt.executor.spec.TrainSpec`'s model under
+    ``plan``: what ``tensoropt run`` trains (its specs may carry no job: tests and benchmarks build
+    them). The model is built on meta and this rank's shards made as :func:`parallelize` makes them
+    from a meta model (seeded init, or the job's ``model.checkpoint``:
+    :func:`~tensoropt.executor.local_state.build_local_state`); the plan is checked against the graph.
+
+    Example:
+        >>> pm = parallelize_spec(spec, plan)  # under torchrun  # doctest: +SKIP
+    """
+    if mode not in MODES:
+        raise ValueError(f"executor.mode: {mode!r} is not one of {MODES}")
+    check_compile_backend(compile)
+    mesh = build_mesh(plan)
+    device = rank_device()
+    local = build_local_state(spec, plan, mesh, device)
+    # a plan made for another graph is refused, never guessed (float64: a numerical check of its layouts)
+    if plan.mesh.shape or plan.placements:
+        from tensoropt.capture.graph import build_graph
+
+        warnings = check_plan_graph(plan, build_graph(local.ep), spec.job, dtypes=spec.dtype != "float64")
+        if warnings and (not dist.is_initialized() or dist.get_rank() == 0):
+            for warning in warnings:
+                print(f"[tensoropt] warning: {warning}", flush=True)
+    module = local.module  # the exported module, on meta: its slots receive the shards
+    return _parallel_model(module, module, local, plan, spec, mesh, device, mode, compile, {})
+
+
+def _parallel_model(model: nn.Module, step: nn.Module, local: LocalState, plan: ExecPlan, spec: TrainSpec,
+                    mesh, device: torch.device, mode: str, compile: str,
+                    originals: dict[str, torch.Tensor]) -> ParallelModel:
+    """``model`` made a :class:`ParallelModel`: the runtime over ``local``, its parameters installed
+    in ``step`` (the module exported: ``model`` or the job's loss around it)."""
+    runtime = Runtime(step, local, plan, spec, mesh, device, mode=mode, compile=compile)
     installed = _install(step, runtime, local)
     runtime.installed = list({id(p): p for p in installed.values()}.values())
     model.__class__ = _parallel_class(type(model))
     model.__dict__["_tensoropt_runtime"] = runtime
     model.__dict__["_tensoropt_input_names"] = tuple(spec.input_names) or tuple(runtime.graphs[
         spec.global_batch_size].input_names)
-    optim.register(runtime, installed, {k.removeprefix(prefix): p for k, p in originals.items()})
+    optim.register(runtime, installed, originals)
     return model
 
 

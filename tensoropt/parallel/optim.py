@@ -9,9 +9,13 @@ tensoropt registers torch's *global* optimizer step hooks once (``register_optim
   (torch's fused or foreach kernels on the local tensors behind the DTensors; state created by
   the optimizer's own ``_init_group``, kept as DTensors, so checkpoints reshard it); the gradients
   are then hidden from the optimizer's own ``step`` (which finds nothing to do) and given back in
-  the post-hook. This is ``tensoropt run``'s optimizer step.
+  the post-hook. This is ``tensoropt run``'s optimizer step. Steps the DTensor interpreter runs
+  (``mode="interpret"``, and the measured step of ``tensoropt run``) are the reference: there the
+  optimizer steps the DTensors itself.
 * any other optimizer steps through DTensor dispatch: correct, slower (a one-line note, once).
 * after either, ZeRO-1/2 shard parameters are all-gathered into the parameters the step reads.
+* in ``fp16-mixed`` the gradients are first unscaled; where one is not finite on some rank the
+  step is skipped (every gradient hidden from it) and the loss scale halves, as ``GradScaler`` does.
 
 An optimizer holding parallel-model parameters *and* other tensors, or the model's original
 parameters (built before :func:`tensoropt.parallelize` replaced them), is refused at its first
@@ -129,9 +133,16 @@ def _pre_hook(optimizer, args, kwargs):
         return None
     for runtime in runtimes:
         runtime.check_synchronised()
+    finite = all([runtime.unscale() for runtime in runtimes])  # fp16-mixed (a collective each)
+    optimizer.__dict__["_tensoropt_skipped"] = not finite
     args = args[1:] if args and args[0] is optimizer else args  # torch passes (self, *args)
-    if type(optimizer) in FAST and not args and not kwargs:  # no closure
-        step_local(optimizer)
+    # the interpreter's steps (interpret mode, the measured step of `tensoropt run`) are the reference:
+    # the optimizer steps its DTensors itself there
+    local = (type(optimizer) in FAST and not args and not kwargs
+             and not any(rt.interpret_steps for rt in runtimes))
+    if not finite or local:
+        if finite:
+            step_local(optimizer)
         hidden = []
         for group in optimizer.param_groups:
             for p in group["params"]:
@@ -139,7 +150,7 @@ def _pre_hook(optimizer, args, kwargs):
                     hidden.append((p, p.grad))
                     p.grad = None
         optimizer.__dict__["_tensoropt_hidden"] = hidden
-    else:
+    elif type(optimizer) not in FAST:
         name = type(optimizer).__name__
         if name not in _NOTED:
             _NOTED.add(name)
@@ -152,5 +163,9 @@ def _post_hook(optimizer, args, kwargs):
     runtimes = optimizer.__dict__.get("_tensoropt_runtimes", (0, []))[1]
     for p, grad in optimizer.__dict__.pop("_tensoropt_hidden", []):
         p.grad = grad
+    for runtime in runtimes:
+        runtime.unscaled = None  # the next step's gradients hold the loss scale again
+    if optimizer.__dict__.pop("_tensoropt_skipped", False):  # fp16-mixed: a gradient overflowed
+        return
     for runtime in runtimes:
         runtime.after_optimizer_step()

@@ -29,15 +29,17 @@ from torch import nn
 from torch.distributed.tensor import DeviceMesh, DTensor
 
 from tensoropt.executor.data import input_regions
+from tensoropt.executor.eval_graph import eval_graph_module
 from tensoropt.executor.gradsync import GradSync
 from tensoropt.executor.interpreter import PlanInterpreter
 from tensoropt.executor.local_state import LocalState
+from tensoropt.executor.mesh import contiguous_stride
 from tensoropt.executor.meta_export import meta_inputs, retarget_device
+from tensoropt.executor.mixed_precision import LossScaler, compute_module
 from tensoropt.executor.placements import normalise, to_placements
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.program import export_program, lazy_views, signature
 from tensoropt.executor.replay import ReplayProgram
-from tensoropt.executor.trainer import _contiguous_stride
 from tensoropt.executor.zero import ShardedState
 
 
@@ -72,10 +74,24 @@ def meta_state(module: nn.Module):
             slots[name] = t
 
 
+def compute_dtype(spec) -> torch.dtype | None:
+    """A mixed precision's compute dtype (its graph's), or None (everything in ``spec.dtype``).
+
+    Example:
+        >>> from tensoropt.executor.spec import TrainSpec
+        >>> from tensoropt.executor.data import InputSpec
+        >>> compute_dtype(TrainSpec("mlp", (InputSpec((2,)),), 4, dtype="bfloat16", precision="bf16-mixed"))
+        torch.bfloat16
+    """
+    return getattr(torch, spec.mixed.compute_dtype) if spec.mixed is not None else None
+
+
 def export_module(module: nn.Module, spec, batch_size: int,
                   device: torch.device) -> torch.export.ExportedProgram:
     """Export ``module`` (the job's training step around the user's model) on meta inputs of a
     ``batch_size``-row batch; its weights are never read. Tensors the graph creates go to ``device``.
+    In a mixed precision the graph computes in its compute dtype (a meta copy of the module cast to
+    it: :func:`~tensoropt.executor.mixed_precision.compute_module`).
 
     Example:
         >>> # not run here: needs a job's TrainSpec
@@ -83,7 +99,7 @@ def export_module(module: nn.Module, spec, batch_size: int,
     """
     example = meta_inputs(dataclasses.replace(spec, global_batch_size=batch_size))
     with meta_state(module):
-        ep = export_program(module, example)
+        ep = export_program(compute_module(module, compute_dtype(spec)), example)
     retarget_device(ep.graph_module, device)
     return ep
 
@@ -114,10 +130,12 @@ class StepGraph:
         if operands is None:
             operands = {n: d["operands"] for n, d in build_graph(ep).nx.nodes(data=True)}
         plan, mesh = runtime.plan, runtime.mesh
-        self.interpreter = PlanInterpreter(ep.graph_module, plan.placements, mesh, operands,
-                                           lazy_views(ep, plan.placements))
+        self.operands = operands
+        blocks = ((runtime.spec.job or {}).get("training") or {}).get("checkpoint_modules")
+        self.interpreter = self._interpreter(ep.graph_module, blocks)
         self.interpreter.on_grad = runtime.grad_sync.add  # the whole-graph local mode's gradients
-        self.interpreter.batch_norm_stats = runtime.spec.batch_norm
+        self.interpreter.loss_scale = runtime.scaler.scale if runtime.scaler is not None else None
+        self._eval_interpreter: PlanInterpreter | None = None
         nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         self.input_names = [n for n in nodes if n in self.sig.user_inputs]
         self.input_shapes = [tuple(int(d) for d in nodes[n].meta["val"].shape) for n in self.input_names]
@@ -138,8 +156,25 @@ class StepGraph:
                 self.slots.append((rt.constants, self.sig.constants[name]))
             else:
                 self.slots.append((None, self.input_names.index(name)))
-        self.strides = [_contiguous_stride(shape) for shape in self.input_shapes]
+        self.strides = [contiguous_stride(shape) for shape in self.input_shapes]
         self.program = ReplayProgram(self, runtime.compile) if runtime.mode == "replay" else None
+
+    def _interpreter(self, gm, checkpoint_modules=None) -> PlanInterpreter:
+        rt = self.runtime
+        interp = PlanInterpreter(gm, rt.plan.placements, rt.mesh, self.operands,
+                                 lazy_views(self.ep, rt.plan.placements),
+                                 checkpoint_modules=checkpoint_modules)
+        interp.batch_norm_stats = rt.spec.batch_norm
+        interp.compute_dtype = compute_dtype(rt.spec)
+        return interp
+
+    @property
+    def eval_interpreter(self) -> PlanInterpreter:
+        """The interpreter of the step's evaluation form (dropout off, batch norm on its running
+        statistics: :func:`~tensoropt.executor.eval_graph.eval_graph_module`), made on first use."""
+        if self._eval_interpreter is None:
+            self._eval_interpreter = self._interpreter(eval_graph_module(self.ep.graph_module))
+        return self._eval_interpreter
 
     # what lower_step and ReplayProgram read of a "trainer"
     @property
@@ -194,9 +229,25 @@ class Runtime:
         self.mode, self.compile = mode, compile
         self.param_of, self.layouts = local.param_of, local.layouts
         self.params, self.buffers, self.constants = local.params, local.buffers, local.constants
+        if spec.mixed is not None:  # float32 master parameters, cast to the compute dtype where used
+            self.params = {k: nn.Parameter(p.detach().float(), requires_grad=p.requires_grad)
+                           for k, p in self.params.items()}
+        self.scaler = LossScaler() if spec.mixed is not None and spec.mixed.loss_scaling else None
+        """fp16-mixed's dynamic loss scale (None otherwise): the graph scales the loss's gradient,
+        the optimizer step unscales (:meth:`unscale`)."""
         self.zero = ShardedState.for_plan(plan, self.params, mesh)
-        # interpret mode: the data-parallel buckets started by hooks during backward
-        self.grad_sync = GradSync(self.params.values(), hooks=mode == "interpret")
+        # an interpreted step's data-parallel buckets, started by hooks during backward (interpret
+        # mode, and a replay-mode step run through the interpreter: :meth:`interpreting`)
+        self.grad_sync = GradSync(self.params.values())
+        self.interpret_steps = mode == "interpret"
+        """Whether :meth:`train_step` runs the DTensor interpreter (else the replayed program)."""
+        self.step_hooks: list = []
+        """``hook(event, loss)`` callables run by :meth:`train_step`: ``"forward"`` after an
+        interpreted forward, ``"step"`` at its end (the measuring of ``tensoropt run`` hooks in here:
+        :mod:`tensoropt.training.measure`)."""
+        self.unscaled: bool | None = None
+        """fp16-mixed: None while this step's gradients hold the loss scale, else whether they were
+        finite when :meth:`unscale` divided it out."""
         self.graphs: dict[int, StepGraph] = {}
         batch = spec.global_batch_size
         self.graphs[batch] = StepGraph(self, local.ep, local.operands, batch)
@@ -220,6 +271,25 @@ class Runtime:
             graph = self.graphs[batch_size] = StepGraph(self, ep, None, batch_size)
         return graph
 
+    @contextlib.contextmanager
+    def interpreting(self):
+        """Inside, replay-mode steps run through the DTensor interpreter (autograd's saved tensors are
+        then the step's activations: the measured first step of ``tensoropt run``).
+
+        Example:
+            >>> with runtime.interpreting():  # doctest: +SKIP
+            ...     pm.train_step(batch)
+        """
+        before, self.interpret_steps = self.interpret_steps, True
+        try:
+            yield
+        finally:
+            self.interpret_steps = before
+
+    def _hook(self, event: str, loss) -> None:
+        for hook in self.step_hooks:
+            hook(event, loss)
+
     def optimizer_params(self) -> dict[str, torch.Tensor]:
         """Canonical key -> what an optimizer steps: the parameter, or its ZeRO shard parameter."""
         return self.zero.checkpoint_params(self.params)
@@ -236,19 +306,29 @@ class Runtime:
             for p in self.params.values():
                 p.grad = None
             self.pending = False
+            self.unscaled = None
         values = graph.values(local_inputs)
         defer = not self.syncing and self.mode == "replay" and self.mesh is not None
-        if graph.program is not None:
+        if graph.program is not None and not self.interpret_steps:
             loss = self._replay(graph, values, loss_scale, sync=not defer and not self.pending)
         else:
             loss = self._interpret(graph, values, loss_scale)
+            if graph.program is not None:  # the replayed program has its own buckets: keep no second copy
+                self.grad_sync.release_buffers()
         self.pending = self.pending or defer
         if not defer and self.pending:
             self.sync_pending()
         self.grad_syncs += 0 if defer else 1
         if not defer:  # ZeRO-1 shards view the synchronised gradient
             self.zero.shard_gradients()
+        if self.step_hooks:
+            self._hook("step", loss)
         return read_loss(loss)
+
+    def trace(self, graph: StepGraph, local_inputs: list[torch.Tensor]) -> None:
+        """Trace ``graph``'s replayed program (the synchronising one) if it is not yet."""
+        if graph.program is not None and not self.interpret_steps:
+            graph.program.program(graph.values(local_inputs), sync_grads=True)
 
     @torch.no_grad()
     def _replay(self, graph: StepGraph, values: list, scale: float, sync: bool) -> torch.Tensor:
@@ -275,6 +355,8 @@ class Runtime:
             p.grad = None
         out = graph.interpreter.run(*values)
         loss = out[0] if isinstance(out, (tuple, list)) else out
+        if self.step_hooks:
+            self._hook("forward", loss)
         loss.backward()
         self.grad_sync.finish()
         for p in targets:
@@ -301,9 +383,10 @@ class Runtime:
         """The loss of a batch, forward only: no gradient, buffers and random state left as they were."""
         values = graph.values(local_inputs)
         values = [v.clone() if any(v is b for b in self.buffers.values()) else v for v in values]
+        interpreter = graph.eval_interpreter
         with torch.random.fork_rng(devices=[]):
-            out = graph.interpreter.run(*values)
-        graph.interpreter.env = {}
+            out = interpreter.run(*values)
+        interpreter.env = {}
         return read_loss(out[0] if isinstance(out, (tuple, list)) else out)
 
     def check_synchronised(self) -> None:
@@ -313,8 +396,33 @@ class Runtime:
                                "synchronised; run the last micro-batch of the step outside no_sync()")
 
     def after_optimizer_step(self) -> None:
-        """Bring ZeRO-1/2 parameters up to date with their stepped shards (an all-gather)."""
+        """Bring ZeRO-1/2 parameters up to date with their stepped shards (an all-gather); their full
+        gradients (the shards' are what the optimizer stepped) are dropped."""
         self.zero.gather()
+        for s in self.zero.sharded.values():
+            s.param.grad = None
+
+    def unscale(self) -> bool:
+        """fp16-mixed, before the optimizer step: divide the gradients by the loss scale; whether they
+        are finite on every rank (else the step is to be skipped). The scale then moves
+        (:class:`~tensoropt.executor.mixed_precision.LossScaler`); programs traced with the old one are
+        traced again. Without a loss scale: True. A collective: call on every rank.
+
+        Example:
+            >>> runtime.unscale()  # doctest: +SKIP
+            True
+        """
+        if self.scaler is None:
+            return True
+        if self.unscaled is not None:  # this step's gradients are unscaled already (clip_grad_norm_)
+            return self.unscaled
+        finite = self.unscaled = self.scaler.unscale([p.grad for p in self.installed if p.grad is not None])
+        if self.scaler.update(finite):
+            for graph in self.graphs.values():
+                graph.interpreter.loss_scale = self.scaler.scale
+                if graph.program is not None:
+                    graph.program.programs.clear()
+        return finite
 
 
 

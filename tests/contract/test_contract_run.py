@@ -17,10 +17,10 @@ from tensoropt.baselines import data_parallel_plan_json
 from tensoropt.config import Job
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
-from tensoropt.executor.trainer import Trainer
 from tensoropt.launch import LaunchOptions, launch_workers
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
+from tensoropt.training.trainer import Trainer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 

@@ -148,7 +148,7 @@ def test_a_float64_check_compares_a_float32_plan_without_dtypes():
 
 def test_a_trainer_refuses_a_plan_for_another_graph(planned):
     # the worker's own check, in process: the 1-device plan of width 8 given a width-16 model
-    from tensoropt.executor.trainer import Trainer
+    from tensoropt.training.trainer import Trainer
 
     plan = ExecPlan.from_json(plan_doc(planned[2], "d1-p0"))
     with pytest.raises(PlanGraphMismatch, match=r"another graph: node 'linear'"):

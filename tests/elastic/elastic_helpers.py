@@ -77,7 +77,7 @@ ONE_DEVICE = ExecPlan.from_json({"id": "d1-p0", "mesh": {"shape": [], "levels": 
 @pytest.fixture(scope="session")
 def reference_params() -> dict[str, torch.Tensor]:
     """Final parameters of an uninterrupted 1-process run of TOTAL_STEPS steps (in this process)."""
-    from tensoropt.executor.trainer import Trainer
+    from tensoropt.training.trainer import Trainer
 
     trainer = Trainer(mlp_spec(), ONE_DEVICE)
     trainer.train(TOTAL_STEPS)
@@ -87,7 +87,7 @@ def reference_params() -> dict[str, torch.Tensor]:
 def checkpoint_params(ckpt: Path, step: int) -> dict[str, torch.Tensor]:
     """The parameters of the newest checkpoint (which must be at ``step``), loaded in this process."""
     from tensoropt.checkpoint import job_hash, resume
-    from tensoropt.executor.trainer import Trainer
+    from tensoropt.training.trainer import Trainer
 
     trainer = Trainer(mlp_spec(), ONE_DEVICE)
     with warnings.catch_warnings():

@@ -19,7 +19,7 @@ from tensoropt.checkpoint import (
     save_checkpoint,
     step_dir,
 )
-from tensoropt.executor.trainer import Trainer
+from tensoropt.training.trainer import Trainer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(200),
               pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]

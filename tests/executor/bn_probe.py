@@ -19,8 +19,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tensoropt.executor.data import synthetic_batch
 from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.trainer import Trainer
 from tensoropt.executor.worker import end_process_group, init_process_group
+from tensoropt.training.trainer import Trainer
 
 STEPS = 3
 

@@ -10,8 +10,8 @@ import torch
 
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
-from tensoropt.executor.trainer import Trainer
 from tensoropt.launch import LaunchOptions, launch_workers
+from tensoropt.training.trainer import Trainer
 
 HERE = Path(__file__).resolve().parent
 ENV = {"PYTHONPATH": str(HERE), "TENSOROPT_COLLECTIVE_TIMEOUT_S": "60"}

@@ -117,8 +117,8 @@ def _count_all_reduce_worker(rank: int, store_path: str, out_path: str) -> None:
     from hand_plans import SPECS, mlp_plans
 
     from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.trainer import Trainer
     from tensoropt.executor.worker import end_process_group
+    from tensoropt.training.trainer import Trainer
 
     dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
     try:
@@ -147,7 +147,7 @@ def test_label_count_all_reduced_when_the_global_batch_is_not_at_hand(tmp_path):
     from hand_plans import SPECS
 
     from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.trainer import Trainer
+    from tensoropt.training.trainer import Trainer
 
     out = tmp_path / "out.pt"
     mp.start_processes(_count_all_reduce_worker, args=(str(tmp_path / "store"), str(out)), nprocs=2,

@@ -20,7 +20,7 @@ from tensoropt.executor.materialize import build_skeleton, full_model, materiali
 from tensoropt.executor.peak_memory import PeakMemory
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
-from tensoropt.executor.trainer import Trainer
+from tensoropt.training.trainer import Trainer
 
 SINGLE = ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []}, "placements": {}})
 

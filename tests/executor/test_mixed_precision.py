@@ -23,9 +23,9 @@ from launch_helpers import outputs, parity_errors, run_plans, single_process
 from tensoropt.config import Job
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
-from tensoropt.executor.trainer import Trainer
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
+from tensoropt.training.trainer import Trainer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 

@@ -21,9 +21,9 @@ from launch_helpers import outputs, run_plans
 
 from tensoropt.config import Job
 from tensoropt.executor.spec import TrainSpec
-from tensoropt.executor.trainer import Trainer
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
+from tensoropt.training.trainer import Trainer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 

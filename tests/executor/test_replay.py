@@ -26,8 +26,8 @@ from tensoropt.executor.data import InputSpec, synthetic_batch
 from tensoropt.executor.lowering import defer_waits
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
-from tensoropt.executor.trainer import Trainer
 from tensoropt.launch import LaunchOptions, launch_workers
+from tensoropt.training.trainer import Trainer
 
 SINGLE = ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []}, "placements": {}})
 

@@ -16,9 +16,9 @@ from tensoropt.executor.peak_memory import predicted_peak_bytes
 from tensoropt.executor.plan import ExecPlan
 from tensoropt.executor.spec import TrainSpec
 from tensoropt.executor.tensor_peak import TensorPeak
-from tensoropt.executor.trainer import Trainer
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
+from tensoropt.training.trainer import Trainer
 
 MLP = {"model": {"name": "mlp", "input_shape": [512], "num_classes": 512,
                  "kwargs": {"in_features": 512, "hidden": [1024, 1024], "num_classes": 512}},

@@ -17,7 +17,7 @@ import torch
 from hand_plans import SPECS
 
 from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.trainer import Trainer
+from tensoropt.training.trainer import Trainer
 
 SINGLE = ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []}, "placements": {}})
 

@@ -15,9 +15,10 @@ from tensoropt.executor.interpreter import preimage
 from tensoropt.executor.memory import SavedTensors, storage_bytes, storage_keys
 from tensoropt.executor.placements import raw_output_layout, to_layout, to_placements
 from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.trainer import RunResult, Trainer
-from tensoropt.executor.worker import end_process_group, metrics_json
+from tensoropt.executor.worker import end_process_group
 from tensoropt.launch import LaunchOptions, torchrun_command
+from tensoropt.training.trainer import RunResult, Trainer
+from tensoropt.training.worker import metrics_json
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -50,3 +50,13 @@ def model_config(model: str) -> tuple[dict, int, int]:
     job = load_job(JOBS_DIR / f"hf-{model}.yaml")
     tokens = job.model.inputs["input_ids"]
     return dict(job.model.kwargs), int(tokens["high"]), int(tokens["shape"][0])
+
+
+def model_parallel_plan(job) -> dict:
+    """The lowest-memory plan.json of ``job``'s frontier that splits something other than the batch."""
+    frontier = plan_job(job).to_json()
+    for p in sorted(frontier["frontiers"][0]["plans"], key=lambda p: p["memory_bytes"]):
+        plan = json.loads(plan_file_text(frontier, p["id"]))
+        if any(not c["label"].startswith(("batch", "replicate")) for c in plan["placements"].values()):
+            return plan
+    raise AssertionError(f"no model-parallel plan on the frontier of {job.model.name or job.model.factory}")

@@ -19,7 +19,7 @@ from tensoropt.checkpoint import job_hash, save_checkpoint  # noqa: E402
 from tensoropt.cli import main  # noqa: E402
 from tensoropt.executor.plan import ExecPlan  # noqa: E402
 from tensoropt.executor.spec import TrainSpec  # noqa: E402
-from tensoropt.executor.trainer import Trainer  # noqa: E402
+from tensoropt.training.trainer import Trainer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
