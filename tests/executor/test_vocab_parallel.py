@@ -75,8 +75,8 @@ def test_class_split_loss_mean_and_sum_leave_ignored_rows_out(tmp_path, reductio
     import torch.distributed as dist
     from torch.distributed.tensor import DeviceMesh, DTensor
 
-    from tensoropt.executor.worker import end_process_group
     from tensoropt.executor.vocab_parallel import class_split_cross_entropy
+    from tensoropt.executor.worker import end_process_group
 
     gen = torch.Generator().manual_seed(1)
     logits = torch.randn(10, 7, generator=gen)
