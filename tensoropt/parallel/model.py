@@ -106,9 +106,13 @@ class ParallelModel:
     def _local_inputs(self, batch):
         rt = self.tensoropt_runtime
         tensors = batches.ordered_inputs(batch, self.input_names)
-        rows = batches.batch_rows(tensors, self.input_names)
-        whole = rows not in rt.local_rows
-        graph = rt.graph(rows if whole else rt.local_rows[rows])
+        graph = self._graph_of_mixed(tensors)
+        if graph is not None:  # each input either whole or this rank's region of it
+            whole = True
+        else:
+            rows = batches.batch_rows(tensors, self.input_names)
+            whole = rows not in rt.local_rows
+            graph = rt.graph(rows if whole else rt.local_rows[rows])
         regional = [tuple(t.shape) == tuple(n for _, n in region)  # a loader read only this rank's region
                     for t, region in zip(tensors, graph.regions)]
         batches.check_samples([t for t, r in zip(tensors, regional) if not r],
@@ -116,6 +120,24 @@ class ParallelModel:
                               [s for s, r in zip(graph.input_shapes, regional) if not r],
                               [d for d, r in zip(graph.input_dtypes, regional) if not r])
         return graph, batches.cut_regions(tensors, graph.regions, graph.input_dtypes, rt.device, whole)
+
+    def _graph_of_mixed(self, tensors):
+        """The step graph of a batch whose inputs hold different row counts because some are this
+        rank's region (:meth:`regions`) and the others whole, as a loader reading each input's own
+        region gives them (`tensoropt run`'s does); None for any other batch.
+
+        The global batch size is the largest row count, and its graph must be traced already: each
+        input's shape is then its region's or its whole shape there.
+        """
+        rt = self.tensoropt_runtime
+        counts = {int(t.shape[0]) for t in tensors if isinstance(t, torch.Tensor) and t.dim()}
+        if len(counts) < 2 or max(counts) not in rt.graphs:
+            return None
+        graph = rt.graphs[max(counts)]
+        for t, region, shape in zip(tensors, graph.regions, graph.input_shapes):
+            if tuple(t.shape) not in (tuple(n for _, n in region), tuple(shape)):
+                return None
+        return graph
 
     def train_step(self, batch, loss_scale: float = 1.0) -> torch.Tensor:
         """Forward, loss and backward of one batch; gradients (times ``loss_scale``) added to ``.grad``.

@@ -64,7 +64,9 @@ class Trainer:
         self.meter = StepMeter(self.pm, self.optimizer, memory_peak)
         self.source = spec.batch_source()  # each step's inputs: only this rank's region of them
         regions = self.pm.regions(spec.global_batch_size)
-        if len({region[0] for region in regions.values()}) > 1:  # inputs split differently: read them whole
+        rows = {region[0][1] for region in regions.values()}
+        if len(rows) > 1 and spec.global_batch_size not in rows:
+            # rows split differently and none whole: the API cannot tell the global batch size; read whole
             regions = {k: tuple((0, n) for n in shape) for k, shape in zip(regions, self.graph.input_shapes)}
         self.regions = list(regions.values())
         self.fail_at_step: int | None = None
