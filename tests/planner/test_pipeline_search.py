@@ -14,7 +14,7 @@ from tensoropt.config import Job
 from tensoropt.pipeline.schedules import PipelineError, check_pipeline, in_flight_micro_batches
 from tensoropt.pipeline.stages import find_blocks
 from tensoropt.planner import PlanningError, capture_job, plan_job
-from tensoropt.plans import PlanFile, frontier_file_text, plan_file_text
+from tensoropt.plans import PlanFile, frontier_file_text, plan_file_text, unpack_frontier_json
 
 GPT = {"name": "gpt", "kwargs": {"layers": 2, "width": 32, "heads": 2, "seq_len": 8, "vocab_size": 64}}
 LLAMA = {"factory": "tensoropt.models.hf:llama",
@@ -78,7 +78,7 @@ def test_bad_requests_name_the_field():
 def test_pipelined_plans_on_hf_llama_price_as_the_formula_says(tmp_path):
     request = {"stages": [2], "schedules": ["1F1B", "GPipe"], "micro_batches": [2, 4]}
     ff = plan_job(_job(LLAMA, [2, 4], request))
-    data = json.loads(frontier_file_text(ff.to_json()))
+    data = unpack_frontier_json(json.loads(frontier_file_text(ff.to_json())))  # each plan's own rows
     for f in data["frontiers"]:
         assert all("pipeline" in p for p in f["plans"])  # the contract: null or the mapping
         search = f["pipeline_search"]
