@@ -262,6 +262,11 @@ def _solve_count(graph, job: Job, cluster, num_devices: int, micro_batches: int,
 PIPELINE_STAGE_PLANS = 12
 
 
+#: Models of more blocks than this build stage frontiers by the transfer-table sweep
+#: (:func:`pipeline_chain_settings`); fewer solve each stage graph with a shared memo.
+CHAIN_MIN_BLOCKS = 16
+
+
 def pipeline_chain_settings():
     """How the pipeline search builds stage frontiers of identical blocks
     (:class:`tensoropt.pipeline.chain_stages.StageChain`): the planner's ``epsilon: auto`` grid for
@@ -408,7 +413,10 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         key = (num_devices // p, m)
         if key not in solvers:
             G = job_cost_graph(graph_m, job_m, cluster, num_devices // p)
-            solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=pipeline_chain_settings())
+            # the sweep pays on deep models (70B: 3 x the shared memo), not on a few blocks (8B with 4
+            # layers: 1.3 x slower; docs/results.md, benchmarks/pipeline_stages.py)
+            chain = pipeline_chain_settings() if blocks.count > CHAIN_MIN_BLOCKS else None
+            solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain)
         solver = solvers[key]
         solver.solve = solve  # this device count's (its bound and memo)
         before = solver.solves
