@@ -466,7 +466,8 @@ def job_cost_graph(graph, job: Job, cluster, num_devices: int,
                           progress=progress, memory_options=job.training.memory_options,
                           configurations=configs, precision=job.training.precision,
                           batch_norm_stats=job.training.batch_norm,
-                          checkpoint_modules=job.training.checkpoint_modules)
+                          checkpoint_modules=job.training.checkpoint_modules,
+                          loss_chunk_tokens=job.training.loss_chunk_tokens)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
 
