@@ -351,7 +351,7 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
     from tensoropt.pipeline.stages import find_blocks
 
     budget = job.memory_budget
-    fits = budget is None or any(p.memory_bytes <= budget for p in frontier.plans)
+    fits = budget is None or any(p.peak_memory_bytes <= budget for p in frontier.plans)
     candidates = pipeline_candidates(job, num_devices, cluster, fits)
     if not candidates:
         return frontier
