@@ -1,6 +1,7 @@
 """The chunked head + loss run as planned (issue 26): ``chunked_loss``.
 
-The tiny HF Llama and GPT-2 jobs (fp32, ``loss: model``: HuggingFace's ``ForCausalLMLoss``),
+The tiny HF Llama and GPT-2 jobs (fp32, ``loss: model``: HuggingFace's ``ForCausalLMLoss``) and the
+zoo GPT (its own cross entropy on the logits of a head tied to the embedding, on 2 processes),
 planned on 1 and 2 devices of cpu-local with ``training.memory_options: [zero3, chunked_loss]``
 and ``loss_chunk_tokens: 48`` (128 or 256 rows per rank: 3 or 6 chunks, the last one short): a
 plain plan (data parallel where offered) and the same plan with the head and the loss under
@@ -35,7 +36,13 @@ CASES = {  # name: (job, devices, executor mode)
     "llama-2": ("hf-llama.yaml", 2, "replay"),
     "gpt2-2": ("hf-gpt2.yaml", 2, "replay"),
     "llama-2-interpret": ("hf-llama.yaml", 2, "interpret"),
+    "gpt-2": ("zoo-gpt", 2, "replay"),
 }
+ZOO_GPT = {"model": {"name": "gpt", "kwargs": {"layers": 2, "width": 64, "heads": 4, "seq_len": 32,
+                                               "vocab_size": 256, "dropout": 0.0}},
+           "training": {"global_batch_size": 8, "seed": 0, "steps": 3},
+           "cluster": "cpu-local", "devices": [2]}
+"""The zoo GPT: its own F.cross_entropy on the logits of a head tied to the embedding."""
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -65,7 +72,7 @@ def test_fused_loss_equals_the_unchunked_one(dtype):
 
 def _job(case: str) -> Job:
     source, devices, _ = CASES[case]
-    base = load_job(JOBS / source)
+    base = Job.from_dict(ZOO_GPT) if source == "zoo-gpt" else load_job(JOBS / source)
     training = dataclasses.replace(base.training, precision="fp32", dtype=None, memory_options=OPTIONS,
                                    optimizer="momentum", learning_rate=0.05, loss_chunk_tokens=CHUNK)
     return dataclasses.replace(base, devices=[devices], training=training)
