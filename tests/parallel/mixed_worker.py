@@ -28,8 +28,8 @@ def main() -> None:
     tensoropt.init_distributed()
     doc, out = json.loads(Path(sys.argv[1]).read_text()), sys.argv[2]
     try:
-        from tensoropt.executor.plan import ExecPlan
-        from tensoropt.executor.spec import TrainSpec
+        from tensoropt.executor.job.plan import ExecPlan
+        from tensoropt.executor.job.spec import TrainSpec
         from tensoropt.models.gpt import GPT
         from tensoropt.training.trainer import Trainer
 
@@ -56,7 +56,7 @@ def main() -> None:
                         "dtypes": dtypes, "initial": initial}, out)
         dist.barrier()
     finally:
-        from tensoropt.executor.worker import end_process_group
+        from tensoropt.executor.state.worker import end_process_group
 
         end_process_group()
 
