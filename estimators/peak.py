@@ -98,7 +98,7 @@ def program_bytes(traced_nodes: int, bytes_per_program_node: int) -> int:
 def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, largest_param_bytes: int,
                          total_param_bytes: int, runtime_overhead_bytes: int,
                          device_kind: str = "cpu", largest_activation_bytes: int = 0,
-                         program_bytes: int = 0) -> int:
+                         program_bytes: int = 0, recompute_transient_bytes: int = 0) -> int:
     """Peak bytes of one process: the plan's memory, the optimizer step's excess, the runtime's own.
 
     Args:
@@ -109,15 +109,23 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
         runtime_overhead_bytes: the device profile's per-process constant.
         largest_activation_bytes: the largest output of an operator on this process (local shape).
         program_bytes: the replayed program's runtime memory (:func:`program_bytes`).
+        recompute_transient_bytes: the plan's largest recompute chain (a checkpointed block's
+            activations rebuilt during its backward, one chunk of a ``chunked_loss``;
+            :func:`estimators.breakdown.recompute_chains`): alive during backward while the saved
+            activations still are, so backward's transient is the larger of it and the activation
+            gradients.
 
     Example:
         >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20)
         1090
         >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20, program_bytes=7)
         1097
+        >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20,
+        ...                      recompute_transient_bytes=60)
+        1110
     """
     transient = optimizer_step_transient_bytes(optimizer, largest_param_bytes, total_param_bytes, device_kind)
     activation_bytes = max(0, int(memory_bytes) - int(state_bytes))
-    backward = 2 * int(largest_activation_bytes)
+    backward = max(2 * int(largest_activation_bytes), int(recompute_transient_bytes))
     return (int(memory_bytes) + max(backward, transient - activation_bytes) + int(runtime_overhead_bytes)
             + int(program_bytes))

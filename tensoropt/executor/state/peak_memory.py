@@ -163,7 +163,8 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
     The plan's predicted ``memory_bytes``, plus backward's activation gradients (twice the largest
     local operator output, :func:`largest_activation_bytes`) or the optimizer step's temporaries
     beyond the saved activations (the largest and the total local tensor the optimizer steps on
-    this rank), whichever is larger, and the
+    this rank) or the plan's largest recompute transient (``recompute_transient_bytes`` of
+    :class:`tensoropt.executor.job.plan.ExecPlan`, from plan.json's rows), whichever is larger, and the
     device profile's ``runtime_overhead_bytes`` and ``bytes_per_program_node`` times the replayed
     program's node count as traced (:func:`traced_nodes`; the job's cluster; 0 without a job):
     :func:`estimators.peak.predicted_peak_bytes`. The parameter, gradient and optimizer-state bytes
@@ -194,7 +195,8 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
     kind = "gpu" if trainer.device.type == "cuda" else "cpu"
     return formula(memory_bytes, trainer.state_bytes(), trainer.spec.optimizer, max(sizes), sum(sizes),
                    overhead, kind, largest_activation_bytes(trainer.ep.graph, trainer.plan),
-                   program_bytes(traced_nodes(trainer), per_node))
+                   program_bytes(traced_nodes(trainer), per_node),
+                   int(trainer.plan.predicted.get("recompute_transient_bytes", 0)))
 
 
 def traced_nodes(trainer) -> int:
