@@ -11,8 +11,6 @@ stage count wrote it) and writes one there after the last step.
 from __future__ import annotations
 
 import json
-import sys
-import tempfile
 from pathlib import Path
 
 from tensoropt.commands import CommandError
@@ -75,8 +73,7 @@ def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], e
         >>> run_pipelined(args, spec, plan, 2, [], {"mode": "replay", "compile": "none"})  # doctest: +SKIP
         0
     """
-    from tensoropt import elastic
-    from tensoropt.launch import launch_module
+    from tensoropt.commands.run import launch_run
 
     problems = pipelined_problems(args, trainer_keys, executor)
     if problems:
@@ -97,16 +94,11 @@ def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], e
           f"plan {plan.get('id')}: "
           f"{pipe['stages']} stages, {pipe['schedule']}, {pipe['micro_batches']} micro-batches, blocks "
           f"{pipe['blocks']} (eager stages, data parallel inside each stage)", flush=True)
-    with tempfile.TemporaryDirectory(prefix="tensoropt-pipeline-") as tmp:
-        path = Path(tmp) / "run.json"
-        config = {"runs": [entry]}
-        if args.timeout_s:
-            config["timeout_s"] = args.timeout_s
-        path.write_text(json.dumps(config))
-        rc = launch_module("tensoropt.pipeline_runtime.worker", [str(path)],
-                           elastic.launch_options(args, nproc, spec.to_json(), args.timeout_s))
+    config = {"runs": [entry]}
+    if args.timeout_s:
+        config["timeout_s"] = args.timeout_s
+    rc = launch_run("tensoropt.pipeline_runtime.worker", config, args, nproc, spec)
     if rc != 0:
-        print(f"tensoropt run: the workers failed (exit code {rc}); see the messages above", file=sys.stderr)
         return rc
     if args.metrics and Path(args.metrics).is_file():
         metrics = json.loads(Path(args.metrics).read_text())
