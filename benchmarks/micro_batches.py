@@ -13,7 +13,9 @@ Cases:
 * ``llama3-8b``: HF ``LlamaForCausalLM`` with Llama-3-8B's shape (benchmarks/scale.py), sequence
   8192, global batch 16, bf16-mixed, AdamW, memory options recompute/zero1/zero2/zero3, h100x8, 8
   devices, planner defaults;
-* ``llama3-8b-plain``: the same without memory options.
+* ``llama3-8b-plain``: the same without memory options;
+* ``llama3-8b-blocks``: the same with recompute/zero1/zero2/zero3 and the whole-block options
+  block_recompute/block_selective.
 
 Usage::
 
@@ -57,6 +59,8 @@ CASES = {
                    "planner": {"epsilon": 0.01}},
     "llama3-8b": _llama(["recompute", "zero1", "zero2", "zero3"]),
     "llama3-8b-plain": _llama([]),
+    "llama3-8b-blocks": _llama(["recompute", "zero1", "zero2", "zero3", "block_recompute",
+                                "block_selective"]),
 }
 
 

@@ -326,9 +326,11 @@ class Runtime:
         return read_loss(loss)
 
     def trace(self, graph: StepGraph, local_inputs: list[torch.Tensor]) -> None:
-        """Trace ``graph``'s replayed program (the synchronising one) if it is not yet."""
+        """Trace ``graph``'s replayed program if it is not yet: the synchronising one, or inside
+        ``no_sync`` the one that defers the synchronisation."""
         if graph.program is not None and not self.interpret_steps:
-            graph.program.program(graph.values(local_inputs), sync_grads=True)
+            defer = not self.syncing and self.mesh is not None
+            graph.program.program(graph.values(local_inputs), sync_grads=not defer)
 
     @torch.no_grad()
     def _replay(self, graph: StepGraph, values: list, scale: float, sync: bool) -> torch.Tensor:
