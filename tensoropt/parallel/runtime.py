@@ -420,11 +420,26 @@ class Runtime:
             return self.unscaled
         finite = self.unscaled = self.scaler.unscale([p.grad for p in self.installed if p.grad is not None])
         if self.scaler.update(finite):
-            for graph in self.graphs.values():
-                graph.interpreter.loss_scale = self.scaler.scale
-                if graph.program is not None:
-                    graph.program.programs.clear()
+            self._rescaled()
         return finite
+
+    def load_loss_scale(self, state: dict | None) -> None:
+        """fp16-mixed: continue with a checkpoint's loss scale (:meth:`LossScaler.state_dict`); programs
+        traced with another scale are traced again. Without a loss scale here, or in ``state``: nothing.
+
+        Example:
+            >>> runtime.load_loss_scale({"scale": 1024.0, "good_steps": 3, "skipped": 1})  # doctest: +SKIP
+        """
+        if self.scaler is None or not state:
+            return
+        self.scaler.load_state_dict(state)
+        self._rescaled()
+
+    def _rescaled(self) -> None:
+        for graph in self.graphs.values():
+            graph.interpreter.loss_scale = self.scaler.scale
+            if graph.program is not None:
+                graph.program.programs.clear()
 
 
 
