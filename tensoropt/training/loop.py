@@ -158,7 +158,8 @@ def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) 
     if _rank() == 0:
         scaler = pm.tensoropt_runtime.scaler
         state = {"step": step, "scheduler": scheduler.state_dict(), "data_position": step,
-                 "loss_scale": scaler.state_dict() if scaler is not None else None}
+                 "loss_scale": scaler.state_dict() if scaler is not None else None,
+                 "world_size": _world(), "plan_id": pm.plan.plan_id}
         (folder / TRAINER_STATE).write_text(json.dumps(state))
     if dist.is_initialized():
         dist.barrier()
@@ -266,6 +267,7 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
                 save_checkpoint(checkpoint_dir, step + 1, pm, optimizer, scheduler)
             if hold_after is not None and step + 1 == hold_after:
                 _hold(step + 1, log)
+            _elastic_hold(step + 1, log)
         if last < total:
             return records
         if job.checkpoint.export:
@@ -290,6 +292,30 @@ def _hold(step: int, log: MetricsLogger | None) -> None:
     while time.monotonic() < deadline:
         time.sleep(0.05)
     raise RuntimeError(f"hold_after: nobody killed this process within {HOLD_MAX_S:.0f} s after step {step}")
+
+
+def _elastic_hold(step: int, log: MetricsLogger | None) -> None:
+    """The elastic tests' hold (:data:`tensoropt.executor.restart.HOLD_DIR_ENV`): after each step and
+    its checkpoint, wait while ``hold-ws<world size>`` exists in that folder (and holds no number, or
+    one <= ``step``: the first step to hold after), so a test can kill or add machines at a known
+    step; nothing without the variable."""
+    from tensoropt.executor.restart import HOLD_DIR_ENV
+    from tensoropt.executor.restart import HOLD_MAX_S as ELASTIC_HOLD_S
+
+    if not os.environ.get(HOLD_DIR_ENV):
+        return
+    hold = Path(os.environ[HOLD_DIR_ENV]) / f"hold-ws{_world()}"
+    try:
+        first = hold.read_text().strip()
+    except OSError:
+        return
+    if first and step < int(first):
+        return
+    if log is not None:
+        log.stream.flush()
+    deadline = time.monotonic() + ELASTIC_HOLD_S
+    while hold.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _validate(pm, held_out: GlobalBatches, batches: int, step: int, log: MetricsLogger | None) -> float:
