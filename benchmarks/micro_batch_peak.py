@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 
 from tensoropt.config import Job
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.launch import LaunchOptions, launch_workers
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text

@@ -2,7 +2,7 @@
 
 The cost model's ``memory_bytes`` (:mod:`estimators.memory`) counts what a plan owns:
 parameters, gradients, optimizer state and saved activations. A process's real peak
-(``measured.peak_bytes``, :mod:`tensoropt.executor.peak_memory`) adds two terms:
+(``measured.peak_bytes``, :mod:`tensoropt.executor.state.peak_memory`) adds two terms:
 
     peak_bytes = state_bytes + max(activation_bytes + backward_transient_bytes,
                                    optimizer_step_transient_bytes)
@@ -37,7 +37,7 @@ calibrate --memory`` measures both).
   (the trace's and the program's Python objects, the heap they fragment), both of the device
   profile, measured by ``tensoropt calibrate --memory`` on a tiny GPT at two depths (cpu.yaml:
   12.2 MiB + 5.0 KiB per node; 219 and 726 nodes), the model's and ``torch.export``'s code being
-  loaded before the baseline (:mod:`tensoropt.executor.peak_memory`). Measured per traced node on
+  loaded before the baseline (:mod:`tensoropt.executor.state.peak_memory`). Measured per traced node on
   other families, 1 process: an MLP 9.0 KiB, the tiny HF Llama 12.2 KiB; the constant part follows
   the kernels a model runs (code pages: 5.1 MiB for an MLP, 6.8 for HF Llama, 10.3 for the zoo
   GPT), which no constant can; a 2-process run holds more (gloo's buffers, DTensor's caches: the
@@ -81,7 +81,7 @@ def program_bytes(traced_nodes: int, bytes_per_program_node: int) -> int:
 
     Args:
         traced_nodes: ``call_function`` nodes of the traced step before any pass removes some
-            (:class:`tensoropt.executor.lowering.LoweredStep`; 0 for the interpreter, which traces
+            (:class:`tensoropt.executor.program.lowering.LoweredStep`; 0 for the interpreter, which traces
             nothing).
         bytes_per_program_node: the device profile's constant (``tensoropt calibrate --memory``).
 

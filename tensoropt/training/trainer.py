@@ -28,11 +28,11 @@ import contextlib
 import torch
 from torch.distributed.tensor import DTensor
 
-from tensoropt.executor.mesh import rank_device
-from tensoropt.executor.peak_memory import PeakMemory, load_model_code
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.replay import MODES
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.executor.program.replay import MODES
+from tensoropt.executor.state.mesh import rank_device
+from tensoropt.executor.state.peak_memory import PeakMemory, load_model_code
 from tensoropt.parallel.model import parallelize_spec
 from tensoropt.training.measure import RunResult, StepMeter
 
@@ -55,7 +55,7 @@ class Trainer:
     """One plan's training on this rank: the parallel model, its optimizer, the data, the meter.
 
     ``mode``: ``"replay"`` (default) traces the step once per input shapes into a local program
-    (:mod:`tensoropt.executor.replay`) and replays it; ``"interpret"`` runs every step through the
+    (:mod:`tensoropt.executor.program.replay`) and replays it; ``"interpret"`` runs every step through the
     DTensor interpreter (the reference). In replay mode the first step of each :meth:`train` call,
     which measures the saved activations, runs through the interpreter. ``compile``: ``"none"`` or
     ``"inductor"`` (the replayed program compiled).
@@ -131,7 +131,7 @@ class Trainer:
 
     def batch_of(self, step: int) -> dict[str, torch.Tensor]:
         """This rank's region of each input of ``step``'s global batch, by input name
-        (:class:`~tensoropt.executor.data.BatchSource`: only that region is produced); with several
+        (:class:`~tensoropt.executor.job.data.BatchSource`: only that region is produced); with several
         micro-batches, the first micro-batch's (:meth:`micro_batches_of`)."""
         return self.micro_batches_of(step)[0]
 

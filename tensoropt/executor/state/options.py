@@ -1,7 +1,7 @@
 """Memory options of a plan's nodes in the executor: ``recompute`` and ``zero3`` (forward).
 
 ``zero1`` and ``zero2`` change nothing in forward (the node runs as its plain configuration):
-they live in the optimizer step, :mod:`tensoropt.executor.zero`.
+they live in the optimizer step, :mod:`tensoropt.executor.state.zero`.
 
 See :mod:`tensoropt.configspace.options` for what they mean and :mod:`estimators.options` for
 what they cost. Both rest on :class:`Recipes`, saved-tensor hooks active over the whole forward
@@ -42,9 +42,9 @@ from torch.utils.checkpoint import checkpoint
 
 from tensoropt.configspace.configuration import Configuration
 from tensoropt.configspace.options import base_configuration
-from tensoropt.executor.memory import local
-from tensoropt.executor.mixed_precision import master_of
-from tensoropt.executor.program import arg_nodes
+from tensoropt.executor.job.program import arg_nodes
+from tensoropt.executor.state.memory import local
+from tensoropt.executor.state.mixed_precision import master_of
 
 
 def _root(t: torch.Tensor) -> torch.Tensor:
