@@ -94,6 +94,7 @@ def main(argv=None) -> int:
                      f"{min(p.time_s for p in one) * 1e3:.1f} / {min(p.time_s for p in auto) * 1e3:.1f}",
                      " ".join(f"{m}:{n}" for m, n in sorted(counts.items())), f"{one_s:.0f} / {auto_s:.0f}"])
         print(f"{name}: leanest auto plan {lean.id}: {lean.summary}", flush=True)
+        print("  " + " | ".join(map(str, rows[-1])), flush=True)  # each case as it ends (long runs)
     headers = ["case", "leanest GiB (m=1)", "its ms", "leanest GiB (auto)", "its ms", "its m", "ratio",
                "fastest ms (1 / auto)", "auto frontier m:plans", "plan s (1 / auto)"]
     from tensoropt.tables import format_table
