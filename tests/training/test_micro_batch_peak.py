@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(900)]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from micro_batch_peak import measure  # noqa: E402
