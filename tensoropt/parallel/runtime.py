@@ -329,9 +329,11 @@ class Runtime:
         return read_loss(loss)
 
     def trace(self, graph: StepGraph, local_inputs: list[torch.Tensor]) -> None:
-        """Trace ``graph``'s replayed program (the synchronising one) if it is not yet."""
+        """Trace ``graph``'s replayed program if it is not yet: the synchronising one, or inside
+        ``no_sync`` the one that defers the synchronisation."""
         if graph.program is not None and not self.interpret_steps:
-            graph.program.program(graph.values(local_inputs), sync_grads=True)
+            defer = not self.syncing and self.mesh is not None
+            graph.program.program(graph.values(local_inputs), sync_grads=not defer)
 
     @torch.no_grad()
     def _replay(self, graph: StepGraph, values: list, scale: float, sync: bool) -> torch.Tensor:
@@ -421,11 +423,26 @@ class Runtime:
             return self.unscaled
         finite = self.unscaled = self.scaler.unscale([p.grad for p in self.installed if p.grad is not None])
         if self.scaler.update(finite):
-            for graph in self.graphs.values():
-                graph.interpreter.loss_scale = self.scaler.scale
-                if graph.program is not None:
-                    graph.program.programs.clear()
+            self._rescaled()
         return finite
+
+    def load_loss_scale(self, state: dict | None) -> None:
+        """fp16-mixed: continue with a checkpoint's loss scale (:meth:`LossScaler.state_dict`); programs
+        traced with another scale are traced again. Without a loss scale here, or in ``state``: nothing.
+
+        Example:
+            >>> runtime.load_loss_scale({"scale": 1024.0, "good_steps": 3, "skipped": 1})  # doctest: +SKIP
+        """
+        if self.scaler is None or not state:
+            return
+        self.scaler.load_state_dict(state)
+        self._rescaled()
+
+    def _rescaled(self) -> None:
+        for graph in self.graphs.values():
+            graph.interpreter.loss_scale = self.scaler.scale
+            if graph.program is not None:
+                graph.program.programs.clear()
 
 
 

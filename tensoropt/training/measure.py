@@ -51,14 +51,24 @@ class RunResult:
     """Peak memory of the training loop above the level before the model was built, maximum over
     ranks (:mod:`tensoropt.executor.state.peak_memory`: CUDA allocator, or resident set on the CPU)."""
     peak_tensor_bytes: int = 0
-    """The most bytes of tensor storage alive at once during the first step (the persistent state
-    included), maximum over ranks (:mod:`tensoropt.executor.state.tensor_peak`): no allocator setting
-    changes it."""
+    """The most bytes of tensor storage alive at once during the step measured for memory (the
+    persistent state included), maximum over ranks (:mod:`tensoropt.executor.state.tensor_peak`): no
+    allocator setting changes it."""
 
     @property
     def median_time_s(self) -> float:
-        """Median step time (the first step, which warms up, is left out when there are several)."""
+        """Median step time, without the first step (it warms up) and the step measured for memory
+        (it runs through the DTensor interpreter) where others are left.
+
+        Example:
+            >>> RunResult("p", 1, [{"step": 0, "time_s": 5.0}, {"step": 1, "time_s": 9.0,
+            ...     "memory_step": True}, {"step": 2, "time_s": 1.0}]).median_time_s
+            1.0
+        """
         times = [s["time_s"] for s in self.steps]
+        steady = [s["time_s"] for s in self.steps[1:] if not s.get("memory_step")]
+        if steady:
+            return statistics.median(steady)
         return statistics.median(times[1:] if len(times) > 2 else times) if times else 0.0
 
 
@@ -85,6 +95,7 @@ class StepMeter:
         self.peak_tensor_bytes = 0
         self.records: list[dict] = []
         self._time_s = 0.0
+        self._measured = False
 
     def start(self) -> None:
         """The loop starts: reset the peak statistic and the records."""
@@ -94,14 +105,20 @@ class StepMeter:
     @contextlib.contextmanager
     def step(self, step: int, batch, measure: bool = False):
         """Time the step run inside; ``measure``: also record its saved activations, gradients and
-        tensor peak (through the DTensor interpreter, hooks on every saved tensor: once per run)."""
+        tensor peak (through the DTensor interpreter, hooks on every saved tensor: once per run).
+        ``batch``: the step's inputs, or a list of its micro-batches' (all but the last run under
+        ``no_sync``, whose program is traced here too)."""
         rt = self.runtime
-        if not measure:
-            self.pm.trace(batch)  # a new shape's program is traced here, not on the clock
+        self._measured = measure
+        batches = batch if isinstance(batch, list) else [batch]
+        if not measure:  # a new shape's programs are traced here, not on the clock
+            for i, part in enumerate(batches):
+                with self.pm.no_sync() if i < len(batches) - 1 else contextlib.nullcontext():
+                    self.pm.trace(part)
         with contextlib.ExitStack() as stack:
             if measure:
                 resident = self.resident_tensor_bytes() + storage_bytes(
-                    t for t in batch.values() if isinstance(t, torch.Tensor))
+                    t for part in batches for t in part.values() if isinstance(t, torch.Tensor))
                 peak = stack.enter_context(TensorPeak(resident))
                 stack.enter_context(rt.interpreting())
                 saved = stack.enter_context(SavedTensors())
@@ -124,14 +141,18 @@ class StepMeter:
                 exclude = storage_keys(rt.params.values())
                 self.activation_bytes = max(self.activation_bytes, saved.bytes(exclude=exclude))
             elif event == "step":
+                saved.storages.clear()  # the next micro-batch saves its own
                 grads = [p.grad for p in rt.params.values() if p.grad is not None] + rt.zero.gradients()
                 self.grad_bytes = storage_bytes(grads)
 
         return hook
 
     def log(self, step: int, loss: torch.Tensor) -> dict:
-        """Record the step just timed with its ``loss`` (read after the clock stopped)."""
+        """Record the step just timed with its ``loss`` (read after the clock stopped); the step
+        measured for memory is marked ``"memory_step": True``."""
         record = {"step": step, "loss": float(loss), "time_s": self._time_s}
+        if self._measured:
+            record["memory_step"] = True
         self.records.append(record)
         return record
 

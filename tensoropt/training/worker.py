@@ -79,14 +79,11 @@ def run_all(config: dict) -> None:
         steps = int(config.get("steps", spec.steps))
         # Without a fixed plan, select one for this world size (elastic: on every restart).
         document = run["plan"] if "plan" in run else restart.resolve_plan(run["select"])
-        if int(document.get("micro_batches", 1)) > 1:  # the trainer's loop runs them (tensoropt.training)
-            raise ValueError(f"plan {document.get('id')} runs {document['micro_batches']} micro-batches; "
-                             "this measuring loop runs one per step: run it with a fixed --plan (the "
-                             "trainer's loop), or select a plan of 1 micro-batch (training.micro_batches: 1)")
         plan = ExecPlan.from_json(document)
         executor = {**config.get("executor", {}), **run.get("executor", {})}  # {"mode", "compile"}
         trainer = Trainer(spec, plan, mode=executor.get("mode", "replay"),
-                          compile=executor.get("compile", "none"))
+                          compile=executor.get("compile", "none"),
+                          micro_batches=int(document.get("micro_batches", 1)))
         fail = config.get("fail_at")  # {"rank": r, "step": s}: a test of error propagation
         if fail and fail.get("rank") == rank:
             trainer.fail_at_step = int(fail.get("step", 0))

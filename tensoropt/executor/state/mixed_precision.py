@@ -168,6 +168,25 @@ class LossScaler:
             bad = flag.cpu()
         return not bool(bad.item() > 0)
 
+    def state_dict(self) -> dict:
+        """The scaler's state, for a checkpoint: the scale, the finite steps since it last moved, the
+        steps skipped.
+
+        Example:
+            >>> s = LossScaler(scale=8.0); _ = s.update(True); s.state_dict()
+            {'scale': 8.0, 'growth_interval': 2000, 'good_steps': 1, 'skipped': 0}
+            >>> t = LossScaler(); t.load_state_dict(s.state_dict()); (t.scale, t.good_steps)
+            (8.0, 1)
+        """
+        return {"scale": self.scale, "growth_interval": self.growth_interval, "good_steps": self.good_steps,
+                "skipped": self.skipped}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict`'s ``state`` (a resumed run's loss scale)."""
+        self.scale = float(state["scale"])
+        self.growth_interval = int(state.get("growth_interval", self.growth_interval))
+        self.good_steps, self.skipped = int(state["good_steps"]), int(state["skipped"])
+
     def update(self, finite: bool) -> bool:
         """Next scale after a step whose gradients were ``finite``; whether the scale changed."""
         if not finite:
