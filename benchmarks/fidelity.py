@@ -87,6 +87,15 @@ OP_CLASSES = (
 ``elementwise / other``."""
 
 
+KIND_CLASSES = {"linear": "GEMM", "matmul": "GEMM", "conv2d": "convolution", "batch_norm": "batch norm",
+                "pool": "pooling", "adaptive_pool": "pooling", "layer_norm": "layer norm",
+                "rms_norm": "layer norm", "group_norm": "layer norm", "sdpa": "attention",
+                "softmax": "attention", "embedding": "embedding / loss", "cross_entropy": "embedding / loss",
+                "log_softmax": "embedding / loss", "cat": "copy / layout", "stack": "copy / layout",
+                "pad": "copy / layout", "broadcast": "copy / layout"}
+"""A captured operator's kind (``tensoropt.capture.ops``) -> its class in :data:`OP_CLASSES`' terms."""
+
+
 def op_class(name: str) -> str:
     """The operator class of an aten / profiler op name (:data:`OP_CLASSES`).
 
@@ -127,7 +136,7 @@ def priced_classes(cg, assignment: dict) -> dict[str, float]:
     b = plan_breakdown(cg, assignment)
     out: dict[str, float] = {}
     for layer in b["layers"]:
-        cls = op_class(layer["op"])
+        cls = KIND_CLASSES.get(layer["kind"], "elementwise / other")
         out[cls] = out.get(cls, 0.0) + layer["compute_s"]
         out["collective"] = out.get("collective", 0.0) + layer["comm_s"]
     out["collective"] = out.get("collective", 0.0) + sum(e["comm_s"] for e in b["redistributions"])
