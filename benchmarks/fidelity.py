@@ -149,9 +149,9 @@ def worker(options: dict) -> None:
     import torch.distributed as dist
     from runtime import spec_of
 
-    from tensoropt.executor.peak_memory import predicted_peak_bytes
-    from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.state.peak_memory import predicted_peak_bytes
+    from tensoropt.executor.state.worker import end_process_group, init_process_group
     from tensoropt.training.trainer import Trainer
 
     init_process_group()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 def main() -> None:
     from tensoropt.config import load_job
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.spec import TrainSpec
     from tensoropt.launch import LaunchOptions, launch_module
     from tensoropt.plans import plan_file_text
 

@@ -17,7 +17,7 @@ from tensoropt.capture.graph import CaptureWarning
 from tensoropt.config import Job
 from tensoropt.configspace import configurations
 from tensoropt.configspace.configuration import Mesh
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.planner import capture_job
 
 MESH = Mesh((2,), ("gpu",))
