@@ -16,7 +16,7 @@ were priced with (:func:`estimators.pipeline.schedule_overhead_s`; the median of
 ``--memory``: one more launch per plan (peak memory mixes when runs share a process), 3 steps each;
 the table gives each stage's predicted memory (``pipeline_detail.stages[s].memory_bytes``) against
 the measured peak of its first rank (the resident set's high-water mark above its level before the
-stage was built, :class:`tensoropt.executor.peak_memory.PeakMemory`).
+stage was built, :class:`tensoropt.executor.state.peak_memory.PeakMemory`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _launch(runs: list[dict], nproc: int, tmp: Path, name: str, interleave: bool
 def main() -> None:
     from estimators.profiles import load_cluster
     from tensoropt.config import load_job
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.spec import TrainSpec
     from tensoropt.plans import plan_file_text
 
     parser = argparse.ArgumentParser(description=__doc__,

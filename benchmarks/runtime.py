@@ -89,8 +89,8 @@ def spec_of(name: str, steps: int = 5):
         >>> spec_of("cnn").global_batch_size
         32
     """
-    from tensoropt.executor.data import InputSpec
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.data import InputSpec
+    from tensoropt.executor.job.spec import TrainSpec
 
     model, kwargs, inputs, batch = MODELS[name]
     return TrainSpec(model, tuple(InputSpec(s, d, h) for s, d, h in inputs), batch, dict(kwargs),
@@ -110,7 +110,7 @@ def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchro
     from tensoropt.capture import capture
     from tensoropt.capture.fingerprint import node_rows
     from tensoropt.cost_graph import cost_graph
-    from tensoropt.executor.data import synthetic_batch
+    from tensoropt.executor.job.data import synthetic_batch
     from tensoropt.planner import attach_data_parallel, frontier_from_points
     from tensoropt.plans import FrontierFile
     from tensoropt.selector import select
@@ -150,8 +150,8 @@ def worker(options: dict) -> None:
     from executor_vs_ddp import ddp_round_s  # the same DDP step as the executor-vs-DDP benchmark
     from torch.nn.parallel import DistributedDataParallel
 
-    from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.state.worker import end_process_group, init_process_group
     from tensoropt.training.trainer import Trainer
 
     init_process_group()

@@ -11,7 +11,7 @@ has no frontier for N. ``--metrics FILE`` receives the measured step times and m
 the planner's predictions.
 
 Each worker traces the plan's training step once into a local program and replays it
-(:mod:`tensoropt.executor.replay`); ``--executor interpret`` runs the DTensor interpreter every
+(:mod:`tensoropt.executor.program.replay`); ``--executor interpret`` runs the DTensor interpreter every
 step instead (the reference), ``--compile inductor`` compiles the replayed program (both override
 the job's ``executor:`` section). A compile backend that cannot run here is an error before any
 worker starts.
@@ -57,7 +57,7 @@ def run(args) -> int:
     """Run the ``run`` subcommand; returns the exit code."""
     from tensoropt import elastic
     from tensoropt.config import ConfigError, load_job
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.spec import TrainSpec
     from tensoropt.launch import launch_workers
     from tensoropt.planner import PlanningError
     from tensoropt.training.checks import trainer_keys
@@ -170,7 +170,7 @@ def _executor(args, job) -> dict:
     its compile backend checked here, before any worker starts."""
     import torch
 
-    from tensoropt.executor.replay import CompileUnavailable, check_compile_backend
+    from tensoropt.executor.program.replay import CompileUnavailable, check_compile_backend
 
     mode = args.executor or job.executor.mode
     backend = args.compile or job.executor.compile
@@ -199,7 +199,7 @@ def _frontier_path(args) -> Path | None:
 
 
 def _load_plan(args) -> dict:
-    from tensoropt.executor.plan import ExecPlan
+    from tensoropt.executor.job.plan import ExecPlan
 
     try:
         ExecPlan.load(args.plan)  # validates
@@ -231,7 +231,7 @@ def _check_plan_graph(args, spec, plan: dict) -> None:
     plan's graph fingerprint (each worker checks its own export again).
     """
     from tensoropt.config import Job
-    from tensoropt.executor.plan import ExecPlan, PlanGraphMismatch, check_plan_graph
+    from tensoropt.executor.job.plan import ExecPlan, PlanGraphMismatch, check_plan_graph
     from tensoropt.planner import capture_job
 
     source = args.plan or f"the selected plan {plan.get('id')}"

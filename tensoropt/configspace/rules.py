@@ -236,7 +236,7 @@ def sdpa_dims(node: dict) -> list[ParDim]:
 def cross_entropy_dims(node: dict) -> list[ParDim]:
     """cross_entropy: ``batch`` (+ ``seq`` of [N, C, T] logits), partial when the loss is reduced;
     the class dim of 2-D logits as ``out`` when the loss is a mean or a sum without class weights
-    or label smoothing (the executor's vocabulary-parallel loss, executor/vocab_parallel.py, whose
+    or label smoothing (the executor's vocabulary-parallel loss, executor/ops/vocab_parallel.py, whose
     output is the replicated loss). HuggingFace's causal-LM loss (``.float()``, flattened to
     ``[tokens, vocabulary]``, labels padded with -100) is such a loss: its class dim is the head's
     ``out`` dim through the folded upcast and view.

@@ -68,7 +68,7 @@ class PipelineRuntime:
     """This rank's stage of ``plan`` (see the module docstring); the process group must exist.
 
     Args:
-        spec: the run's :class:`tensoropt.executor.spec.TrainSpec`.
+        spec: the run's :class:`tensoropt.executor.job.spec.TrainSpec`.
         plan: the plan entry (plan.json): ``pipeline`` and, optionally, ``pipeline_detail``.
         device: where the stage runs (default: this rank's CUDA device, else the CPU).
         replay: run the stage as traced forward and backward programs (default), else eagerly

@@ -5,7 +5,7 @@ for several plans), each with ``spec`` (:meth:`TrainSpec.to_json`), ``plan`` (th
 ``steps``, and
 optionally ``metrics`` (a JSON path rank 0 writes: the loss per step, the step times, each rank's
 stage, parameter bytes and measured peak above its level before the stage was built
-(:class:`tensoropt.executor.peak_memory.PeakMemory`), and the plan's predictions), ``params_dir``
+(:class:`tensoropt.executor.state.peak_memory.PeakMemory`), and the plan's predictions), ``params_dir``
 (each stage's first replica saves its parameters there as
 ``stage-S.pt``, under the model's names), ``checkpoint_dir`` (a DCP checkpoint of the model and
 the optimizer, under the model's names, written after the last step) and ``resume_from`` (a DCP
@@ -40,8 +40,8 @@ class PlanRun:
     then :meth:`finish` (parameters, checkpoint, rank 0's metrics)."""
 
     def __init__(self, config: dict):
-        from tensoropt.executor.peak_memory import PeakMemory, load_model_code
-        from tensoropt.executor.spec import TrainSpec
+        from tensoropt.executor.job.spec import TrainSpec
+        from tensoropt.executor.state.peak_memory import PeakMemory, load_model_code
 
         self.config = config
         spec = TrainSpec.from_json(config["spec"])

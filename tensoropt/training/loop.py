@@ -67,7 +67,7 @@ class GlobalBatches:
     def __init__(self, job: Job, data: dict | None = None):
         import dataclasses
 
-        from tensoropt.executor.spec import TrainSpec
+        from tensoropt.executor.job.spec import TrainSpec
         from tensoropt.job_model import resolve_job
 
         job = resolve_job(job)
@@ -281,7 +281,7 @@ def _validate(pm, held_out: GlobalBatches, batches: int, step: int, log: Metrics
 def main(argv: list[str] | None = None) -> int:
     """``python -m tensoropt.training.loop RUN.json`` under torchrun: RUN.json holds ``job`` (the
     job's dict), ``plan`` (plan.json's content or path; null: ``select``, the options of
-    :func:`tensoropt.executor.restart.resolve_plan`, choose it for this start's world size),
+    :func:`tensoropt.executor.state.restart.resolve_plan`, choose it for this start's world size),
     ``out_dir``, optional ``steps``, ``mode``,
     ``checkpoint_dir``, ``checkpoint_every``, ``stop_after`` and ``records`` (a path: rank 0 writes
     every step's record there as JSON)."""
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = config["plan"]
         if plan is None:  # elastic or resumed without --plan: this start's device count chooses
-            from tensoropt.executor.restart import resolve_plan
+            from tensoropt.executor.state.restart import resolve_plan
 
             plan = resolve_plan(config["select"])
         records = train(Job.from_dict(config["job"]), plan, out_dir=config["out_dir"],
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         raise
     finally:
-        from tensoropt.executor.worker import end_process_group
+        from tensoropt.executor.state.worker import end_process_group
 
         end_process_group()
 

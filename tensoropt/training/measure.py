@@ -10,9 +10,9 @@ hooks (:attr:`tensoropt.parallel.runtime.Runtime.step_hooks`), never from inside
   one step (the measured step runs through the DTensor interpreter: its saved tensors are the
   activations; the graph's shapes are fixed, so one step measures them);
 * ``peak_bytes``: the process's peak above its level before the model was built
-  (:class:`~tensoropt.executor.peak_memory.PeakMemory`);
+  (:class:`~tensoropt.executor.state.peak_memory.PeakMemory`);
 * ``peak_tensor_bytes``: the most tensor storage alive at once in the measured step
-  (:class:`~tensoropt.executor.tensor_peak.TensorPeak`).
+  (:class:`~tensoropt.executor.state.tensor_peak.TensorPeak`).
 
 Each is the maximum over ranks in the :class:`RunResult`.
 
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
-from tensoropt.executor.mesh import max_over_ranks, sync_device
-from tensoropt.executor.peak_memory import PeakMemory
-from tensoropt.executor.tensor_peak import TensorPeak
+from tensoropt.executor.state.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
+from tensoropt.executor.state.mesh import max_over_ranks, sync_device
+from tensoropt.executor.state.peak_memory import PeakMemory
+from tensoropt.executor.state.tensor_peak import TensorPeak
 
 
 @dataclass
@@ -49,10 +49,10 @@ class RunResult:
     params: dict[str, torch.Tensor] = field(default_factory=dict)
     peak_bytes: int = 0
     """Peak memory of the training loop above the level before the model was built, maximum over
-    ranks (:mod:`tensoropt.executor.peak_memory`: CUDA allocator, or resident set on the CPU)."""
+    ranks (:mod:`tensoropt.executor.state.peak_memory`: CUDA allocator, or resident set on the CPU)."""
     peak_tensor_bytes: int = 0
     """The most bytes of tensor storage alive at once during the first step (the persistent state
-    included), maximum over ranks (:mod:`tensoropt.executor.tensor_peak`): no allocator setting
+    included), maximum over ranks (:mod:`tensoropt.executor.state.tensor_peak`): no allocator setting
     changes it."""
 
     @property

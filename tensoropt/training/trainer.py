@@ -26,11 +26,11 @@ from __future__ import annotations
 import torch
 from torch.distributed.tensor import DTensor
 
-from tensoropt.executor.mesh import rank_device
-from tensoropt.executor.peak_memory import PeakMemory, load_model_code
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.replay import MODES
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.executor.program.replay import MODES
+from tensoropt.executor.state.mesh import rank_device
+from tensoropt.executor.state.peak_memory import PeakMemory, load_model_code
 from tensoropt.parallel.model import parallelize_spec
 from tensoropt.training.measure import RunResult, StepMeter
 
@@ -41,7 +41,7 @@ class Trainer:
     """One plan's training on this rank: the parallel model, its optimizer, the data, the meter.
 
     ``mode``: ``"replay"`` (default) traces the step once per input shapes into a local program
-    (:mod:`tensoropt.executor.replay`) and replays it; ``"interpret"`` runs every step through the
+    (:mod:`tensoropt.executor.program.replay`) and replays it; ``"interpret"`` runs every step through the
     DTensor interpreter (the reference). In replay mode the first step of each :meth:`train` call,
     which measures the saved activations, runs through the interpreter. ``compile``: ``"none"`` or
     ``"inductor"`` (the replayed program compiled).
@@ -96,7 +96,7 @@ class Trainer:
 
     def batch_of(self, step: int) -> dict[str, torch.Tensor]:
         """This rank's region of each input of ``step``'s global batch, by input name
-        (:class:`~tensoropt.executor.data.BatchSource`: only that region is produced)."""
+        (:class:`~tensoropt.executor.job.data.BatchSource`: only that region is produced)."""
         if self.fail_at_step == step:
             raise RuntimeError(f"injected failure at step {step} on this rank (test of error propagation)")
         return dict(zip(self.pm.input_names, self.batch(step)))

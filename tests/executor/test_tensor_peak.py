@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from tensoropt.config import Job
-from tensoropt.executor.peak_memory import predicted_peak_bytes
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.spec import TrainSpec
-from tensoropt.executor.tensor_peak import TensorPeak
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.executor.state.peak_memory import predicted_peak_bytes
+from tensoropt.executor.state.tensor_peak import TensorPeak
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
 from tensoropt.training.trainer import Trainer

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from tensoropt.config import Job
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from pipeline_jobs import GPT
 
 from tensoropt.cli import main
 from tensoropt.config import Job
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.pipeline_runtime.reference import reference_run
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text

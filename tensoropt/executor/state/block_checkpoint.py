@@ -3,7 +3,7 @@
 What they mean and cost: :mod:`estimators.block_options`. A plan gives the option to every
 operator of a block (its blocks: :func:`estimators.block_options.find_blocks` over the exported
 graph's module paths and the job's ``training.checkpoint_modules``, as the planner found them).
-The interpreter (:class:`tensoropt.executor.interpreter.PlanInterpreter`) runs, at a block's first
+The interpreter (:class:`tensoropt.executor.program.interpreter.PlanInterpreter`) runs, at a block's first
 node, the block's whole span of the graph (every node from its first to its last, views
 included) as one function under ``torch.utils.checkpoint`` (non-reentrant) and fills its
 environment with the values the rest of the graph reads; the nodes of the span are then skipped.
@@ -123,7 +123,7 @@ def block_spans(graph: fx.Graph, placements: dict[str, Configuration], lazy: set
 def _report_saved(caching_mode) -> None:
     """Show the outputs a selective checkpoint saved (its cache) to the saved-tensor hooks active
     around the block, as autograd's saved tensors are: the trainer's memory measurement
-    (:class:`tensoropt.executor.memory.SavedTensors`) counts them as held."""
+    (:class:`tensoropt.executor.state.memory.SavedTensors`) counts them as held."""
     hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
     storage = getattr(caching_mode, "storage", None)
     if not hooks or not storage:

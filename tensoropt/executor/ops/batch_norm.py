@@ -21,7 +21,7 @@ rank normalises its own rows (per-rank statistics and running statistics, plain 
 norm): no collective. A channel split (dim 1) is local in both modes: each rank owns its
 channels' statistics, weight and bias.
 
-Under the replayed program (:mod:`tensoropt.executor.lowering`) the collectives are functional
+Under the replayed program (:mod:`tensoropt.executor.program.lowering`) the collectives are functional
 (``_c10d_functional.all_reduce`` + ``wait_tensor``), traced inside the autograd function's
 forward and backward.
 """

@@ -2,7 +2,7 @@
 
 ``training.precision: bf16-mixed | fp16-mixed`` (:mod:`tensoropt.precision`): the graph is exported
 in the compute dtype (bfloat16 / float16) and the trainer keeps every parameter in float32. The
-:class:`~tensoropt.executor.interpreter.PlanInterpreter` casts each parameter to the compute dtype
+:class:`~tensoropt.executor.program.interpreter.PlanInterpreter` casts each parameter to the compute dtype
 where the graph reads it (:func:`cast_param`: an explicit ``.to(dtype)``, part of the autograd graph
 and of the traced replay program, never a global autocast), so backward brings the gradient back
 through the cast to the float32 master in float32, where it is all-reduced and stepped.
@@ -54,7 +54,7 @@ def master_of(value: torch.Tensor) -> torch.Tensor | None:
     """The float32 parameter a :func:`cast_param` copy was made from (None for anything else).
 
     ZeRO-3 gathers the cast shard; its recipe for backward casts the master again instead of
-    keeping the cast shard alive (:mod:`tensoropt.executor.options`).
+    keeping the cast shard alive (:mod:`tensoropt.executor.state.options`).
 
     Example:
         >>> w = torch.ones(1, requires_grad=True)

@@ -1,7 +1,7 @@
 """Scheduling passes over a traced step's local program: collectives issued early, written in place.
 
 ``make_fx`` records each functional collective where the traced code called it and its wait right
-after; :func:`~tensoropt.executor.lowering.defer_waits` then moves every wait to its first reader.
+after; :func:`~tensoropt.executor.program.lowering.defer_waits` then moves every wait to its first reader.
 These passes go further, changing no value the program computes:
 
 * :func:`reinplace_collectives`: an ``all_reduce`` whose input is a fresh tensor (a gradient
@@ -13,7 +13,7 @@ These passes go further, changing no value the program computes:
   moves, with them, to right after its last input: it runs while forward does instead of at the
   loss. An all-gather (ZeRO-3's parameters, gathered again for a recomputed block in backward)
   stays where it is: issued early, its result would be held from the start of the step, and dozens
-  in flight at once are what break gloo's all-gather (:mod:`tensoropt.executor.gloo_gathers`).
+  in flight at once are what break gloo's all-gather (:mod:`tensoropt.executor.ops.gloo_gathers`).
 * :func:`sink_waits`: a wait whose result only feeds the program's output through a few pure
   operators (the loss's reported value) moves, with them, to the end: the all-reduce of the
   loss's sum runs while backward does instead of stopping both ranks at the loss. Backward's

@@ -33,7 +33,7 @@ from torch.distributed.tensor import DeviceMesh, DTensor
 
 from tensoropt.configspace.configuration import Layout, shard_dim
 from tensoropt.configspace.options import state_layouts
-from tensoropt.executor.placements import normalise, to_placements
+from tensoropt.executor.ops.placements import normalise, to_placements
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """Lower one training step of a plan to a local program: ``make_fx`` over the DTensor interpreter.
 
-The :class:`~tensoropt.executor.interpreter.PlanInterpreter` stays the reference and becomes the
+The :class:`~tensoropt.executor.program.interpreter.PlanInterpreter` stays the reference and becomes the
 tracer. :func:`lower_step` runs one step through it under ``make_fx`` (real tensors, the same
 collectives on every rank): the parameters enter as DTensor leaves built on their local tensors,
 forward follows the plan's layouts, ``loss.backward()`` runs DTensor's autograd, each gradient's
 synchronisation is traced where its hook fires (the data-parallel buckets of
-:class:`~tensoropt.executor.gradsync.GradSync` in functional mode, ZeRO-2's reduce-scatter, any
+:class:`~tensoropt.executor.state.gradsync.GradSync` in functional mode, ZeRO-2's reduce-scatter, any
 other redistribution to the parameter's placement), recompute and ZeRO-3 through the
 interpreter's saved-tensor recipes. What comes out is an ``fx.GraphModule`` of local aten ops and
 ``_c10d_functional`` collectives with their waits:
@@ -18,7 +18,7 @@ interpreter's saved-tensor recipes. What comes out is an ``fx.GraphModule`` of l
 :func:`defer_waits` then moves each ``wait_tensor`` to right before the first op that reads its
 result, so a bucket's all-reduce, issued as soon as its last gradient exists, runs while the rest
 of backward does (no dead-code elimination: every collective stays). The graph is rank-specific
-and shape-specialised; :mod:`tensoropt.executor.replay` keeps one per input shapes. Buffers are
+and shape-specialised; :mod:`tensoropt.executor.program.replay` keeps one per input shapes. Buffers are
 traced on copies and the RNG state is restored, so tracing changes nothing the replay sees.
 
 Example:
@@ -39,8 +39,8 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from tensoropt.executor.gradsync import GradSync
-from tensoropt.executor.graph_passes import hoist_collectives, reinplace_collectives, sink_waits
+from tensoropt.executor.program.graph_passes import hoist_collectives, reinplace_collectives, sink_waits
+from tensoropt.executor.state.gradsync import GradSync
 
 _WAIT = torch.ops._c10d_functional.wait_tensor.default
 
@@ -153,7 +153,7 @@ def lower_step(trainer, values: list, reinplace: bool = True, sync_grads: bool =
         values: the interpreter's placeholder values of one step (``trainer._placeholder_values``):
             they give the shapes the program is specialised to and the non-parameter inputs.
         reinplace: write each gradient bucket's all-reduce into its ``cat`` (no copy per step:
-            :func:`~tensoropt.executor.graph_passes.reinplace_collectives`); False for a program
+            :func:`~tensoropt.executor.program.graph_passes.reinplace_collectives`); False for a program
             Inductor compiles.
         sync_grads: synchronise the gradients in the program (False: each comes out as backward
             left it, a partial sum where it is one, for accumulation over micro-batches; ZeRO-2

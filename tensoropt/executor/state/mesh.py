@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DeviceMesh
 
-from tensoropt.executor.plan import ExecPlan
+from tensoropt.executor.job.plan import ExecPlan
 
 
 def device_type() -> str:

@@ -1,15 +1,15 @@
 """Export the model on meta tensors, for a program that runs on the rank's device.
 
-The executor exports a :class:`~tensoropt.executor.materialize.Skeleton` (parameters on meta)
+The executor exports a :class:`~tensoropt.executor.job.materialize.Skeleton` (parameters on meta)
 with meta example inputs of the global batch's shape: no weight and no batch is allocated. The
 exported graph then names ``device='meta'`` wherever the model creates a tensor (``torch.arange(t,
 device=x.device)``, ``torch.zeros(..., device=...)``); :func:`retarget_device` rewrites those to
 the rank's device.
 
 Example:
-    >>> from tensoropt.executor.data import InputSpec
-    >>> from tensoropt.executor.materialize import build_skeleton
-    >>> from tensoropt.executor.spec import TrainSpec
+    >>> from tensoropt.executor.job.data import InputSpec
+    >>> from tensoropt.executor.job.materialize import build_skeleton
+    >>> from tensoropt.executor.job.spec import TrainSpec
     >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4, {"in_features": 2, "out_features": 3})
     >>> ep = export_on_meta(build_skeleton(spec), meta_inputs(spec), torch.device("cpu"))
     >>> [n.name for n in ep.graph.nodes if n.op == "call_function"]
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from tensoropt.executor.data import _DTYPES, load_factory
-from tensoropt.executor.materialize import Skeleton, buffers_on_meta
-from tensoropt.executor.program import export_program
+from tensoropt.executor.job.data import _DTYPES, load_factory
+from tensoropt.executor.job.materialize import Skeleton, buffers_on_meta
+from tensoropt.executor.job.program import export_program
 
 
 def meta_inputs(spec) -> tuple[torch.Tensor, ...]:
@@ -31,8 +31,8 @@ def meta_inputs(spec) -> tuple[torch.Tensor, ...]:
     A dataset factory is called once for step 0 to learn its shapes (its tensors are then dropped).
 
     Example:
-        >>> from tensoropt.executor.data import InputSpec
-        >>> from tensoropt.executor.spec import TrainSpec
+        >>> from tensoropt.executor.job.data import InputSpec
+        >>> from tensoropt.executor.job.spec import TrainSpec
         >>> spec = TrainSpec("m:f", (InputSpec((3,)), InputSpec((), "int64", 5)), 8)
         >>> [(tuple(t.shape), t.dtype, t.device.type) for t in meta_inputs(spec)]
         [((8, 3), torch.float32, 'meta'), ((8,), torch.int64, 'meta')]

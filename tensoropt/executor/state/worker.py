@@ -16,7 +16,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from tensoropt.executor.mesh import device_type
+from tensoropt.executor.state.mesh import device_type
 
 
 def init_process_group() -> None:

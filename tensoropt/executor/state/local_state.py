@@ -1,11 +1,11 @@
 """A rank's training state for one plan: the exported program and only its shards of the weights.
 
-:func:`build_local_state` builds the model on meta (:mod:`tensoropt.executor.materialize`),
-exports it on meta inputs (:mod:`tensoropt.executor.meta_export`), picks each parameter's layout
+:func:`build_local_state` builds the model on meta (:mod:`tensoropt.executor.job.materialize`),
+exports it on meta inputs (:mod:`tensoropt.executor.job.meta_export`), picks each parameter's layout
 from the plan, then materialises the parameters one module at a time, keeping this rank's local
 shard of each (:func:`local_shard`): neither the whole model nor the global batch is ever
 allocated. With ``model.checkpoint`` in the job the values come from that file instead
-(:mod:`tensoropt.executor.model_checkpoint`).
+(:mod:`tensoropt.executor.state.model_checkpoint`).
 
 Example:
     >>> # not run here: needs a device mesh (a process group)
@@ -24,13 +24,13 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 
 from tensoropt.capture.graph import build_graph
 from tensoropt.configspace.configuration import Layout
-from tensoropt.executor import model_checkpoint
-from tensoropt.executor.materialize import Skeleton, build_skeleton, materialize
-from tensoropt.executor.meta_export import export_on_meta, meta_inputs
-from tensoropt.executor.mixed_precision import compute_module, to_compute
-from tensoropt.executor.placements import normalise, to_placements
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.program import Signature, signature
+from tensoropt.executor.job.materialize import Skeleton, build_skeleton, materialize
+from tensoropt.executor.job.meta_export import export_on_meta, meta_inputs
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.program import Signature, signature
+from tensoropt.executor.ops.placements import normalise, to_placements
+from tensoropt.executor.state import model_checkpoint
+from tensoropt.executor.state.mixed_precision import compute_module, to_compute
 
 
 @dataclass
@@ -65,7 +65,7 @@ def build_local_state(spec, plan: ExecPlan, mesh: DeviceMesh | None, device: tor
     """Export ``spec``'s model on meta and materialise this rank's shards of its parameters.
 
     Args:
-        spec: the :class:`~tensoropt.executor.spec.TrainSpec`.
+        spec: the :class:`~tensoropt.executor.job.spec.TrainSpec`.
         plan: the plan (its placements give each parameter's layout).
         mesh: the plan's device mesh, or None for one process.
         device: where the local shards live.
@@ -104,7 +104,7 @@ def shard_state(ep, operands: dict[str, list[dict]], module: torch.nn.Module, pl
         module: the exported module (its ``named_parameters`` name the keys; tied ones share a tensor).
         plan, mesh, device: the plan, its mesh (None for one process), where the shards live.
         fill: ``fill(keep)`` calls ``keep(keys, full_host_value)`` once (or more: the last wins) for
-            every parameter (:func:`~tensoropt.executor.materialize.materialize`, a checkpoint, or a
+            every parameter (:func:`~tensoropt.executor.job.materialize.materialize`, a checkpoint, or a
             module's own weights); only this rank's shard of each value is kept.
         host_buffers: buffer key -> host value (non-persistent buffers included).
         compute: a mixed precision's compute dtype for buffers and constants, or None.

@@ -32,7 +32,7 @@ import torch
 import torch.fx as fx
 from torch.fx.node import map_arg
 
-from tensoropt.executor.graph_passes import _WAIT, _is_collective, _pure
+from tensoropt.executor.program.graph_passes import _WAIT, _is_collective, _pure
 
 aten = torch.ops.aten
 

@@ -41,7 +41,7 @@ class _GlobalMean(torch.autograd.Function):
     """sum over ranks of ``local_sum`` / sum over ranks of ``count`` (two all-reduces per group, both
     in flight at once: the count, which depends on the labels only, and the sum, which only the
     loss's value reads; in the replayed program the first runs while forward does and the second
-    while backward does, :mod:`tensoropt.executor.graph_passes`)."""
+    while backward does, :mod:`tensoropt.executor.program.graph_passes`)."""
 
     @staticmethod
     def forward(ctx, local_sum, count, groups):

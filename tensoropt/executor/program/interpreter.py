@@ -7,7 +7,7 @@ For each node the plan names (a compute node of the OpGraph), :class:`PlanInterp
    OpGraph edge), the producer's value is first redistributed to the layout whose image through
    the views is the target (the views' ``dim_map``), then the views are replayed: DTensor never
    gets to all-gather inside a view on its own;
-2. runs the op (through :mod:`tensoropt.executor.explicit_ops` where DTensor is wrong);
+2. runs the op (through :mod:`tensoropt.executor.ops.explicit_ops` where DTensor is wrong);
 3. checks the placement DTensor produced against the configuration's raw output layout
    (``output`` with ``"P"`` on ``partial_axes``) and raises :class:`PlacementMismatch` naming
    the node when they differ, instead of letting a silent all-gather or a wrong shard through;
@@ -47,12 +47,13 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
 from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
-from tensoropt.executor import block_checkpoint, explicit_ops, fallback, local_ops
-from tensoropt.executor import options as memory_options
-from tensoropt.executor.dtensor_rules import register_elementwise_rules
-from tensoropt.executor.mixed_precision import cast_param, scale_grad
-from tensoropt.executor.placements import normalise, raw_output_layout, to_layout, to_placements
-from tensoropt.executor.program import arg_nodes, op_name, packet_name
+from tensoropt.executor.job.program import arg_nodes, op_name, packet_name
+from tensoropt.executor.ops import chunked_loss, explicit_ops, fallback, local_ops
+from tensoropt.executor.ops.dtensor_rules import register_elementwise_rules
+from tensoropt.executor.ops.placements import normalise, raw_output_layout, to_layout, to_placements
+from tensoropt.executor.state import block_checkpoint
+from tensoropt.executor.state import options as memory_options
+from tensoropt.executor.state.mixed_precision import cast_param, scale_grad
 
 _CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 _POOLS = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool1d", "avg_pool1d",
@@ -125,7 +126,7 @@ class PlanInterpreter(fx.Interpreter):
             each tensor argument in argument order).
         lazy: names of the view nodes folded into edges (evaluated by their consumers).
         local: run :data:`local_ops.LOCAL_PACKETS` (batch-split cross entropy) on local shards
-            (:mod:`tensoropt.executor.local_ops`); False sends every op through DTensor.
+            (:mod:`tensoropt.executor.ops.local_ops`); False sends every op through DTensor.
 
     Example:
         >>> # not run here: needs an exported program laid out on a process group's mesh
@@ -147,15 +148,18 @@ class PlanInterpreter(fx.Interpreter):
                       and n.name in placements and not placements[n.name].options}
         """Node name -> aten packet of the nodes tried on local shards first."""
         self.fallback = fallback.fallback_nodes(gm.graph)
-        """Nodes whose op has no parallel rule: run on local tensors (:mod:`tensoropt.executor.fallback`)."""
+        """Nodes whose op has no parallel rule: run on local tensors
+        (:mod:`tensoropt.executor.ops.fallback`)."""
         self.on_grad = None
         """Called with each parameter whose gradient the whole-graph local mode has just set."""
         self.spans = block_checkpoint.block_spans(gm.graph, placements, lazy, checkpoint_modules) \
             if mesh is not None else {}
-        """First node of each checkpointed block -> its span (:mod:`tensoropt.executor.block_checkpoint`)."""
+        """First node of each checkpointed block -> its span
+        (:mod:`tensoropt.executor.state.block_checkpoint`)."""
         self._in_block = False
-        self.batch_axes = self._batch_axes(gm, placements) if local and mesh is not None and not self.spans \
-            else None
+        fused = any(chunked_loss.is_chunked(c) for c in placements.values())
+        self.batch_axes = self._batch_axes(gm, placements) \
+            if local and mesh is not None and not self.spans and not fused else None
         """Mesh axes the batch is split on when the whole plan runs on local tensors, else None."""
         self._leaves: dict[int, tuple[DTensor, torch.Tensor]] = {}
         self._partial_outputs: set[fx.Node] = set()
@@ -168,12 +172,16 @@ class PlanInterpreter(fx.Interpreter):
         """Names of the batch-split mse_loss nodes returned as partial sums (no collective in forward)."""
         self.compute_dtype: torch.dtype | None = None
         """Mixed precision: the dtype each parameter is cast to where the graph reads it (its gradient
-        flows back through the cast to the float32 master; :mod:`tensoropt.executor.mixed_precision`)."""
+        flows back through the cast to the float32 master;
+        :mod:`tensoropt.executor.state.mixed_precision`)."""
         self.loss_scale: float | None = None
         """fp16-mixed: the loss's gradient is multiplied by this in backward (the loss itself unscaled)."""
         self.batch_norm_stats = "synchronized"
         """``training.batch_norm``: statistics of a batch-split batch norm over the global batch
-        (``synchronized``) or over each rank's rows (``local``; :mod:`tensoropt.executor.batch_norm`)."""
+        (``synchronized``) or over each rank's rows (``local``; :mod:`tensoropt.executor.ops.batch_norm`)."""
+        self.loss_chunk_tokens: int | None = None
+        """``training.loss_chunk_tokens``: rows per chunk of a ``chunked_loss`` head + loss
+        (:mod:`tensoropt.executor.ops.chunked_loss`; None: its default)."""
         self.global_inputs: dict[str, torch.Tensor] = {}
         """Graph input name -> the step's whole (global) value, where a caller holds it: label counts are
         then taken from it. The trainer leaves it empty (each rank produces only its rows of a batch)."""
@@ -411,6 +419,10 @@ class PlanInterpreter(fx.Interpreter):
             if node.name not in self.lazy:
                 for a in node.all_input_nodes:
                     touch(a, i)
+            if node.op == "call_function" and packet_name(node) == "cross_entropy_loss" \
+                    and chunked_loss.is_chunked(self.placements.get(node.name)):
+                for a in chunked_loss.head_of(node, self.lazy).all_input_nodes:  # the loss runs its head
+                    touch(a, i)
         out: dict[fx.Node, list[fx.Node]] = {}
         for a, i in last.items():
             out.setdefault(order[i], []).append(a)
@@ -428,7 +440,11 @@ class PlanInterpreter(fx.Interpreter):
             args = fx.node.map_arg(n.args, self._value)
             kwargs = fx.node.map_arg(n.kwargs, self._value)
             return self._wrap_plain(self.call_function(n.target, args, kwargs))
-        if config.options:  # recompute / zero3 (tensoropt.executor.options)
+        if chunked_loss.is_chunked(config):  # the fused head + loss: the head is computed by its loss
+            if packet_name(n) == "cross_entropy_loss":
+                return chunked_loss.run_loss(self, n, config, memory_options.lay_out)
+            return _LAZY
+        if config.options:  # recompute / zero3 (tensoropt.executor.state.options)
             return memory_options.run_node(self, n, config)
         args, kwargs = self._lay_out_operands(n, config)
         if n in self._counts:  # the loss, left a partial sum (see _partial_losses)

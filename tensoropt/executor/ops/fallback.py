@@ -22,8 +22,8 @@ from torch.distributed.tensor import DeviceMesh, DTensor, Partial, Replicate, Sh
 from tensoropt.capture.ops import op_kind
 from tensoropt.capture.views import VIEW_OPS
 from tensoropt.configspace.configuration import Configuration
-from tensoropt.executor.placements import normalise, to_placements
-from tensoropt.executor.program import op_name
+from tensoropt.executor.job.program import op_name
+from tensoropt.executor.ops.placements import normalise, to_placements
 
 LOCAL_KINDS = ("opaque", "broadcast")
 """Kinds run here: ``opaque`` (no rule), and ``broadcast`` (``broadcast_tensors``), whose local result

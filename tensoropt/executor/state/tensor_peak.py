@@ -1,6 +1,7 @@
 """The high-water mark of live tensor bytes during a step: a peak no allocator setting changes.
 
-``measured.peak_bytes`` on the CPU is the process's resident set (:mod:`tensoropt.executor.peak_memory`):
+``measured.peak_bytes`` on the CPU is the process's resident set
+(:mod:`tensoropt.executor.state.peak_memory`):
 what the process really costs, but it moves with glibc's settings (what ``malloc`` keeps of freed
 memory) and counts code, Python objects and gloo's buffers. ``measured.peak_tensor_bytes`` is the
 CPU counterpart of CUDA's ``max_memory_allocated``: the most bytes of tensor storage alive at once.

@@ -2,7 +2,7 @@
 
 ``measured.peak_bytes`` of a run is what this module reads, per process (the maximum over ranks
 is reported), next to the accounting figure ``measured.memory_bytes`` (the storages the plan
-owns, :mod:`tensoropt.executor.memory`):
+owns, :mod:`tensoropt.executor.state.memory`):
 
 * **CUDA**: ``torch.cuda.max_memory_allocated()`` over the training loop (its peak statistic
   reset when the loop starts) minus ``torch.cuda.memory_allocated()`` before the model was built:
@@ -139,20 +139,20 @@ def load_model_code(spec, device: torch.device) -> None:
 
     The model is built on the meta device and exported on meta inputs (no tensor memory; the
     exported program is the one the trainer then uses, cached by
-    :mod:`tensoropt.executor.local_state`), so the code its factory and ``torch.export`` import on
+    :mod:`tensoropt.executor.state.local_state`), so the code its factory and ``torch.export`` import on
     first use (``transformers``: about 70 MiB of Python modules, ``torch._dynamo`` and
     ``torch.export`` about 27 MiB, measured) is loaded before :class:`PeakMemory` reads the
     process's level: library code, the same for every plan and device count, not the model's
     memory. The model's tensors are all counted after it (a full copy built by mistake shows).
 
     Example:
-        >>> from tensoropt.executor.spec import TrainSpec
-        >>> from tensoropt.executor.data import InputSpec
+        >>> from tensoropt.executor.job.spec import TrainSpec
+        >>> from tensoropt.executor.job.data import InputSpec
         >>> load_model_code(TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4,
         ...                           {"in_features": 2, "out_features": 1}), torch.device("cpu"))
     """
-    from tensoropt.executor.local_state import _exported
-    from tensoropt.executor.materialize import build_skeleton
+    from tensoropt.executor.job.materialize import build_skeleton
+    from tensoropt.executor.state.local_state import _exported
 
     _exported(spec, build_skeleton(spec), device)
 
@@ -163,13 +163,14 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
     The plan's predicted ``memory_bytes``, plus backward's activation gradients (twice the largest
     local operator output, :func:`largest_activation_bytes`) or the optimizer step's temporaries
     beyond the saved activations (the largest and the total local tensor the optimizer steps on
-    this rank), whichever is larger, and the
+    this rank) or the plan's largest recompute transient (``recompute_transient_bytes`` of
+    :class:`tensoropt.executor.job.plan.ExecPlan`, from plan.json's rows), whichever is larger, and the
     device profile's ``runtime_overhead_bytes`` and ``bytes_per_program_node`` times the replayed
     program's node count as traced (:func:`traced_nodes`; the job's cluster; 0 without a job):
     :func:`estimators.peak.predicted_peak_bytes`. The parameter, gradient and optimizer-state bytes
     are this rank's local storages, which the plan's shard shapes fix. ``runtime=False``: without the
     runtime's own memory (no ``runtime_overhead_bytes``, no program bytes), the figure to compare
-    with ``measured.peak_tensor_bytes`` (:mod:`tensoropt.executor.tensor_peak`).
+    with ``measured.peak_tensor_bytes`` (:mod:`tensoropt.executor.state.tensor_peak`).
 
     Example:
         >>> predicted_peak_bytes(trainer)  # needs a Trainer on a process group  # doctest: +SKIP
@@ -177,7 +178,7 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
     """
     from estimators.peak import predicted_peak_bytes as formula
     from estimators.peak import program_bytes
-    from tensoropt.executor.memory import local
+    from tensoropt.executor.state.memory import local
 
     memory_bytes = trainer.plan.predicted.get("memory_bytes")
     if memory_bytes is None:
@@ -194,7 +195,8 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
     kind = "gpu" if trainer.device.type == "cuda" else "cpu"
     return formula(memory_bytes, trainer.state_bytes(), trainer.spec.optimizer, max(sizes), sum(sizes),
                    overhead, kind, largest_activation_bytes(trainer.ep.graph, trainer.plan),
-                   program_bytes(traced_nodes(trainer), per_node))
+                   program_bytes(traced_nodes(trainer), per_node),
+                   int(trainer.plan.predicted.get("recompute_transient_bytes", 0)))
 
 
 def traced_nodes(trainer) -> int:

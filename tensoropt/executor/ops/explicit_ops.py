@@ -5,7 +5,7 @@
 * scaled_dot_product_attention: DTensor has no CPU strategy with gradients and ``is_causal``
   builds plain tensors. Batch and head splits are local, so ``local_map`` runs the local op.
 * batch_norm in training: DTensor silently replicates a batch-sharded input. We run it on local
-  shards with the statistics summed across the batch split (:mod:`tensoropt.executor.batch_norm`).
+  shards with the statistics summed across the batch split (:mod:`tensoropt.executor.ops.batch_norm`).
 
 Each function takes DTensor operands already laid out as the plan says and returns the raw
 output (with Partial where the configuration's ``partial_axes`` say).
@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import local_map
 
-from tensoropt.executor.batch_norm import batch_norm as sync_batch_norm
-from tensoropt.executor.vocab_parallel import class_split_cross_entropy
+from tensoropt.executor.ops.batch_norm import batch_norm as sync_batch_norm
+from tensoropt.executor.ops.vocab_parallel import class_split_cross_entropy
 
 
 class UnsupportedConfiguration(RuntimeError):
@@ -396,7 +396,7 @@ def _mask_like(mask, q: DTensor) -> DTensor:
 
 def batch_norm(node_name: str, x, weight, bias, running_mean, running_var, training: bool,
                momentum: float, eps: float, *_unused, stats: str = "synchronized"):
-    """Training-mode batch norm on a mesh: :func:`tensoropt.executor.batch_norm.batch_norm` (one
+    """Training-mode batch norm on a mesh: :func:`tensoropt.executor.ops.batch_norm.batch_norm` (one
     all-reduce of packed per-channel sums in each direction when synchronised, none when ``local``).
 
     Example:
@@ -412,7 +412,7 @@ def cross_entropy(node_name: str, op, logits, labels, weight=None, reduction: in
                   ignore_index: int = -100, label_smoothing: float = 0.0):
     """Cross entropy; logits split on the class dim (over any number of mesh axes) computed explicitly.
 
-    With the class dim sharded, :func:`tensoropt.executor.vocab_parallel.class_split_cross_entropy`
+    With the class dim sharded, :func:`tensoropt.executor.ops.vocab_parallel.class_split_cross_entropy`
     (Megatron's vocabulary-parallel cross entropy: a max and one packed sum all-reduced, a fused
     local pass each way); DTensor's ``loss_parallel`` only handles one mesh axis. Other layouts run
     the op itself.

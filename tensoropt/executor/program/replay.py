@@ -1,13 +1,13 @@
 """The replayed local program of a plan: traced once per input shapes, run every step on local tensors.
 
-:class:`ReplayProgram` keeps one :class:`~tensoropt.executor.lowering.LoweredStep` per tuple of
+:class:`ReplayProgram` keeps one :class:`~tensoropt.executor.program.lowering.LoweredStep` per tuple of
 input shapes (a batch of another shape is traced again: graphs are shape-specialised), simplified
-(:func:`~tensoropt.executor.graph_simplify.simplify`: constants folded, re-labelling nodes dropped),
+(:func:`~tensoropt.executor.program.graph_simplify.simplify`: constants folded, re-labelling nodes dropped),
 optionally compiled with Inductor (``executor.compile: inductor``). Each :meth:`ReplayProgram.run` feeds the
 parameters' and the batch's local tensors to the program and hands the gradients back to the
 parameters (wrapped as DTensors of their placements, no dispatch) and the ZeRO-2 gradient shards
 to their shard parameters; the trainer then steps the optimizer on local tensors
-(:func:`~tensoropt.executor.local_optim.step_local`).
+(:func:`~tensoropt.executor.state.local_optim.step_local`).
 
 Example:
     >>> program = ReplayProgram(trainer)  # needs a Trainer on a process group  # doctest: +SKIP
@@ -24,9 +24,9 @@ from torch.distributed.tensor import DTensor
 
 from tensoropt.config import COMPILE_BACKENDS
 from tensoropt.config import EXECUTOR_MODES as MODES
-from tensoropt.executor.gloo_gathers import plain_gathers
-from tensoropt.executor.graph_simplify import simplify
-from tensoropt.executor.lowering import LoweredStep, lower_step, overlapped_nodes
+from tensoropt.executor.ops.gloo_gathers import plain_gathers
+from tensoropt.executor.program.graph_simplify import simplify
+from tensoropt.executor.program.lowering import LoweredStep, lower_step, overlapped_nodes
 
 __all__ = ["COMPILE_BACKENDS", "MODES", "CompileUnavailable", "ReplayProgram", "check_compile_backend"]
 
@@ -92,7 +92,7 @@ class ReplayProgram:
         """The (traced step, callable) for these placeholder values' shapes, tracing it the first time.
 
         ``sync_grads=False``: the program that leaves gradients unsynchronised (partial sums), for
-        micro-batches accumulated under ``no_sync`` (:func:`~tensoropt.executor.lowering.lower_step`).
+        micro-batches accumulated under ``no_sync`` (:func:`~tensoropt.executor.program.lowering.lower_step`).
 
         Example:
             >>> lowered, run = program.program(values)  # needs a Trainer on a process group  # doctest: +SKIP

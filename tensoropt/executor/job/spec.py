@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from tensoropt.config import BATCH_NORM_MODES
-from tensoropt.executor.data import _DTYPES, BatchSource, InputSpec, load_factory
+from tensoropt.executor.job.data import _DTYPES, BatchSource, InputSpec, load_factory
 from tensoropt.precision import get_precision
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
@@ -81,7 +81,7 @@ class TrainSpec:
     def build_model(self) -> torch.nn.Module:
         """The whole model with the executor's initial weights (the 1-process reference).
 
-        Built as every rank builds its shards (:mod:`tensoropt.executor.materialize`: parameters on
+        Built as every rank builds its shards (:mod:`tensoropt.executor.job.materialize`: parameters on
         meta, then each module's init from a seed derived from the spec's seed and the module's
         path), so any plan at any device count starts from exactly these values.
 
@@ -91,16 +91,16 @@ class TrainSpec:
             >>> spec.build_model().weight.shape
             torch.Size([1, 2])
         """
-        from tensoropt.executor.materialize import build_skeleton, full_model
+        from tensoropt.executor.job.materialize import build_skeleton, full_model
 
         return full_model(build_skeleton(self))
 
     def construct_model(self) -> torch.nn.Module:
         """Call the model's constructor (the job's, the factory's or the zoo's) and cast to the dtype
         parameters are stored in (``dtype``; float32 in a mixed precision, whose graph is exported from
-        a compute-dtype copy: :func:`tensoropt.executor.mixed_precision.compute_module`).
+        a compute-dtype copy: :func:`tensoropt.executor.state.mixed_precision.compute_module`).
 
-        :func:`tensoropt.executor.materialize.build_skeleton` calls it with parameters sent to meta.
+        :func:`tensoropt.executor.job.materialize.build_skeleton` calls it with parameters sent to meta.
 
         Example:
             >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4,

@@ -18,7 +18,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from estimators.collectives import FIRST_GRAD_BUCKET_BYTES as FIRST_BUCKET_BYTES
 from estimators.collectives import GRAD_BUCKET_BYTES as BUCKET_BYTES
-from tensoropt.executor.memory import storage_keys
+from tensoropt.executor.state.memory import storage_keys
 
 
 def _single_partial_axis(p: DTensor) -> int | None:
@@ -48,7 +48,8 @@ class GradSync:
     fire, which is the same on every rank (same graph, same autograd order), so every rank
     issues the same collectives in the same order.
 
-    ``functional=True`` (the step being traced into a local program, :mod:`tensoropt.executor.lowering`):
+    ``functional=True`` (the step being traced into a local program,
+    :mod:`tensoropt.executor.program.lowering`):
     each bucket is concatenated afresh and all-reduced with a functional collective
     (``_c10d_functional.all_reduce`` + ``wait_tensor`` in the trace; an in-place ``dist`` collective
     would replay wrong), and no hooks are registered (the tracer calls :meth:`add`).

@@ -152,7 +152,7 @@ def train_with_checkpoints(trainer, spec, total_steps: int, options: dict):
 
     Args:
         trainer: a fresh :class:`tensoropt.training.trainer.Trainer` (any plan, any world size).
-        spec: its :class:`tensoropt.executor.spec.TrainSpec` (the job hash comes from it).
+        spec: its :class:`tensoropt.executor.job.spec.TrainSpec` (the job hash comes from it).
         total_steps: the job's total step count (``--steps``).
         options: ``{"dir": D, "every": N (0: only at the end), "keep": K (default 2),
             "verify_checksums": bool}``.

@@ -27,8 +27,8 @@ is not reproduced, nor an init that reads another module's parameter or writes p
 descendant's; name the exact weights in the job's ``model.checkpoint`` instead.
 
 Example:
-    >>> from tensoropt.executor.data import InputSpec
-    >>> from tensoropt.executor.spec import TrainSpec
+    >>> from tensoropt.executor.job.data import InputSpec
+    >>> from tensoropt.executor.job.spec import TrainSpec
     >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4, {"in_features": 2, "out_features": 3})
     >>> skeleton = build_skeleton(spec)
     >>> skeleton.module.weight.device.type
@@ -112,12 +112,12 @@ def build_skeleton(spec) -> Skeleton:
     """Construct ``spec``'s model with its parameters on meta (nothing of their size allocated).
 
     Args:
-        spec: a :class:`tensoropt.executor.spec.TrainSpec` (its ``construct_model`` is called with
+        spec: a :class:`tensoropt.executor.job.spec.TrainSpec` (its ``construct_model`` is called with
             the global generator seeded from ``spec.seed``, for constructor-made values).
 
     Example:
-        >>> from tensoropt.executor.data import InputSpec
-        >>> from tensoropt.executor.spec import TrainSpec
+        >>> from tensoropt.executor.job.data import InputSpec
+        >>> from tensoropt.executor.job.spec import TrainSpec
         >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4, {"in_features": 2, "out_features": 3})
         >>> build_skeleton(spec).module.weight.is_meta
         True
@@ -159,8 +159,8 @@ def materialize(skeleton: Skeleton, keep: Keep) -> None:
         ValueError: a parameter that no init writes and whose constructor value was not kept.
 
     Example:
-        >>> from tensoropt.executor.data import InputSpec
-        >>> from tensoropt.executor.spec import TrainSpec
+        >>> from tensoropt.executor.job.data import InputSpec
+        >>> from tensoropt.executor.job.spec import TrainSpec
         >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4, {"in_features": 2, "out_features": 1})
         >>> a, b = {}, {}
         >>> materialize(build_skeleton(spec), lambda k, v: a.update({k[0]: v}))
@@ -197,8 +197,8 @@ def full_model(skeleton: Skeleton) -> nn.Module:
     """The skeleton's module with every parameter materialised in full on the host (the reference).
 
     Example:
-        >>> from tensoropt.executor.data import InputSpec
-        >>> from tensoropt.executor.spec import TrainSpec
+        >>> from tensoropt.executor.job.data import InputSpec
+        >>> from tensoropt.executor.job.spec import TrainSpec
         >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4, {"in_features": 2, "out_features": 1})
         >>> full_model(build_skeleton(spec)).weight.is_meta
         False

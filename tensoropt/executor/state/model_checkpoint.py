@@ -12,7 +12,7 @@ Three formats, chosen by the path:
   opened with ``mmap=True`` so only the tensor being read is paged in.
 
 Each parameter's value goes to the same ``keep(keys, value)`` callback as the seeded init
-(:func:`tensoropt.executor.materialize.materialize`), which keeps the rank's shard. A tied
+(:func:`tensoropt.executor.job.materialize.materialize`), which keeps the rank's shard. A tied
 parameter is found under any of its keys (HuggingFace files often hold only one).
 
 Example:
