@@ -1,8 +1,9 @@
 """``tensoropt run`` of a plan whose ``"pipeline"`` is set: the workers of :mod:`tensoropt.pipeline_runtime`.
 
 ``tensoropt run`` hands a pipelined plan here (``commands/run.py`` dispatches on
-``plan["pipeline"]``). The stages run eagerly (autograd through each stage's exported operators),
-data parallel inside each stage; the plan's intra-stage layouts (tensor splits, memory options) and
+``plan["pipeline"]``). Each stage's forward and backward replay programs traced once
+(:mod:`tensoropt.pipeline_runtime.replay`), data parallel inside each stage; the plan's intra-stage
+layouts (tensor splits, memory options) and
 the job's trainer keys are not run yet, and are refused or reported here before any worker
 starts. ``--checkpoint-dir DIR`` resumes from DIR when it holds a pipelined run's checkpoint (any
 stage count wrote it) and writes one there after the last step.
@@ -24,15 +25,16 @@ def pipelined_problems(args, trainer_keys: list[str], executor: dict) -> list[st
 
     Example:
         >>> import argparse
-        >>> pipelined_problems(argparse.Namespace(elastic=False, checkpoint_every=0), [],
-        ...                    {"mode": "replay", "compile": "inductor"})
-        ['--compile inductor: the pipelined runtime runs its stages eagerly (no replayed program to compile)']
+        >>> problems = pipelined_problems(argparse.Namespace(elastic=False, checkpoint_every=0), [],
+        ...                               {"mode": "replay", "compile": "inductor"})
+        >>> problems[0].split(" (")[0]
+        '--compile inductor: the pipelined runtime does not compile its stages'
     """
     problems = [f"{flag}: not run with a pipelined plan yet" for attr, flag in UNSUPPORTED_FLAGS
                 if getattr(args, attr, None)]
     if executor.get("compile", "none") != "none":
-        problems.append(f"--compile {executor['compile']}: the pipelined runtime runs its stages eagerly "
-                        "(no replayed program to compile)")
+        problems.append(f"--compile {executor['compile']}: the pipelined runtime does not compile its stages "
+                        "(their traced programs replay uncompiled)")
     if trainer_keys:
         problems.append(f"trainer keys {', '.join(trainer_keys)}: the pipelined runtime runs the job's "
                         "optimizer at a constant learning rate only; drop them for a pipelined plan")
