@@ -93,7 +93,7 @@ def plans(name: str) -> tuple:
 
 def measure(steps: int, models: list[str]) -> list[dict]:
     """One row per (model, variant)."""
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.spec import TrainSpec
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="block-peak-") as tmp:

@@ -8,7 +8,7 @@ float32 copy of them for backward (its log-probabilities): at 32k tokens and a 1
 both over chunks of ``training.loss_chunk_tokens`` tokens: forward computes each chunk's logits,
 its loss sum, and frees them; backward computes each chunk's logits again, their gradient, the
 head input's and weight's gradients, and frees them (the executor's side:
-:mod:`tensoropt.executor.chunked_loss`). Only one chunk's logits are ever alive.
+:mod:`tensoropt.executor.ops.chunked_loss`). Only one chunk's logits are ever alive.
 
 The pair (head, loss) is a *loss block* (:func:`loss_blocks`). Both operators take the option or
 neither does (an edge between them that disagrees costs ``+inf``); it is offered where the fused

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.launch import LaunchOptions, launch_workers
 from tensoropt.training.trainer import Trainer
 

@@ -24,7 +24,7 @@ from launch_helpers import HERE, outputs, parity_errors, plan_doc, run_plans, si
 import frontier
 from estimators.profiles import load_cluster
 from tensoropt.config import Job, load_job
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.planner import PlanningError, capture_job, job_cost_graph, plan_job
 
 pytest.importorskip("transformers", reason="the HuggingFace jobs need the dev extra (transformers 5.x)")
