@@ -23,8 +23,8 @@ from launch_helpers import HERE, outputs, parity_errors, plan_doc, run_plans, si
 import frontier
 from estimators.profiles import load_cluster
 from tensoropt.config import Job, load_job
-from tensoropt.executor.ops.chunked_loss import chunked_linear_cross_entropy
 from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.executor.ops.chunked_loss import chunked_linear_cross_entropy
 from tensoropt.planner import capture_job, job_cost_graph
 
 JOBS = HERE.parents[1] / "configs" / "jobs"
