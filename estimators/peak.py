@@ -133,7 +133,7 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
         ...                      recompute_transient_bytes=60)
         1110
         >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20, grad_bytes=30)
-        1050
+        1060
     """
     transient = optimizer_step_transient_bytes(optimizer, largest_param_bytes, total_param_bytes, device_kind)
     activation_bytes = max(0, int(memory_bytes) - int(state_bytes))
