@@ -99,7 +99,7 @@ def _jobs(models: tuple[str, ...], devices: int) -> dict:
     from memory_peak import JOBS, _job_body
 
     from tensoropt.config import Job
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.spec import TrainSpec
     from tensoropt.planner import plan_job
     from tensoropt.plans import plan_file_text
 
@@ -133,8 +133,8 @@ def _single_worker(model: str, steps: int) -> None:
     time per step, the training loop's peak and its prediction, as JSON."""
     import time
 
-    from tensoropt.executor.peak_memory import predicted_peak_bytes
-    from tensoropt.executor.plan import ExecPlan
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.state.peak_memory import predicted_peak_bytes
     from tensoropt.training.trainer import Trainer
 
     spec, plan = _jobs((model,), 1)[model]

@@ -42,8 +42,8 @@ def interleaved(doc: dict, steps: int) -> dict:
     import torch.distributed as dist
 
     import tensoropt
-    from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.job.spec import TrainSpec
     from tensoropt.models.registry import load_factory
     from tensoropt.training.trainer import Trainer
 

@@ -10,7 +10,7 @@ thread each) runs in interleaved rounds (rotated order, the first step of each r
 * ``local-dp`` / ``local-fast``: the same with ``local`` (per-rank statistics);
 * ``ddp-syncbn``: ``DistributedDataParallel`` with synchronised batch norm. ``torch.nn.SyncBatchNorm``
   refuses CPU tensors (it runs on GPUs only), so on a CPU each BatchNorm runs
-  :func:`tensoropt.executor.batch_norm.synchronized_batch_norm` eagerly over the world group: the
+  :func:`tensoropt.executor.ops.batch_norm.synchronized_batch_norm` eagerly over the world group: the
   two collectives per layer of torch's SyncBatchNorm (its forward all-gathers [mean, invstd,
   count], ours all-reduces [sum, sum of squares]; both all-reduce [sum dy, sum dy*xhat] backward);
   on a GPU it is torch's SyncBatchNorm;
@@ -42,7 +42,7 @@ MODES = ("synchronized", "local")
 
 class CpuSyncBatchNorm(torch.nn.Module):
     """A BatchNorm module whose training statistics span the process group (SyncBatchNorm's semantics,
-    on any device): :func:`tensoropt.executor.batch_norm.synchronized_batch_norm` over the world group.
+    on any device): :func:`tensoropt.executor.ops.batch_norm.synchronized_batch_norm` over the world group.
 
     Example:
         >>> bn = CpuSyncBatchNorm(torch.nn.BatchNorm2d(3)).eval()  # eval: the module's own path
@@ -57,7 +57,7 @@ class CpuSyncBatchNorm(torch.nn.Module):
     def forward(self, x):
         import torch.distributed as dist
 
-        from tensoropt.executor.batch_norm import synchronized_batch_norm
+        from tensoropt.executor.ops.batch_norm import synchronized_batch_norm
 
         bn = self.bn
         if not self.training or not dist.is_initialized():
@@ -96,8 +96,8 @@ def worker(options: dict) -> None:
     from runtime import spec_of
     from torch.nn.parallel import DistributedDataParallel
 
-    from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.state.worker import end_process_group, init_process_group
     from tensoropt.training.trainer import Trainer
 
     init_process_group()

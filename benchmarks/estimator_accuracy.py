@@ -37,8 +37,8 @@ from estimators.breakdown import plan_breakdown  # noqa: E402
 from estimators.measure import measure_plan_memory  # noqa: E402
 from tensoropt.capture import capture  # noqa: E402
 from tensoropt.cost_graph import cost_graph  # noqa: E402
-from tensoropt.executor.data import InputSpec, synthetic_batch  # noqa: E402
-from tensoropt.executor.spec import TrainSpec  # noqa: E402
+from tensoropt.executor.job.data import InputSpec, synthetic_batch  # noqa: E402
+from tensoropt.executor.job.spec import TrainSpec  # noqa: E402
 
 MODELS = {  # name: (factory in est_plans, kwargs, inputs per sample, global batch, hand plans)
     "mlp": ("MLP", {}, (InputSpec((32,)), InputSpec((), "int64", 16)), 16, lambda g: est_plans.mlp_plans()),

@@ -149,7 +149,7 @@ def ddp_round_s(spec, model, opt, first_step: int, steps: int, rank: int, world:
         >>> times_s = ddp_round_s(spec, ddp_model, opt, 2, 5, rank, world)  # doctest: +SKIP
         >>> kept.extend(times_s[1:])  # the round's first step left out (warm-up)  # doctest: +SKIP
     """
-    from tensoropt.executor.data import synthetic_batch
+    from tensoropt.executor.job.data import synthetic_batch
 
     return [_ddp_step(model, opt, synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, step),
                       rank, world)
@@ -164,10 +164,10 @@ def paired_worker(options: dict) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from tensoropt.executor.data import synthetic_batch
-    from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.spec import TrainSpec
-    from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.executor.job.data import synthetic_batch
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.job.spec import TrainSpec
+    from tensoropt.executor.state.worker import end_process_group, init_process_group
     from tensoropt.training.trainer import Trainer
 
     init_process_group()
@@ -208,10 +208,10 @@ def worker(options: dict) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from tensoropt.executor.data import synthetic_batch
-    from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.spec import TrainSpec
-    from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.executor.job.data import synthetic_batch
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.job.spec import TrainSpec
+    from tensoropt.executor.state.worker import end_process_group, init_process_group
     from tensoropt.training.trainer import Trainer
     from tensoropt.training.worker import metrics_json
 

@@ -11,12 +11,12 @@ of its own so no other plan's memory is alive), and tabulates per process:
 * ``memory``: the executor's accounting figure ``measured.memory_bytes`` (the storages the plan
   owns, counted once);
 * ``peak``: ``measured.peak_bytes``, the resident-set high-water mark of the training loop above
-  the process's level before the model was built (:mod:`tensoropt.executor.peak_memory`);
+  the process's level before the model was built (:mod:`tensoropt.executor.state.peak_memory`);
 * ``predicted peak``: the memory model's peak (:mod:`estimators.peak`: ``predicted`` plus the
   optimizer step's temporaries beyond the saved activations plus the device profile's
   ``runtime_overhead_bytes``) and its error against ``peak``; ``peak / 1-process peak``;
 * ``tensor peak``: ``measured.peak_tensor_bytes``, the high-water mark of live tensor bytes in the
-  first step (:mod:`tensoropt.executor.tensor_peak`; no allocator setting changes it), beside the
+  first step (:mod:`tensoropt.executor.state.tensor_peak`; no allocator setting changes it), beside the
   memory model's peak without the runtime's own memory (``predicted.peak_tensor_bytes``) and its error.
 
 ``--calibrate`` measures ``runtime_overhead_bytes`` instead, as ``tensoropt calibrate --memory``
@@ -90,7 +90,7 @@ def calibrate(steps: int) -> dict[str, int]:
 def measure(steps: int, mode: str = "replay", models: tuple[str, ...] = tuple(JOBS)) -> list[dict]:
     """One row per (model, plan) run: predicted, accounted and peak bytes per process."""
     from tensoropt.config import Job
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.spec import TrainSpec
     from tensoropt.planner import plan_job
     from tensoropt.plans import plan_file_text
 

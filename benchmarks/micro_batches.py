@@ -13,7 +13,9 @@ Cases:
 * ``llama3-8b``: HF ``LlamaForCausalLM`` with Llama-3-8B's shape (benchmarks/scale.py), sequence
   8192, global batch 16, bf16-mixed, AdamW, memory options recompute/zero1/zero2/zero3, h100x8, 8
   devices, planner defaults;
-* ``llama3-8b-plain``: the same without memory options.
+* ``llama3-8b-plain``: the same without memory options;
+* ``llama3-8b-blocks``: the same with recompute/zero1/zero2/zero3 and the whole-block options
+  block_recompute/block_selective.
 
 Usage::
 
@@ -57,6 +59,8 @@ CASES = {
                    "planner": {"epsilon": 0.01}},
     "llama3-8b": _llama(["recompute", "zero1", "zero2", "zero3"]),
     "llama3-8b-plain": _llama([]),
+    "llama3-8b-blocks": _llama(["recompute", "zero1", "zero2", "zero3", "block_recompute",
+                                "block_selective"]),
 }
 
 
@@ -90,6 +94,7 @@ def main(argv=None) -> int:
                      f"{min(p.time_s for p in one) * 1e3:.1f} / {min(p.time_s for p in auto) * 1e3:.1f}",
                      " ".join(f"{m}:{n}" for m, n in sorted(counts.items())), f"{one_s:.0f} / {auto_s:.0f}"])
         print(f"{name}: leanest auto plan {lean.id}: {lean.summary}", flush=True)
+        print("  " + " | ".join(map(str, rows[-1])), flush=True)  # each case as it ends (long runs)
     headers = ["case", "leanest GiB (m=1)", "its ms", "leanest GiB (auto)", "its ms", "its m", "ratio",
                "fastest ms (1 / auto)", "auto frontier m:plans", "plan s (1 / auto)"]
     from tensoropt.tables import format_table

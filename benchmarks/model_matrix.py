@@ -281,7 +281,7 @@ def measure(model_type: str, architecture: str, family: str, workdir: Path,
     import torch
 
     from tensoropt.config import Job
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.spec import TrainSpec
     from tensoropt.models.hf_auto import build
     from tensoropt.planner import plan_job
 
@@ -355,7 +355,7 @@ def measure(model_type: str, architecture: str, family: str, workdir: Path,
 
 def _single_process(spec) -> tuple[list[float], dict]:
     """Losses and final parameters of ``spec`` trained on 1 process (no mesh, the fx interpreter)."""
-    from tensoropt.executor.plan import ExecPlan
+    from tensoropt.executor.job.plan import ExecPlan
     from tensoropt.training.trainer import Trainer
 
     single = Trainer(spec, ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []},

@@ -12,7 +12,7 @@ for the duration of that trainer's trace and steps, nothing else differs):
   (sum, count) all-reduced together and waited at the loss);
 * ``fused`` / ``reinplace`` / ``hoist``: only that feature on;
 * ``unsimplified``: all but ``simplify`` (engineer S: the traced program's constants folded and
-  re-labelling nodes dropped, :mod:`tensoropt.executor.graph_simplify`).
+  re-labelling nodes dropped, :mod:`tensoropt.executor.program.graph_simplify`).
 
 Printed per model and system: the median wall step time (what ``runtime.py`` reports) and the
 median main-thread CPU time of a step (``time.thread_time``: forward, backward and optimizer on
@@ -64,10 +64,10 @@ def features(on: tuple[str, ...]):
         >>> with features(FEATURES):
         ...     pass
     """
-    import tensoropt.executor.local_ops as local_ops
-    import tensoropt.executor.local_optim as local_optim
-    import tensoropt.executor.lowering as lowering
-    import tensoropt.executor.replay as replay
+    import tensoropt.executor.ops.local_ops as local_ops
+    import tensoropt.executor.program.lowering as lowering
+    import tensoropt.executor.program.replay as replay
+    import tensoropt.executor.state.local_optim as local_optim
 
     saved = (lowering.hoist_collectives, lowering.sink_waits, lowering.reinplace_collectives,
              local_optim.fusable, local_ops._GlobalMean.forward, replay.simplify)
@@ -95,9 +95,9 @@ def worker(options: dict) -> None:
     from runtime import spec_of
     from torch.nn.parallel import DistributedDataParallel
 
-    from tensoropt.executor.data import synthetic_batch
-    from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.executor.job.data import synthetic_batch
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.state.worker import end_process_group, init_process_group
     from tensoropt.training.trainer import Trainer
 
     torch.set_num_threads(1)

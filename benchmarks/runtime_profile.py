@@ -51,9 +51,9 @@ def _measure(name: str, plan: dict, options: dict, rank: int, world: int) -> dic
     from torch.nn.parallel import DistributedDataParallel
     from torch.profiler import ProfilerActivity, profile
 
-    from tensoropt.executor.data import synthetic_batch
-    from tensoropt.executor.local_optim import step_local
-    from tensoropt.executor.plan import ExecPlan
+    from tensoropt.executor.job.data import synthetic_batch
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.state.local_optim import step_local
     from tensoropt.training.trainer import Trainer
 
     spec = spec_of(name, options["steps"])
@@ -119,7 +119,7 @@ def worker(options: dict) -> None:
     """torchrun entry: DP plan replayed and DDP per model, phase-timed and profiled; rank 0 writes JSON."""
     import torch.distributed as dist
 
-    from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.executor.state.worker import end_process_group, init_process_group
 
     torch.set_num_threads(1)
     init_process_group()

@@ -36,7 +36,7 @@ def worker(options: dict) -> None:
     """torchrun entry: every sync count per repetition, rotated; rank 0 writes the step times."""
     import torch.distributed as dist
 
-    from tensoropt.executor.worker import end_process_group, init_process_group
+    from tensoropt.executor.state.worker import end_process_group, init_process_group
 
     init_process_group()
     rank = dist.get_rank()

@@ -17,7 +17,7 @@ same global batches (each rank its rows): ``fsdp`` (``fully_shard`` per block an
 once, in an order rotated step by step, behind a barrier, so the machine's drift hits each alike.
 
 Memory per system is the high-water mark of live tensor bytes during one extra step
-(:class:`tensoropt.executor.tensor_peak.TensorPeak`, the CPU counterpart of
+(:class:`tensoropt.executor.state.tensor_peak.TensorPeak`, the CPU counterpart of
 ``max_memory_allocated``): the system's own state (local parameter shards, optimizer state) plus
 what its step allocates (gathered parameters, activations, gradients, communication buffers).
 The process's resident peak cannot be split between systems that live in one process; it is not
@@ -120,7 +120,7 @@ def _optimizer_tensors(opt: torch.optim.Optimizer):
 
 def _step(system: tuple, spec, index: int, rank: int, world: int) -> tuple[float, float]:
     """One training step of ``system`` (kind, model, optimizer) on global batch ``index``: (seconds, loss)."""
-    from tensoropt.executor.data import synthetic_batch
+    from tensoropt.executor.job.data import synthetic_batch
 
     kind, model, opt = system
     batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, index)
@@ -143,8 +143,8 @@ def worker(options: dict) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     import tensoropt
-    from tensoropt.executor.spec import TrainSpec
-    from tensoropt.executor.tensor_peak import TensorPeak
+    from tensoropt.executor.job.spec import TrainSpec
+    from tensoropt.executor.state.tensor_peak import TensorPeak
     from tensoropt.models.registry import load_factory
 
     tensoropt.init_distributed()

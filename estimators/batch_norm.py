@@ -2,7 +2,7 @@
 
 tensoropt's executor runs a training-mode batch norm whose batch dim is split over some mesh
 axes (its statistics axes) as ``torch.nn.SyncBatchNorm`` does when the job's
-``training.batch_norm`` is ``synchronized`` (:mod:`tensoropt.executor.batch_norm`): per
+``training.batch_norm`` is ``synchronized`` (:mod:`tensoropt.executor.ops.batch_norm`): per
 statistics axis, one all-reduce in forward of the packed per-channel ``[sum, sum of squares]``
 (``2 C_local`` float64 numbers) and, when the node takes part in backward, one in backward of
 ``[sum dy, sum dy * xhat]`` (``2 C_local`` numbers of the activation dtype, float32 for a 16-bit

@@ -1,7 +1,7 @@
 """Whole-block activation checkpointing as planned options: ``block_recompute`` and ``block_selective``.
 
 A *block* is a module whose operators are checkpointed together (torch-free; the executor's side is
-:mod:`tensoropt.executor.block_checkpoint`): the repeated modules the capture finds (a
+:mod:`tensoropt.executor.state.block_checkpoint`): the repeated modules the capture finds (a
 transformer's layers ``model.layers.0`` .. ``model.layers.31``, a ResNet's residual stages
 ``layer1.0``, ...; :func:`repeated_blocks`) or the modules a job names in
 ``training.checkpoint_modules`` (:func:`find_blocks`). Two memory options multiply the

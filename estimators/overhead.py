@@ -1,6 +1,6 @@
 """The executor's framework overhead: what a step costs beyond the ops' own compute and the collectives.
 
-The torch executor (:mod:`tensoropt.executor.interpreter`) runs a plan whose nodes are all pure
+The torch executor (:mod:`tensoropt.executor.program.interpreter`) runs a plan whose nodes are all pure
 batch splits laid out alike (:func:`batch_local`: data parallelism of an MLP) as a whole on local
 tensors, as DDP does; any other plan goes operator by operator through DTensor's dispatch
 (sharding propagation, output wrapping, DTensor autograd), except batch-split cross entropy
@@ -25,7 +25,7 @@ mixed plans, exact for data parallelism and for plans without batch-split nodes)
 behind the kernels of large operators; calibrate on the machine to model small ones).
 
 The executor's default runtime replays a local program traced from the interpreter
-(:mod:`tensoropt.executor.replay`): every node of it runs on local tensors, DTensor's dispatch
+(:mod:`tensoropt.executor.program.replay`): every node of it runs on local tensors, DTensor's dispatch
 is paid once at trace time, so calibrate prices both per-operator constants with the replayed
 program's slope (9.6 us per operator, forward + backward, on the cpu profile; the interpreter
 measured 62 us on local tensors and 588 us through DTensor in the same run) and
@@ -54,7 +54,7 @@ go through the interpreter's operator path, which runs a batch-split mse_loss lo
 
 CLASS_SPLIT_CROSS_ENTROPY = (42, 0)
 """Program nodes and DTensor redistributions of the executor's class-split cross entropy
-(:mod:`tensoropt.executor.vocab_parallel`: the row maxima, shift, pick, ``exp``, the packed sums,
+(:mod:`tensoropt.executor.ops.vocab_parallel`: the row maxima, shift, pick, ``exp``, the packed sums,
 the softmax kept for backward, the masked mean and its backward: 38 nodes traced by ``make_fx``
 on one rank, plus the two all-reduces and their waits; the fused op it replaces traces as 10),
 each charged its overhead (the all-reduces' time is the node's communication,
@@ -71,7 +71,7 @@ def batch_local(node: dict, config) -> bool:
     layout of ``"S(0)"`` / ``"R"`` per axis, parameters replicated, no option; a batch-split cross
     entropy (its mean is one all-reduce). A plan whose nodes are all such, laid out alike (no
     redistribution between them), runs as a whole on local tensors, as DDP does
-    (:class:`tensoropt.executor.interpreter.PlanInterpreter`).
+    (:class:`tensoropt.executor.program.interpreter.PlanInterpreter`).
 
     Example:
         >>> from tensoropt.configspace.configuration import Configuration

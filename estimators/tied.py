@@ -2,7 +2,7 @@
 
 A parameter read by several operators (GPT-2's and BERT's token embedding, read again by the
 output head) is stored once, in the layout of its first user in graph order
-(:func:`tensoropt.executor.local_state.canonical_layouts`), and redistributed to each other
+(:func:`tensoropt.executor.state.local_state.canonical_layouts`), and redistributed to each other
 user's parameter layout where that user reads it (``PlanInterpreter._operand``); DTensor's
 redistribution sends the gradient back the other way in backward. The node costs charge the
 parameter, its gradient synchronisation and its optimizer state at the first user only

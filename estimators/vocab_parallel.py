@@ -1,7 +1,7 @@
 """Time of a class-split (vocabulary-parallel) cross entropy's collectives (torch-free).
 
 The executor runs a cross entropy whose 2-D logits ``N x V`` are split on the class dim (``S(1)``
-over some mesh axes, its class axes) as :mod:`tensoropt.executor.vocab_parallel` does: in forward,
+over some mesh axes, its class axes) as :mod:`tensoropt.executor.ops.vocab_parallel` does: in forward,
 per class axis, one all-reduce (max) of the ``N_local`` row maxima and one all-reduce (sum) of the
 packed ``[sum of exponentials, target logit]`` (``2 N_local`` numbers), both blocking (the loss
 waits on them); nothing in backward. ``N_local`` is the row count over the axes that split the

@@ -2,9 +2,9 @@
 torchrun options they make, and the worker's RUN.json entry.
 
 What every worker then does on each (re)start (select or plan for the world size, resume from the
-newest checkpoint, train with checkpoints) is :mod:`tensoropt.executor.restart`; its names are
+newest checkpoint, train with checkpoints) is :mod:`tensoropt.executor.state.restart`; its names are
 re-exported here. Layers: this module sits above the executor (it imports
-``tensoropt.executor.restart``); the executor's worker imports the restart module, never this one.
+``tensoropt.executor.state.restart``); the executor's worker imports the restart module, never this one.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tensoropt.checkpoint import job_hash
-from tensoropt.executor.restart import (  # noqa: F401 - re-exported: the worker side of elastic runs
+from tensoropt.executor.state.restart import (  # noqa: F401 - re-exported: the worker side of elastic runs
     EVENT_LOG,
     HOLD_DIR_ENV,
     HOLD_MAX_S,

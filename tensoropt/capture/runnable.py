@@ -1,7 +1,7 @@
 """Whether every op of a captured step can run where the plan sends it: checked at planning time.
 
 An op with no parallel rule still runs (the executor's replicated fallback,
-``tensoropt.executor.fallback``), but an op with no kernel for the run's devices (a custom op
+``tensoropt.executor.ops.fallback``), but an op with no kernel for the run's devices (a custom op
 registered with a fake/meta kernel only, a CUDA-only kernel planned for CPU processes), or with no
 backward where the step needs its gradient, cannot run at all. :func:`check_runnable` finds them
 before anything is launched and raises :class:`UnrunnableOpError` naming the op, its module and

@@ -11,7 +11,7 @@ fit error.
 With ``--overhead`` it also times one forward + backward of data-parallel MLPs of growing depth
 (tiny layers, so the ops cost next to nothing) four ways on the same processes: the plain
 module on the local batch shard, the executor's replayed local program (the default runtime:
-the traced step, gradient all-reduce included, :mod:`tensoropt.executor.replay`), and the DTensor
+the traced step, gradient all-reduce included, :mod:`tensoropt.executor.program.replay`), and the DTensor
 interpreter running the plan on local tensors (a pure batch split) and sending every operator
 through DTensor. The slope of each against the operator count
 (:func:`estimators.overhead.fit_overhead`) minus the plain slope is the executor's host time
@@ -138,7 +138,7 @@ def _worker(
         if rank == 0:
             Path(out_file).write_text(yaml.safe_dump(results))
     finally:
-        from tensoropt.executor.worker import end_process_group
+        from tensoropt.executor.state.worker import end_process_group
 
         end_process_group()
 
@@ -210,9 +210,9 @@ def _overhead_points(nproc: int, backend: str, iters: int, statistic: str = "mea
     from tensoropt.config import Job
     from tensoropt.configspace import configurations
     from tensoropt.configspace.configuration import Mesh
-    from tensoropt.executor.data import synthetic_batch
-    from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.data import synthetic_batch
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.job.spec import TrainSpec
     from tensoropt.training.trainer import Trainer
 
     rank = dist.get_rank()
@@ -406,7 +406,7 @@ def runtime_memory_point(layers: int, steps: int = 3, timeout_s: float = 300.0) 
     """
     from estimators.peak import program_bytes
     from estimators.profiles import load_cluster
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.spec import TrainSpec
     from tensoropt.launch import LaunchOptions, launch_workers
     from tensoropt.planner import plan_job
     from tensoropt.plans import plan_file_text
@@ -458,7 +458,7 @@ def runtime_memory(steps: int = 3, timeout_s: float = 300.0) -> tuple[dict[str, 
            f"memory model's tensors of a tiny GPT (width 64, vocabulary 256, seq 32, batch 8, AdamW) with "
            f"{MEMORY_CALIBRATION_LAYERS} blocks in one worker process each: {b1 / 2**20:.1f} MiB at {n1} "
            f"traced program nodes, {b2 / 2**20:.1f} MiB at {n2}; the line's intercept and slope "
-           "(tensoropt/executor/peak_memory.py, estimators/peak.py)")
+           "(tensoropt/executor/state/peak_memory.py, estimators/peak.py)")
     return {"runtime_overhead_bytes": overhead, "bytes_per_program_node": per_node}, why
 
 

@@ -29,7 +29,7 @@ def init_distributed() -> tuple[int, int]:
         (0, 1)
     """
     if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from tensoropt.executor.worker import init_process_group
+        from tensoropt.executor.state.worker import init_process_group
 
         init_process_group()
     if dist.is_initialized():

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from tensoropt.executor.data import narrow
+from tensoropt.executor.job.data import narrow
 
 
 class BatchError(ValueError):

@@ -32,12 +32,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from tensoropt.executor.local_state import LocalState, build_local_state, local_shard, shard_state
-from tensoropt.executor.materialize import build_skeleton, materialize
-from tensoropt.executor.mesh import build_mesh, rank_device
-from tensoropt.executor.plan import ExecPlan, check_plan_graph
-from tensoropt.executor.replay import MODES, check_compile_backend
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.materialize import build_skeleton, materialize
+from tensoropt.executor.job.plan import ExecPlan, check_plan_graph
+from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.executor.program.replay import MODES, check_compile_backend
+from tensoropt.executor.state.local_state import LocalState, build_local_state, local_shard, shard_state
+from tensoropt.executor.state.mesh import build_mesh, rank_device
 from tensoropt.parallel import batches, optim
 from tensoropt.parallel.clip import clip_grad_norm
 from tensoropt.parallel.runtime import Runtime, compute_dtype, export_module
@@ -162,7 +162,7 @@ class ParallelModel:
         on its running statistics; no gradient, no state change (buffers, random state).
 
         The step's graph with its training flags turned off
-        (:func:`~tensoropt.executor.eval_graph.eval_graph_module`), laid out by the same plan.
+        (:func:`~tensoropt.executor.program.eval_graph.eval_graph_module`), laid out by the same plan.
 
         Example:
             >>> pm.eval_step({"input_ids": ids, "labels": ids})  # doctest: +SKIP
@@ -318,7 +318,7 @@ def parallelize(model: nn.Module, plan, *, mode: str = "replay", compile: str = 
 
     Raises:
         ValueError: the plan has no job, needs another world size, or was made for another graph
-            (:class:`~tensoropt.executor.plan.PlanGraphMismatch` names the first differing node).
+            (:class:`~tensoropt.executor.job.plan.PlanGraphMismatch` names the first differing node).
 
     Example:
         >>> pm = parallelize(model, "out/job/plan.json")  # under torchrun  # doctest: +SKIP
@@ -375,11 +375,11 @@ def parallelize(model: nn.Module, plan, *, mode: str = "replay", compile: str = 
 
 def parallelize_spec(spec: TrainSpec, plan: ExecPlan, *, mode: str = "replay",
                      compile: str = "none") -> ParallelModel:
-    """The :class:`ParallelModel` of a :class:`~tensoropt.executor.spec.TrainSpec`'s model under
+    """The :class:`ParallelModel` of a :class:`~tensoropt.executor.job.spec.TrainSpec`'s model under
     ``plan``: what ``tensoropt run`` trains (its specs may carry no job: tests and benchmarks build
     them). The model is built on meta and this rank's shards made as :func:`parallelize` makes them
     from a meta model (seeded init, or the job's ``model.checkpoint``:
-    :func:`~tensoropt.executor.local_state.build_local_state`); the plan is checked against the graph.
+    :func:`~tensoropt.executor.state.local_state.build_local_state`); the plan is checked against the graph.
 
     Example:
         >>> pm = parallelize_spec(spec, plan)  # under torchrun  # doctest: +SKIP

@@ -5,7 +5,7 @@ tensoropt registers torch's *global* optimizer step hooks once (``register_optim
 / ``..._post_hook``); for an optimizer that holds parallel-model parameters:
 
 * ``SGD`` (with or without momentum), ``Adam`` and ``AdamW`` (any param groups, weight decay,
-  betas, amsgrad) are stepped in the pre-hook by :func:`tensoropt.executor.local_optim.step_local`
+  betas, amsgrad) are stepped in the pre-hook by :func:`tensoropt.executor.state.local_optim.step_local`
   (torch's fused or foreach kernels on the local tensors behind the DTensors; state created by
   the optimizer's own ``_init_group``, kept as DTensors, so checkpoints reshard it); the gradients
   are then hidden from the optimizer's own ``step`` (which finds nothing to do) and given back in
@@ -35,7 +35,7 @@ import weakref
 
 import torch
 
-from tensoropt.executor.local_optim import step_local
+from tensoropt.executor.state.local_optim import step_local
 
 FAST = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
 """Optimizer classes stepped on local shards (exactly these classes: a subclass may change step)."""

@@ -1,11 +1,11 @@
 """One rank's side of a parallel model: the step's graphs, the shards, the gradients.
 
 :class:`Runtime` holds what :func:`tensoropt.parallelize` builds on this rank: the plan, its mesh,
-the parameters' local shards (:func:`tensoropt.executor.local_state.shard_state`), the ZeRO
-shard parameters (:class:`~tensoropt.executor.zero.ShardedState`), and one :class:`StepGraph` per
+the parameters' local shards (:func:`tensoropt.executor.state.local_state.shard_state`), the ZeRO
+shard parameters (:class:`~tensoropt.executor.state.zero.ShardedState`), and one :class:`StepGraph` per
 global batch size (the model exported on meta for that batch, interpreted by
-:class:`~tensoropt.executor.interpreter.PlanInterpreter` and replayed as a local program by
-:class:`~tensoropt.executor.replay.ReplayProgram`, as ``tensoropt run`` does).
+:class:`~tensoropt.executor.program.interpreter.PlanInterpreter` and replayed as a local program by
+:class:`~tensoropt.executor.program.replay.ReplayProgram`, as ``tensoropt run`` does).
 
 A training step here is forward + loss + backward + gradient synchronisation; the gradients are
 *accumulated* into ``.grad`` (scaled by ``loss_scale``), so several micro-batches add up, and
@@ -28,19 +28,19 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DeviceMesh, DTensor
 
-from tensoropt.executor.data import input_regions
-from tensoropt.executor.eval_graph import eval_graph_module
-from tensoropt.executor.gradsync import GradSync
-from tensoropt.executor.interpreter import PlanInterpreter
-from tensoropt.executor.local_state import LocalState
-from tensoropt.executor.mesh import contiguous_stride
-from tensoropt.executor.meta_export import meta_inputs, retarget_device
-from tensoropt.executor.mixed_precision import LossScaler, compute_module
-from tensoropt.executor.placements import normalise, to_placements
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.program import export_program, lazy_views, signature
-from tensoropt.executor.replay import ReplayProgram
-from tensoropt.executor.zero import ShardedState
+from tensoropt.executor.job.data import input_regions
+from tensoropt.executor.job.meta_export import meta_inputs, retarget_device
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.program import export_program, lazy_views, signature
+from tensoropt.executor.ops.placements import normalise, to_placements
+from tensoropt.executor.program.eval_graph import eval_graph_module
+from tensoropt.executor.program.interpreter import PlanInterpreter
+from tensoropt.executor.program.replay import ReplayProgram
+from tensoropt.executor.state.gradsync import GradSync
+from tensoropt.executor.state.local_state import LocalState
+from tensoropt.executor.state.mesh import contiguous_stride
+from tensoropt.executor.state.mixed_precision import LossScaler, compute_module
+from tensoropt.executor.state.zero import ShardedState
 
 
 @contextlib.contextmanager
@@ -78,8 +78,8 @@ def compute_dtype(spec) -> torch.dtype | None:
     """A mixed precision's compute dtype (its graph's), or None (everything in ``spec.dtype``).
 
     Example:
-        >>> from tensoropt.executor.spec import TrainSpec
-        >>> from tensoropt.executor.data import InputSpec
+        >>> from tensoropt.executor.job.spec import TrainSpec
+        >>> from tensoropt.executor.job.data import InputSpec
         >>> compute_dtype(TrainSpec("mlp", (InputSpec((2,)),), 4, dtype="bfloat16", precision="bf16-mixed"))
         torch.bfloat16
     """
@@ -91,7 +91,7 @@ def export_module(module: nn.Module, spec, batch_size: int,
     """Export ``module`` (the job's training step around the user's model) on meta inputs of a
     ``batch_size``-row batch; its weights are never read. Tensors the graph creates go to ``device``.
     In a mixed precision the graph computes in its compute dtype (a meta copy of the module cast to
-    it: :func:`~tensoropt.executor.mixed_precision.compute_module`).
+    it: :func:`~tensoropt.executor.state.mixed_precision.compute_module`).
 
     Example:
         >>> # not run here: needs a job's TrainSpec
@@ -113,8 +113,8 @@ def _layout_placements(plan: ExecPlan, name: str, ndim: int):
 class StepGraph:
     """The step exported for one global batch size: interpreter, input layouts, replayed programs.
 
-    Duck-types the trainer :func:`~tensoropt.executor.lowering.lower_step` and
-    :class:`~tensoropt.executor.replay.ReplayProgram` trace (``interpreter``, ``sig``, ``params``,
+    Duck-types the trainer :func:`~tensoropt.executor.program.lowering.lower_step` and
+    :class:`~tensoropt.executor.program.replay.ReplayProgram` trace (``interpreter``, ``sig``, ``params``,
     ``param_of``, ``zero``).
 
     Example:
@@ -166,12 +166,15 @@ class StepGraph:
                                  checkpoint_modules=checkpoint_modules)
         interp.batch_norm_stats = rt.spec.batch_norm
         interp.compute_dtype = compute_dtype(rt.spec)
+        chunk = ((rt.spec.job or {}).get("training") or {}).get("loss_chunk_tokens")
+        if chunk:
+            interp.loss_chunk_tokens = int(chunk)
         return interp
 
     @property
     def eval_interpreter(self) -> PlanInterpreter:
         """The interpreter of the step's evaluation form (dropout off, batch norm on its running
-        statistics: :func:`~tensoropt.executor.eval_graph.eval_graph_module`), made on first use."""
+        statistics: :func:`~tensoropt.executor.program.eval_graph.eval_graph_module`), made on first use."""
         if self._eval_interpreter is None:
             self._eval_interpreter = self._interpreter(eval_graph_module(self.ep.graph_module))
         return self._eval_interpreter
@@ -211,8 +214,8 @@ class Runtime:
 
     Args:
         module: the exported module (the job's training step around the user's model).
-        local: this rank's shards (:func:`~tensoropt.executor.local_state.shard_state`).
-        plan, spec, mesh, device: the plan, the job's :class:`~tensoropt.executor.spec.TrainSpec`,
+        local: this rank's shards (:func:`~tensoropt.executor.state.local_state.shard_state`).
+        plan, spec, mesh, device: the plan, the job's :class:`~tensoropt.executor.job.spec.TrainSpec`,
             the plan's mesh (None for one process) and the shards' device.
         mode: ``"replay"`` (traced once per batch size, replayed) or ``"interpret"`` (the DTensor
             interpreter every step: the reference; it synchronises every micro-batch).
@@ -326,9 +329,11 @@ class Runtime:
         return read_loss(loss)
 
     def trace(self, graph: StepGraph, local_inputs: list[torch.Tensor]) -> None:
-        """Trace ``graph``'s replayed program (the synchronising one) if it is not yet."""
+        """Trace ``graph``'s replayed program if it is not yet: the synchronising one, or inside
+        ``no_sync`` the one that defers the synchronisation."""
         if graph.program is not None and not self.interpret_steps:
-            graph.program.program(graph.values(local_inputs), sync_grads=True)
+            defer = not self.syncing and self.mesh is not None
+            graph.program.program(graph.values(local_inputs), sync_grads=not defer)
 
     @torch.no_grad()
     def _replay(self, graph: StepGraph, values: list, scale: float, sync: bool) -> torch.Tensor:
@@ -405,7 +410,7 @@ class Runtime:
     def unscale(self) -> bool:
         """fp16-mixed, before the optimizer step: divide the gradients by the loss scale; whether they
         are finite on every rank (else the step is to be skipped). The scale then moves
-        (:class:`~tensoropt.executor.mixed_precision.LossScaler`); programs traced with the old one are
+        (:class:`~tensoropt.executor.state.mixed_precision.LossScaler`); programs traced with the old one are
         traced again. Without a loss scale: True. A collective: call on every rank.
 
         Example:
@@ -418,11 +423,26 @@ class Runtime:
             return self.unscaled
         finite = self.unscaled = self.scaler.unscale([p.grad for p in self.installed if p.grad is not None])
         if self.scaler.update(finite):
-            for graph in self.graphs.values():
-                graph.interpreter.loss_scale = self.scaler.scale
-                if graph.program is not None:
-                    graph.program.programs.clear()
+            self._rescaled()
         return finite
+
+    def load_loss_scale(self, state: dict | None) -> None:
+        """fp16-mixed: continue with a checkpoint's loss scale (:meth:`LossScaler.state_dict`); programs
+        traced with another scale are traced again. Without a loss scale here, or in ``state``: nothing.
+
+        Example:
+            >>> runtime.load_loss_scale({"scale": 1024.0, "good_steps": 3, "skipped": 1})  # doctest: +SKIP
+        """
+        if self.scaler is None or not state:
+            return
+        self.scaler.load_state_dict(state)
+        self._rescaled()
+
+    def _rescaled(self) -> None:
+        for graph in self.graphs.values():
+            graph.interpreter.loss_scale = self.scaler.scale
+            if graph.program is not None:
+                graph.program.programs.clear()
 
 
 

@@ -1,8 +1,8 @@
 """The one-process reference of a pipelined run: the whole model, the whole batch, the same optimizer.
 
 Example:
-    >>> from tensoropt.executor.data import InputSpec
-    >>> from tensoropt.executor.spec import TrainSpec
+    >>> from tensoropt.executor.job.data import InputSpec
+    >>> from tensoropt.executor.job.spec import TrainSpec
     >>> spec = TrainSpec("torch.nn:Linear", (InputSpec((2,)),), 4, {"in_features": 2, "out_features": 1})
     >>> losses, params = reference_run(spec, 0)
     >>> losses, sorted(params)

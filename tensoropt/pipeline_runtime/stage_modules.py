@@ -1,6 +1,6 @@
 """A pipelined plan's stage modules: the model's exported step cut at the plan's block boundaries.
 
-The model is exported on meta at the micro-batch size (:func:`tensoropt.executor.meta_export.
+The model is exported on meta at the micro-batch size (:func:`tensoropt.executor.job.meta_export.
 export_on_meta`, the executor's export), and its operators are grouped into blocks exactly as the
 planner grouped them (:func:`tensoropt.pipeline.stages.find_blocks` on the same graph). Stage ``s``
 of ``{"blocks": [[first, last], ...]}`` runs the operators of blocks ``first..last`` plus every
@@ -175,7 +175,7 @@ def build_stages(spec, pipeline: dict, micro_batch_rows: int, device: torch.devi
     """Export ``spec``'s model at ``micro_batch_rows`` rows and cut it as ``pipeline`` says.
 
     Args:
-        spec: the run's :class:`tensoropt.executor.spec.TrainSpec`.
+        spec: the run's :class:`tensoropt.executor.job.spec.TrainSpec`.
         pipeline: the plan entry's ``"pipeline"`` (``stages``, ``blocks``...).
         micro_batch_rows: rows of one micro-batch on one data-parallel rank (the shapes are static).
         device: where tensors the graph creates go (default: the CPU).
@@ -187,8 +187,8 @@ def build_stages(spec, pipeline: dict, micro_batch_rows: int, device: torch.devi
         [['tokens'], ['labels']]
     """
     from tensoropt.capture.graph import build_graph
-    from tensoropt.executor.materialize import build_skeleton
-    from tensoropt.executor.meta_export import export_on_meta, meta_inputs
+    from tensoropt.executor.job.materialize import build_skeleton
+    from tensoropt.executor.job.meta_export import export_on_meta, meta_inputs
 
     device = device or torch.device("cpu")
     skeleton = build_skeleton(spec)
@@ -210,7 +210,7 @@ def load_initial_values(stages: StageModules, which: int, device: torch.device) 
         >>> # not run here: see tests/pipeline_runtime/test_stage_modules.py
         >>> module = load_initial_values(stages, 0, torch.device("cpu"))  # doctest: +SKIP
     """
-    from tensoropt.executor.materialize import materialize
+    from tensoropt.executor.job.materialize import materialize
 
     module = stages.modules[which]
     params = dict(module.named_parameters())

@@ -67,7 +67,7 @@ class GlobalBatches:
     def __init__(self, job: Job, data: dict | None = None):
         import dataclasses
 
-        from tensoropt.executor.spec import TrainSpec
+        from tensoropt.executor.job.spec import TrainSpec
         from tensoropt.job_model import resolve_job
 
         job = resolve_job(job)
@@ -146,7 +146,7 @@ def latest_checkpoint(directory: str | Path | None) -> Path | None:
 def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) -> Path:
     """A DCP checkpoint of the model and optimizer state (DTensors: resharded on load at any device
     count) and the trainer's state: ``step`` updates done, the scheduler, the data position (the next
-    global batch is step ``step``'s). Fp32 training has no loss scale to keep."""
+    global batch is step ``step``'s) and fp16-mixed's dynamic loss scale (null in other precisions)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -156,7 +156,10 @@ def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) 
     if dist.is_initialized():
         dist.barrier()
     if _rank() == 0:
-        state = {"step": step, "scheduler": scheduler.state_dict(), "data_position": step, "loss_scale": None}
+        scaler = pm.tensoropt_runtime.scaler
+        state = {"step": step, "scheduler": scheduler.state_dict(), "data_position": step,
+                 "loss_scale": scaler.state_dict() if scaler is not None else None,
+                 "world_size": _world(), "plan_id": pm.plan.plan_id}
         (folder / TRAINER_STATE).write_text(json.dumps(state))
     if dist.is_initialized():
         dist.barrier()
@@ -174,6 +177,7 @@ def load_checkpoint(folder: Path, pm, optimizer, scheduler) -> int:
     set_state_dict(pm, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     trainer = json.loads((folder / TRAINER_STATE).read_text())
     scheduler.load_state_dict(trainer["scheduler"])
+    pm.tensoropt_runtime.load_loss_scale(trainer.get("loss_scale"))
     for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
         group["lr"] = lr
     return int(trainer["step"])
@@ -181,7 +185,8 @@ def load_checkpoint(folder: Path, pm, optimizer, scheduler) -> int:
 
 def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int | None = None,
           stream=None, mode: str = "replay", checkpoint_dir: str | Path | None = None,
-          checkpoint_every: int = 0, stop_after: int | None = None) -> list[dict]:
+          checkpoint_every: int = 0, stop_after: int | None = None,
+          hold_after: int | None = None) -> list[dict]:
     """Train ``job`` with ``plan`` on this rank (under torchrun, or one process); returns the metrics
     records of every step (rank 0 also writes them, every ``log_every`` steps).
 
@@ -196,6 +201,8 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
         checkpoint_dir: resume from its newest checkpoint (if any) and write one every
             ``checkpoint_every`` steps (and at the end).
         stop_after: end after this step as if killed there (tests of resume).
+        hold_after: after this step (and its checkpoint, when one is due) wait to be killed: a test
+            kills the processes there, at a known step (:data:`HOLD_MAX_S` at most, then an error).
     """
     from tensoropt.job_model import resolve_job, tokens_per_sample
     from tensoropt.parallel import micro_batches, parallelize, save_model
@@ -258,6 +265,9 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
             every = checkpoint_every and (step + 1) % checkpoint_every == 0
             if checkpoint_dir and (every or step + 1 == last):
                 save_checkpoint(checkpoint_dir, step + 1, pm, optimizer, scheduler)
+            if hold_after is not None and step + 1 == hold_after:
+                _hold(step + 1, log)
+            _elastic_hold(step + 1, log)
         if last < total:
             return records
         if job.checkpoint.export:
@@ -267,6 +277,45 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
             if thing is not None:
                 thing.close()
     return records
+
+
+HOLD_MAX_S = 300.0
+"""How long ``hold_after`` waits to be killed before it gives up with an error."""
+
+
+def _hold(step: int, log: MetricsLogger | None) -> None:
+    """Wait here (after ``step``) until this process is killed; an error after :data:`HOLD_MAX_S`."""
+    if log is not None:
+        log.stream.flush()
+    print(f"[tensoropt] holding after step {step} (hold_after) until killed", flush=True)
+    deadline = time.monotonic() + HOLD_MAX_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    raise RuntimeError(f"hold_after: nobody killed this process within {HOLD_MAX_S:.0f} s after step {step}")
+
+
+def _elastic_hold(step: int, log: MetricsLogger | None) -> None:
+    """The elastic tests' hold (:data:`tensoropt.executor.state.restart.HOLD_DIR_ENV`): after each step and
+    its checkpoint, wait while ``hold-ws<world size>`` exists in that folder (and holds no number, or
+    one <= ``step``: the first step to hold after), so a test can kill or add machines at a known
+    step; nothing without the variable."""
+    from tensoropt.executor.state.restart import HOLD_DIR_ENV
+    from tensoropt.executor.state.restart import HOLD_MAX_S as ELASTIC_HOLD_S
+
+    if not os.environ.get(HOLD_DIR_ENV):
+        return
+    hold = Path(os.environ[HOLD_DIR_ENV]) / f"hold-ws{_world()}"
+    try:
+        first = hold.read_text().strip()
+    except OSError:
+        return
+    if first and step < int(first):
+        return
+    if log is not None:
+        log.stream.flush()
+    deadline = time.monotonic() + ELASTIC_HOLD_S
+    while hold.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _validate(pm, held_out: GlobalBatches, batches: int, step: int, log: MetricsLogger | None) -> float:
@@ -281,10 +330,10 @@ def _validate(pm, held_out: GlobalBatches, batches: int, step: int, log: Metrics
 def main(argv: list[str] | None = None) -> int:
     """``python -m tensoropt.training.loop RUN.json`` under torchrun: RUN.json holds ``job`` (the
     job's dict), ``plan`` (plan.json's content or path; null: ``select``, the options of
-    :func:`tensoropt.executor.restart.resolve_plan`, choose it for this start's world size),
-    ``out_dir``, optional ``steps``, ``mode``,
-    ``checkpoint_dir``, ``checkpoint_every``, ``stop_after`` and ``records`` (a path: rank 0 writes
-    every step's record there as JSON)."""
+    :func:`tensoropt.executor.state.restart.resolve_plan`, choose it for this start's world size),
+    ``out_dir``, optional ``steps``, ``mode``, ``checkpoint_dir``, ``checkpoint_every``,
+    ``stop_after``, ``hold_after`` and ``records`` (a path: rank 0 writes every step's record there
+    as JSON)."""
     argv = sys.argv[1:] if argv is None else argv
     config = json.loads(Path(argv[0]).read_text())
     from tensoropt.parallel import init_distributed
@@ -293,14 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = config["plan"]
         if plan is None:  # elastic or resumed without --plan: this start's device count chooses
-            from tensoropt.executor.restart import resolve_plan
+            from tensoropt.executor.state.restart import resolve_plan
 
             plan = resolve_plan(config["select"])
         records = train(Job.from_dict(config["job"]), plan, out_dir=config["out_dir"],
                         steps=config.get("steps"), mode=config.get("mode", "replay"),
                         checkpoint_dir=config.get("checkpoint_dir"),
                         checkpoint_every=int(config.get("checkpoint_every", 0)),
-                        stop_after=config.get("stop_after"))
+                        stop_after=config.get("stop_after"), hold_after=config.get("hold_after"))
         if _rank() == 0 and config.get("records"):
             Path(config["records"]).write_text(json.dumps(records))
         return 0
@@ -309,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         raise
     finally:
-        from tensoropt.executor.worker import end_process_group
+        from tensoropt.executor.state.worker import end_process_group
 
         end_process_group()
 

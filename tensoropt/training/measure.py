@@ -10,9 +10,13 @@ hooks (:attr:`tensoropt.parallel.runtime.Runtime.step_hooks`), never from inside
   one step (the measured step runs through the DTensor interpreter: its saved tensors are the
   activations; the graph's shapes are fixed, so one step measures them);
 * ``peak_bytes``: the process's peak above its level before the model was built
-  (:class:`~tensoropt.executor.peak_memory.PeakMemory`);
+  (:class:`~tensoropt.executor.state.peak_memory.PeakMemory`);
 * ``peak_tensor_bytes``: the most tensor storage alive at once in the measured step
-  (:class:`~tensoropt.executor.tensor_peak.TensorPeak`).
+  (:class:`~tensoropt.executor.state.tensor_peak.TensorPeak`), as every later step holds it: an
+  optimizer state the measured step creates (AdamW's moments, made by the first ``optimizer.step()``)
+  is alive through every later step's forward and backward, so it is added to the forward/backward
+  peak (without it the first step's peak read up to the whole state low: 16.3 of 66.0 MiB on a
+  width-256 GPT-2's data-parallel plan).
 
 Each is the maximum over ranks in the :class:`RunResult`.
 
@@ -32,10 +36,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tensoropt.executor.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
-from tensoropt.executor.mesh import max_over_ranks, sync_device
-from tensoropt.executor.peak_memory import PeakMemory
-from tensoropt.executor.tensor_peak import TensorPeak
+from tensoropt.executor.state.memory import SavedTensors, optimizer_state_tensors, storage_bytes, storage_keys
+from tensoropt.executor.state.mesh import max_over_ranks, sync_device
+from tensoropt.executor.state.peak_memory import PeakMemory
+from tensoropt.executor.state.tensor_peak import TensorPeak
 
 
 @dataclass
@@ -49,16 +53,26 @@ class RunResult:
     params: dict[str, torch.Tensor] = field(default_factory=dict)
     peak_bytes: int = 0
     """Peak memory of the training loop above the level before the model was built, maximum over
-    ranks (:mod:`tensoropt.executor.peak_memory`: CUDA allocator, or resident set on the CPU)."""
+    ranks (:mod:`tensoropt.executor.state.peak_memory`: CUDA allocator, or resident set on the CPU)."""
     peak_tensor_bytes: int = 0
-    """The most bytes of tensor storage alive at once during the first step (the persistent state
-    included), maximum over ranks (:mod:`tensoropt.executor.tensor_peak`): no allocator setting
-    changes it."""
+    """The most bytes of tensor storage alive at once during the step measured for memory (the
+    persistent state included), maximum over ranks (:mod:`tensoropt.executor.state.tensor_peak`): no
+    allocator setting changes it."""
 
     @property
     def median_time_s(self) -> float:
-        """Median step time (the first step, which warms up, is left out when there are several)."""
+        """Median step time, without the first step (it warms up) and the step measured for memory
+        (it runs through the DTensor interpreter) where others are left.
+
+        Example:
+            >>> RunResult("p", 1, [{"step": 0, "time_s": 5.0}, {"step": 1, "time_s": 9.0,
+            ...     "memory_step": True}, {"step": 2, "time_s": 1.0}]).median_time_s
+            1.0
+        """
         times = [s["time_s"] for s in self.steps]
+        steady = [s["time_s"] for s in self.steps[1:] if not s.get("memory_step")]
+        if steady:
+            return statistics.median(steady)
         return statistics.median(times[1:] if len(times) > 2 else times) if times else 0.0
 
 
@@ -85,6 +99,8 @@ class StepMeter:
         self.peak_tensor_bytes = 0
         self.records: list[dict] = []
         self._time_s = 0.0
+        self._measured = False
+        self._backward_peak_bytes = 0
 
     def start(self) -> None:
         """The loop starts: reset the peak statistic and the records."""
@@ -94,18 +110,26 @@ class StepMeter:
     @contextlib.contextmanager
     def step(self, step: int, batch, measure: bool = False):
         """Time the step run inside; ``measure``: also record its saved activations, gradients and
-        tensor peak (through the DTensor interpreter, hooks on every saved tensor: once per run)."""
+        tensor peak (through the DTensor interpreter, hooks on every saved tensor: once per run).
+        ``batch``: the step's inputs, or a list of its micro-batches' (all but the last run under
+        ``no_sync``, whose program is traced here too)."""
         rt = self.runtime
-        if not measure:
-            self.pm.trace(batch)  # a new shape's program is traced here, not on the clock
+        self._measured = measure
+        batches = batch if isinstance(batch, list) else [batch]
+        if not measure:  # a new shape's programs are traced here, not on the clock
+            for i, part in enumerate(batches):
+                with self.pm.no_sync() if i < len(batches) - 1 else contextlib.nullcontext():
+                    self.pm.trace(part)
         with contextlib.ExitStack() as stack:
             if measure:
                 resident = self.resident_tensor_bytes() + storage_bytes(
-                    t for t in batch.values() if isinstance(t, torch.Tensor))
+                    t for part in batches for t in part.values() if isinstance(t, torch.Tensor))
+                state_before = self.optimizer_state_bytes()
                 peak = stack.enter_context(TensorPeak(resident))
+                self._backward_peak_bytes = resident
                 stack.enter_context(rt.interpreting())
                 saved = stack.enter_context(SavedTensors())
-                hook = self._hook(saved)
+                hook = self._hook(saved, peak)
                 rt.step_hooks.append(hook)
                 stack.callback(rt.step_hooks.remove, hook)
             sync_device()
@@ -114,31 +138,40 @@ class StepMeter:
             sync_device()
             self._time_s = time.perf_counter() - start
         if measure:
-            self.peak_tensor_bytes = peak.peak_bytes
+            created = max(self.optimizer_state_bytes() - state_before, 0)  # lazily made: alive from now on
+            self.peak_tensor_bytes = max(peak.peak_bytes, self._backward_peak_bytes + created)
 
-    def _hook(self, saved: SavedTensors):
+    def optimizer_state_bytes(self) -> int:
+        """Local bytes of the optimizer's state tensors now (0 before its first step, for AdamW)."""
+        return storage_bytes(optimizer_state_tensors(self.optimizer))
+
+    def _hook(self, saved: SavedTensors, peak: TensorPeak):
         rt = self.runtime
 
         def hook(event: str, loss) -> None:
             if event == "forward":  # before backward frees them (and recompute saves more)
                 exclude = storage_keys(rt.params.values())
                 self.activation_bytes = max(self.activation_bytes, saved.bytes(exclude=exclude))
-            elif event == "step":
+            elif event == "step":  # forward and backward done, the optimizer step next
+                saved.storages.clear()  # the next micro-batch saves its own
+                self._backward_peak_bytes = peak.peak_bytes
                 grads = [p.grad for p in rt.params.values() if p.grad is not None] + rt.zero.gradients()
                 self.grad_bytes = storage_bytes(grads)
 
         return hook
 
     def log(self, step: int, loss: torch.Tensor) -> dict:
-        """Record the step just timed with its ``loss`` (read after the clock stopped)."""
+        """Record the step just timed with its ``loss`` (read after the clock stopped); the step
+        measured for memory is marked ``"memory_step": True``."""
         record = {"step": step, "loss": float(loss), "time_s": self._time_s}
+        if self._measured:
+            record["memory_step"] = True
         self.records.append(record)
         return record
 
     def state_bytes(self) -> int:
         """Local bytes of parameters + gradients + optimizer state on this rank."""
-        opt_bytes = storage_bytes(optimizer_state_tensors(self.optimizer))
-        return storage_bytes(self.runtime.params.values()) + self.grad_bytes + opt_bytes
+        return storage_bytes(self.runtime.params.values()) + self.grad_bytes + self.optimizer_state_bytes()
 
     def resident_tensor_bytes(self) -> int:
         """Local bytes of the tensors a step starts with: parameters (and the optimizer's shards of

@@ -6,7 +6,7 @@ RUN.json: ``{"spec": TrainSpec.to_json(), "runs": [{"plan": plan.json dict, "met
 "compile": "none" | "inductor"}}`` (``fail_at`` injects an error on one rank, to test that every rank
 then ends promptly; ``executor``, also per run, picks the runtime: :class:`Trainer`).
 A run may give ``"select": {"frontier": path, "job": Job dict}`` instead of ``"plan"`` (the plan for
-the current world size is selected, or planned, at start: :mod:`tensoropt.executor.restart`), and
+the current world size is selected, or planned, at start: :mod:`tensoropt.executor.state.restart`), and
 ``"checkpoint": {"dir", "every", "keep"}`` to resume from and save checkpoints; ``steps`` is then
 the total step count.
 Several runs (plans) share one process group, so tests pay for one launch.
@@ -29,11 +29,11 @@ import torch
 import torch.distributed as dist
 
 from estimators.files import write_text_atomic
-from tensoropt.executor import restart
-from tensoropt.executor.peak_memory import predicted_peak_bytes as peak_prediction
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.spec import TrainSpec
-from tensoropt.executor.worker import end_process_group, init_process_group
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.executor.state import restart
+from tensoropt.executor.state.peak_memory import predicted_peak_bytes as peak_prediction
+from tensoropt.executor.state.worker import end_process_group, init_process_group
 from tensoropt.training.trainer import RunResult, Trainer
 
 
@@ -49,10 +49,10 @@ def metrics_json(result: RunResult, plan: ExecPlan, predicted_peak_bytes: int | 
 
     ``measured.memory_bytes`` adds up the storages the plan owns (parameters, gradients, optimizer
     state, saved activations); ``measured.peak_bytes`` is the peak the process really spent in
-    the training loop (:mod:`tensoropt.executor.peak_memory`), both the maximum over ranks;
+    the training loop (:mod:`tensoropt.executor.state.peak_memory`), both the maximum over ranks;
     ``predicted.peak_bytes``, when given, the memory model's figure for it
-    (:func:`tensoropt.executor.peak_memory.predicted_peak_bytes`). ``measured.peak_tensor_bytes``
-    is the most tensor storage alive at once in the first step (:mod:`tensoropt.executor.tensor_peak`:
+    (:func:`tensoropt.executor.state.peak_memory.predicted_peak_bytes`). ``measured.peak_tensor_bytes``
+    is the most tensor storage alive at once in the first step (:mod:`tensoropt.executor.state.tensor_peak`:
     the CPU counterpart of CUDA's ``max_memory_allocated``, whatever the allocator's settings), and
     ``predicted.peak_tensor_bytes`` the memory model's figure for it (the peak without the runtime's
     own memory).
@@ -79,14 +79,11 @@ def run_all(config: dict) -> None:
         steps = int(config.get("steps", spec.steps))
         # Without a fixed plan, select one for this world size (elastic: on every restart).
         document = run["plan"] if "plan" in run else restart.resolve_plan(run["select"])
-        if int(document.get("micro_batches", 1)) > 1:  # the trainer's loop runs them (tensoropt.training)
-            raise ValueError(f"plan {document.get('id')} runs {document['micro_batches']} micro-batches; "
-                             "this measuring loop runs one per step: run it with a fixed --plan (the "
-                             "trainer's loop), or select a plan of 1 micro-batch (training.micro_batches: 1)")
         plan = ExecPlan.from_json(document)
         executor = {**config.get("executor", {}), **run.get("executor", {})}  # {"mode", "compile"}
         trainer = Trainer(spec, plan, mode=executor.get("mode", "replay"),
-                          compile=executor.get("compile", "none"))
+                          compile=executor.get("compile", "none"),
+                          micro_batches=int(document.get("micro_batches", 1)))
         fail = config.get("fail_at")  # {"rank": r, "step": s}: a test of error propagation
         if fail and fail.get("rank") == rank:
             trainer.fail_at_step = int(fail.get("step", 0))

@@ -37,6 +37,12 @@ LAYERS = {
 }
 """Layer of each package (or top-level module of tensoropt); a package imports its own layer or lower."""
 
+EXECUTOR_LAYERS = ("tensoropt.executor.job", "tensoropt.executor.ops", "tensoropt.executor.state",
+                   "tensoropt.executor.program")
+"""The executor's sub-packages, lowest first (docs/architecture.md, "The executor's layers"): what it
+is given (plan, spec, data, the exported model), the operator implementations, a rank's state, the
+step's program. A module of one imports only modules of its own sub-package or of one listed before."""
+
 PLOT_READS = {"tensoropt.plans", "tensoropt.sizes"}
 """All that tensoropt/plot may import: it reads plan and frontier JSON only."""
 
@@ -135,3 +141,52 @@ def test_the_check_sees_an_upward_import(tmp_path):
     path.write_text("def f():\n    from ..planner import plan_job\n    import torch.nn\n")
     found = _imports("tensoropt.executor.mod", path)
     assert ("tensoropt.planner.plan_job", 2) in found and ("torch.nn", 3) in found
+
+
+
+def _executor_layer(module: str) -> int | None:
+    """Index in EXECUTOR_LAYERS of the executor sub-package a module belongs to (None: not in one)."""
+    parts = module.split(".")
+    package = ".".join(parts[:3])
+    return EXECUTOR_LAYERS.index(package) if parts[:2] == ["tensoropt", "executor"] \
+        and package in EXECUTOR_LAYERS else None
+
+
+def _executor_upward(modules: dict[str, Path]) -> list[str]:
+    """Imports, among the given executor modules, of a higher executor sub-package than the importer's."""
+    known = set(_modules()) | set(modules)
+    known |= {m.rsplit(".", i)[0] for m in known for i in range(1, m.count(".") + 1)}
+    found = []
+    for name, path in modules.items():
+        own = _executor_layer(name)
+        for target, line in _imports(name, path) if own is not None else ():
+            while target and target not in known:  # "pkg.mod.Name" -> "pkg.mod"
+                target = target.rpartition(".")[0]
+            theirs = _executor_layer(target)
+            if theirs is not None and theirs > own:
+                found.append(f"{name}:{line} ({EXECUTOR_LAYERS[own]}) imports {target} "
+                             f"({EXECUTOR_LAYERS[theirs]})")
+    return found
+
+
+def test_every_executor_module_sits_in_a_sub_package():
+    loose = sorted(m for m in _modules()
+                   if m.startswith("tensoropt.executor.") and _executor_layer(m) is None)
+    assert not loose, (f"{loose}: move each into one of {EXECUTOR_LAYERS} (or add a sub-package to "
+                       "EXECUTOR_LAYERS here and to docs/architecture.md)")
+
+
+def test_executor_sub_packages_point_downward():
+    executor = {m: p for m, p in _modules().items() if m.startswith("tensoropt.executor.")}
+    upward = _executor_upward(executor)
+    assert not upward, "executor imports of a higher sub-package:\n" + "\n".join(upward)
+
+
+def test_the_executor_check_sees_an_upward_import(tmp_path):
+    """An op importing the replayed program (inside a function, relatively) is found; the reverse is not."""
+    low, high = tmp_path / "low.py", tmp_path / "high.py"
+    low.write_text("def f():\n    from ..program.replay import ReplayProgram\n")
+    high.write_text("from tensoropt.executor.ops.placements import to_placements\n")
+    found = _executor_upward({"tensoropt.executor.ops.low": low, "tensoropt.executor.program.high": high})
+    assert found == ["tensoropt.executor.ops.low:2 (tensoropt.executor.ops) imports "
+                     "tensoropt.executor.program.replay (tensoropt.executor.program)"], found

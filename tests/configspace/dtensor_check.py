@@ -149,7 +149,7 @@ def main(out_path: str) -> None:
     if dist.get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump({"checked": checked, "problems": problems}, f, indent=1)
-    from tensoropt.executor.worker import end_process_group
+    from tensoropt.executor.state.worker import end_process_group
 
     end_process_group()
 

@@ -1,5 +1,5 @@
 """The class (vocabulary) split of a cross entropy: offered where the executor's vocabulary-parallel
-loss computes it exactly (tensoropt/executor/vocab_parallel.py), not elsewhere."""
+loss computes it exactly (tensoropt/executor/ops/vocab_parallel.py), not elsewhere."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ import torch
 
 from tensoropt.baselines import data_parallel_plan_json
 from tensoropt.config import Job
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.launch import LaunchOptions, launch_workers
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text

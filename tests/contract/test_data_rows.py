@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tensoropt.executor.data import BatchSource, DatasetRows, InputSpec, narrow, synthetic_batch
+from tensoropt.executor.job.data import BatchSource, DatasetRows, InputSpec, narrow, synthetic_batch
 
 SPECS = [InputSpec((3,)), InputSpec((2,), "int64", high=7), InputSpec((), "bool")]
 

@@ -11,8 +11,8 @@ import yaml
 from tensoropt import cli
 from tensoropt.capture.fingerprint import fingerprint
 from tensoropt.config import Job, format_size
-from tensoropt.executor.plan import ExecPlan, PlanGraphMismatch, check_plan_graph
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.plan import ExecPlan, PlanGraphMismatch, check_plan_graph
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.planner import capture_job, plan_job, resolve_job
 from tensoropt.plans import plan_file_text
 

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from tensoropt.checkpoint import CheckpointWarning, latest_checkpoint
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.spec import TrainSpec
 
 MODEL_KWARGS = {"in_features": 64, "hidden": [256, 256], "num_classes": 16}
 BATCH = 1024  # large enough that the planner prefers sharded plans at 2 and 4 devices on cpu-local

@@ -25,7 +25,8 @@ def test_elastic_command_line_becomes_a_c10d_torchrun():
                   "--rdzv-endpoint", "127.0.0.1:29400", "--rdzv-conf", "last_call_timeout=1",
                   "--checkpoint-dir", "ck", "--checkpoint-every", "5")
     assert check_run_arguments(args) is None
-    cmd = torchrun_command(launch_options(args, 4, {"model": "mlp"}), "tensoropt.executor.worker", ["r.json"])
+    cmd = torchrun_command(launch_options(args, 4, {"model": "mlp"}), "tensoropt.executor.state.worker",
+                           ["r.json"])
     text = " ".join(cmd)
     assert "--standalone" not in cmd
     for part in ("--nproc-per-node 1", "--nnodes 1:2", "--rdzv-backend c10d",

@@ -1,6 +1,6 @@
 """The bucketed gradient all-reduce is priced as the executor issues it (issue 16, G).
 
-The executor (``tensoropt.executor.gradsync.GradSync``) starts the step's first bucket at
+The executor (``tensoropt.executor.state.gradsync.GradSync``) starts the step's first bucket at
 ``FIRST_GRAD_BUCKET_BYTES``, later ones at ``GRAD_BUCKET_BYTES``, the rest after backward; one
 all-reduce per bucket. The sums below are derived by hand from that rule on a link without
 calibrated fits (``T(n) = 2a + n/B`` for an all-reduce on 2 devices).

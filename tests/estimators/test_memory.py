@@ -184,8 +184,8 @@ def test_plan_memory_within_two_percent_of_the_running_executor():
 
     from est_plans import run_executor
 
-    from tensoropt.executor.data import InputSpec, synthetic_batch
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.data import InputSpec, synthetic_batch
+    from tensoropt.executor.job.spec import TrainSpec
 
     models = {
         "MLP": ({}, (InputSpec((32,)), InputSpec((), "int64", 16)), 16, lambda g: mlp_plans()),

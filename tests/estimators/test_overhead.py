@@ -90,7 +90,7 @@ def test_a_captured_mean_cross_entropy_runs_locally_and_pays_no_loss_all_reduce(
 
     from tensoropt.capture.graph import build_graph
     from tensoropt.configspace import configurations
-    from tensoropt.executor.program import export_program
+    from tensoropt.executor.job.program import export_program
     from tensoropt.models import build_model
 
     model, _ = build_model("mlp", in_features=8, hidden=[16], num_classes=4)
@@ -157,7 +157,7 @@ def _class_split_cross_entropy_counts() -> tuple[int, int]:
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from tensoropt.executor.explicit_ops import cross_entropy
+    from tensoropt.executor.ops.explicit_ops import cross_entropy
 
     class DTensorOps(TorchDispatchMode):
         def __init__(self):

@@ -170,7 +170,7 @@ def test_the_replayed_program_issues_the_tie_collectives(tmp_path):
     import json
     import os
 
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.spec import TrainSpec
     from tensoropt.launch import LaunchOptions, launch_workers
 
     cases = {"rep": {}, "head-batch": {"linear": "batch=2"},

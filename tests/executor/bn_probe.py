@@ -17,9 +17,9 @@ import torch.distributed as dist
 from hand_plans import SPECS, cnn_plans
 from torch.nn.parallel import DistributedDataParallel
 
-from tensoropt.executor.data import synthetic_batch
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.worker import end_process_group, init_process_group
+from tensoropt.executor.job.data import synthetic_batch
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.state.worker import end_process_group, init_process_group
 from tensoropt.training.trainer import Trainer
 
 STEPS = 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tensoropt.config import Job
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
 

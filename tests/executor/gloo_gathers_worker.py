@@ -2,7 +2,7 @@
 
 ``python -m torch.distributed.run --standalone --nproc-per-node 2 gloo_gathers_worker.py MODE K IT``
 
-MODE ``plain``: the program as :func:`tensoropt.executor.gloo_gathers.plain_gathers` rewrites it;
+MODE ``plain``: the program as :func:`tensoropt.executor.ops.gloo_gathers.plain_gathers` rewrites it;
 ``functional``: torch's functional all-gathers as traced (with K = 70 and IT = 100, one launch in
 two aborts with ``malloc(): unaligned tcache chunk detected`` on torch 2.13: the reproducer of
 the bug the rewrite works around).
@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.fx as fx
 
-from tensoropt.executor.gloo_gathers import plain_gathers
+from tensoropt.executor.ops.gloo_gathers import plain_gathers
 
 _GATHER = torch.ops._c10d_functional.all_gather_into_tensor.default
 _WAIT = torch.ops._c10d_functional.wait_tensor.default

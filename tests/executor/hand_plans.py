@@ -7,8 +7,8 @@ Each builder returns plan.json-style dicts; node names are torch.export's for th
 from __future__ import annotations
 
 from tensoropt.configspace.configuration import Configuration
-from tensoropt.executor.data import InputSpec
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.data import InputSpec
+from tensoropt.executor.job.spec import TrainSpec
 
 
 def cfg(inputs, output, params=(), partial=(), sync=(), label="hand"):

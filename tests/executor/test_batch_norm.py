@@ -17,7 +17,7 @@ import torch
 from launch_helpers import ENV, HERE
 
 from tensoropt.config import ConfigError, Job
-from tensoropt.executor.batch_norm import batch_norm
+from tensoropt.executor.ops.batch_norm import batch_norm
 from tensoropt.launch import LaunchOptions, launch_module
 
 
@@ -61,7 +61,7 @@ def test_the_job_option_is_checked_and_reaches_the_spec():
     assert Job.from_dict(data).training.batch_norm == "synchronized"
     with pytest.raises(ConfigError, match="training.batch_norm"):
         Job.from_dict({**data, "training": {"batch_norm": "sync"}})
-    from tensoropt.executor.spec import TrainSpec
+    from tensoropt.executor.job.spec import TrainSpec
 
     job = Job.from_dict({**data, "training": {"batch_norm": "local", "global_batch_size": 4}})
     assert TrainSpec.from_job(job).batch_norm == "local"

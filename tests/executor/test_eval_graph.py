@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tensoropt.executor.eval_graph import eval_graph_module
-from tensoropt.executor.program import export_program
+from tensoropt.executor.job.program import export_program
+from tensoropt.executor.program.eval_graph import eval_graph_module
 
 
 def test_the_eval_graph_of_a_training_export_equals_model_eval():

@@ -2,7 +2,7 @@
 
 ``aten.im2col`` (F.unfold) has no DTensor strategy (DTensor raises NotImplementedError on it) and
 ``aten.pixel_shuffle`` only DTensor's decomposition path; both are captured opaque and run on local
-tensors (tensoropt/executor/fallback.py), replicated or batch-split as the plan says.
+tensors (tensoropt/executor/ops/fallback.py), replicated or batch-split as the plan says.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 from launch_helpers import parity_errors, run_plans, single_process
 
 from tensoropt.config import Job
-from tensoropt.executor.fallback import fallback_nodes
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.executor.ops.fallback import fallback_nodes
 from tensoropt.planner import capture_job, plan_job
 from tensoropt.plans import plan_file_text
 

@@ -1,4 +1,4 @@
-"""The CPU all-gather rewrite (``tensoropt.executor.gloo_gathers``) on 2 gloo processes.
+"""The CPU all-gather rewrite (``tensoropt.executor.ops.gloo_gathers``) on 2 gloo processes.
 
 70 all-gathers in flight at once, 100 times, every output checked: the rewritten program neither
 aborts nor gathers a wrong value (torch's functional all-gather aborted one launch in two at this

@@ -23,8 +23,8 @@ def _worker(rank: int, store_path: str, out_path: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, distribute_tensor
 
-    from tensoropt.executor.gradsync import GradSync
-    from tensoropt.executor.worker import end_process_group
+    from tensoropt.executor.state.gradsync import GradSync
+    from tensoropt.executor.state.worker import end_process_group
 
     dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
     try:

@@ -1,4 +1,4 @@
-"""Scheduling passes over the replayed program (tensoropt.executor.graph_passes), on small FX graphs.
+"""Scheduling passes over the replayed program (tensoropt.executor.program.graph_passes), on small FX graphs.
 
 The passes change where collectives and their waits run, never what the program computes: the
 2-process replay-vs-interpreter parity tests (tests/executor/test_replay.py) run every pass on
@@ -11,7 +11,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from tensoropt.executor.graph_passes import (
+from tensoropt.executor.program.graph_passes import (
     MAX_MOVED_NODES,
     cut_shape_reads,
     hoist_collectives,
@@ -86,7 +86,7 @@ def test_hoist_leaves_impure_or_long_chains_where_they_are():
 
 def test_hoist_leaves_an_all_gather_where_it_is_however_small():
     # ZeRO-3's all-gather of a parameter shard: issued at the start, its result would be held all step
-    # (and dozens in flight at once abort gloo: tensoropt.executor.gloo_gathers)
+    # (and dozens in flight at once abort gloo: tensoropt.executor.ops.gloo_gathers)
     g = fx.Graph()
     x, shard = g.placeholder("x"), g.placeholder("weight_shard")
     h = g.call_function(aten.relu.default, (x,))

@@ -1,4 +1,5 @@
-"""Simplifying passes over the replayed program (tensoropt.executor.graph_simplify), on small traced steps.
+"""Simplifying passes over the replayed program (tensoropt.executor.program.graph_simplify), on small
+traced steps.
 
 Each pass must leave every value the program computes as it was: here each rule is checked on its
 own, with the cases it must leave alone; the 2-process replay-vs-interpreter parity tests
@@ -13,7 +14,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from tensoropt.executor.graph_simplify import MAX_FOLDED_BYTES, drop_aliases, fold_constants, simplify
+from tensoropt.executor.program.graph_simplify import MAX_FOLDED_BYTES, drop_aliases, fold_constants, simplify
 
 aten = torch.ops.aten
 C10D = torch.ops._c10d_functional

@@ -1,5 +1,5 @@
 """A list op's DTensor outputs (split, chunk, unbind, unsafe_split) where only some reach the loss:
-backward gives the unread ones zero DTensor gradients (tensoropt.executor.explicit_ops.every_output_grad)
+backward gives the unread ones zero DTensor gradients (tensoropt.executor.ops.explicit_ops.every_output_grad)
 instead of the plain zeros DTensor refuses ("aten.cat.default got mixed torch.Tensor and DTensor")."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DeviceMesh, DTensor, Replicate, Shard
 
-from tensoropt.executor.explicit_ops import every_output_grad, returns_tensor_list
-from tensoropt.executor.worker import end_process_group
+from tensoropt.executor.ops.explicit_ops import every_output_grad, returns_tensor_list
+from tensoropt.executor.state.worker import end_process_group
 
 pytestmark = pytest.mark.timeout(120)
 

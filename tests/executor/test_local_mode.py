@@ -12,8 +12,8 @@ import torch
 from tensoropt.capture.graph import build_graph
 from tensoropt.configspace import configurations
 from tensoropt.configspace.configuration import Mesh
-from tensoropt.executor.interpreter import PlanInterpreter
-from tensoropt.executor.program import export_program, lazy_views
+from tensoropt.executor.job.program import export_program, lazy_views
+from tensoropt.executor.program.interpreter import PlanInterpreter
 from tensoropt.models import build_model
 
 pytestmark = pytest.mark.timeout(120)
@@ -95,7 +95,7 @@ def test_partial_loss_with_uneven_label_counts_matches_one_process(tmp_path):
 
 
 def test_the_partial_loss_share_sums_to_the_global_mean():
-    from tensoropt.executor.local_ops import partial_mean_cross_entropy
+    from tensoropt.executor.ops.local_ops import partial_mean_cross_entropy
 
     torch.manual_seed(0)
     logits, labels = torch.randn(8, 4), torch.randint(0, 4, (8,))
@@ -116,8 +116,8 @@ def _count_all_reduce_worker(rank: int, store_path: str, out_path: str) -> None:
     import torch.distributed as dist
     from hand_plans import SPECS, mlp_plans
 
-    from tensoropt.executor.plan import ExecPlan
-    from tensoropt.executor.worker import end_process_group
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.state.worker import end_process_group
     from tensoropt.training.trainer import Trainer
 
     dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
@@ -146,7 +146,7 @@ def test_label_count_all_reduced_when_the_global_batch_is_not_at_hand(tmp_path):
     import torch.multiprocessing as mp
     from hand_plans import SPECS
 
-    from tensoropt.executor.plan import ExecPlan
+    from tensoropt.executor.job.plan import ExecPlan
     from tensoropt.training.trainer import Trainer
 
     out = tmp_path / "out.pt"

@@ -1,11 +1,11 @@
-"""The optimizer step on local tensors (tensoropt.executor.local_optim) against torch's own step."""
+"""The optimizer step on local tensors (tensoropt.executor.state.local_optim) against torch's own step."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tensoropt.executor.local_optim import fusable, step_local
+from tensoropt.executor.state.local_optim import fusable, step_local
 
 OPTIMIZERS = {
     "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2),

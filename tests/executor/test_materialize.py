@@ -15,11 +15,11 @@ import torch
 from torch import nn
 
 from tensoropt.config import Job
-from tensoropt.executor.data import InputSpec
-from tensoropt.executor.materialize import build_skeleton, full_model, materialize
-from tensoropt.executor.peak_memory import PeakMemory
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.data import InputSpec
+from tensoropt.executor.job.materialize import build_skeleton, full_model, materialize
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.executor.state.peak_memory import PeakMemory
 from tensoropt.training.trainer import Trainer
 
 SINGLE = ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []}, "placements": {}})

@@ -23,8 +23,8 @@ from launch_helpers import HERE, outputs, parity_errors, run_plans, single_proce
 import frontier
 from tensoropt.capture import capture
 from tensoropt.cost_graph import cost_graph
-from tensoropt.executor.data import InputSpec, synthetic_batch
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.data import InputSpec, synthetic_batch
+from tensoropt.executor.job.spec import TrainSpec
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 

@@ -21,8 +21,8 @@ import torch
 from launch_helpers import outputs, parity_errors, run_plans, single_process
 
 from tensoropt.config import Job
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
 from tensoropt.training.trainer import Trainer

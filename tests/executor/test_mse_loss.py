@@ -24,7 +24,7 @@ from tensoropt.capture import capture
 from tensoropt.config import Job
 from tensoropt.configspace import configurations
 from tensoropt.configspace.configuration import Mesh
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.launch import LaunchOptions, launch_workers
 from tensoropt.planner import capture_job
 

@@ -20,7 +20,7 @@ from hand_plans import all_plans
 from launch_helpers import outputs, run_plans
 
 from tensoropt.config import Job
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
 from tensoropt.training.trainer import Trainer
@@ -120,7 +120,7 @@ def test_checkpoint_job_starts_from_the_file(tmp_path):
 
 
 def _single_plan():
-    from tensoropt.executor.plan import ExecPlan
+    from tensoropt.executor.job.plan import ExecPlan
 
     return ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []}, "placements": {}})
 
@@ -149,7 +149,7 @@ def test_tiny_hf_llama_predicted_peak_is_near_its_measured_peak(tmp_path):
     (the kernels' code, the traced program's Python objects) is most of it. With the per-node term
     (cpu.yaml's bytes_per_program_node, calibrated on another model) the prediction is within a few
     percent at 1 process (docs/results.md); without it (2.9 MiB for its 596 traced nodes) it is 10-23 %
-    below, and with the trace's per-node fake modes back (tensoropt/executor/lowering.py:
+    below, and with the trace's per-node fake modes back (tensoropt/executor/program/lowering.py:
     shared_fake_mode) the peak grows by ~7 MiB, 25-40 % above the prediction."""
     pytest.importorskip("transformers", reason="the HuggingFace tests need the dev extra (transformers 5.x)")
     import yaml

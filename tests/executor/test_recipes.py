@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from tensoropt.executor.memory import SavedTensors
-from tensoropt.executor.options import Recipes
+from tensoropt.executor.state.memory import SavedTensors
+from tensoropt.executor.state.options import Recipes
 
 
 def test_views_of_a_recipe_tensor_are_rebuilt_once_and_not_kept():

@@ -22,10 +22,10 @@ import torch.fx as fx
 from hand_plans import SPECS, all_plans
 from launch_helpers import ENV, single_process
 
-from tensoropt.executor.data import InputSpec, synthetic_batch
-from tensoropt.executor.lowering import defer_waits
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.data import InputSpec, synthetic_batch
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.executor.program.lowering import defer_waits
 from tensoropt.launch import LaunchOptions, launch_workers
 from tensoropt.training.trainer import Trainer
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from hand_plans import SPECS
 
-from tensoropt.executor.plan import ExecPlan
+from tensoropt.executor.job.plan import ExecPlan
 from tensoropt.training.trainer import Trainer
 
 SINGLE = ExecPlan.from_json({"id": "single", "mesh": {"shape": [], "levels": []}, "placements": {}})
@@ -57,7 +57,7 @@ def _mesh_worker(rank: int, store_path: str, out_path: str) -> None:
     import torch.distributed as dist
     from hand_plans import gpt_plans
 
-    from tensoropt.executor.worker import end_process_group
+    from tensoropt.executor.state.worker import end_process_group
 
     dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
     try:

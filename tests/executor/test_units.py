@@ -10,12 +10,12 @@ import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
 
 from tensoropt.configspace.configuration import Configuration
-from tensoropt.executor.data import InputSpec, load_factory, synthetic_batch
-from tensoropt.executor.interpreter import preimage
-from tensoropt.executor.memory import SavedTensors, storage_bytes, storage_keys
-from tensoropt.executor.placements import raw_output_layout, to_layout, to_placements
-from tensoropt.executor.plan import ExecPlan
-from tensoropt.executor.worker import end_process_group
+from tensoropt.executor.job.data import InputSpec, load_factory, synthetic_batch
+from tensoropt.executor.job.plan import ExecPlan
+from tensoropt.executor.ops.placements import raw_output_layout, to_layout, to_placements
+from tensoropt.executor.program.interpreter import preimage
+from tensoropt.executor.state.memory import SavedTensors, storage_bytes, storage_keys
+from tensoropt.executor.state.worker import end_process_group
 from tensoropt.launch import LaunchOptions, torchrun_command
 from tensoropt.training.trainer import RunResult, Trainer
 from tensoropt.training.worker import metrics_json
@@ -123,8 +123,8 @@ def test_metrics_document_has_the_issue_schema():
 
 
 def test_torchrun_command_standalone_and_multinode():
-    local = torchrun_command(LaunchOptions(4), "tensoropt.executor.worker", ["r.json"])
-    assert "--standalone" in local and local[-3:] == ["-m", "tensoropt.executor.worker", "r.json"]
+    local = torchrun_command(LaunchOptions(4), "tensoropt.executor.state.worker", ["r.json"])
+    assert "--standalone" in local and local[-3:] == ["-m", "tensoropt.executor.state.worker", "r.json"]
     multi = " ".join(torchrun_command(LaunchOptions(8, nnodes="2", node_rank=1, rdzv_endpoint="h:29500"),
                                       "m", []))
     assert "--nnodes 2" in multi and "--node-rank 1" in multi and "--rdzv-endpoint h:29500" in multi
@@ -170,7 +170,7 @@ def test_redistributed_values_keep_reshape_working(tmp_path):
     import torch.distributed as dist
     from torch.distributed.tensor import DeviceMesh, DTensor
 
-    from tensoropt.executor.explicit_ops import consistent_strides
+    from tensoropt.executor.ops.explicit_ops import consistent_strides
 
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:

@@ -1,4 +1,4 @@
-"""The vocabulary-parallel cross entropy's local pieces (tensoropt/executor/vocab_parallel.py).
+"""The vocabulary-parallel cross entropy's local pieces (tensoropt/executor/ops/vocab_parallel.py).
 
 Its 2- and 4-process runs are in the parity tests (tests/executor/test_parity.py: the GPT's
 tensor-parallel plan and the CNN's input-channel plan split the logits on the class dim)."""
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import Replicate, Shard
 
-from tensoropt.executor.vocab_parallel import class_columns, row_losses
+from tensoropt.executor.ops.vocab_parallel import class_columns, row_losses
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -75,8 +75,8 @@ def test_class_split_loss_mean_and_sum_leave_ignored_rows_out(tmp_path, reductio
     import torch.distributed as dist
     from torch.distributed.tensor import DeviceMesh, DTensor
 
-    from tensoropt.executor.vocab_parallel import class_split_cross_entropy
-    from tensoropt.executor.worker import end_process_group
+    from tensoropt.executor.ops.vocab_parallel import class_split_cross_entropy
+    from tensoropt.executor.state.worker import end_process_group
 
     gen = torch.Generator().manual_seed(1)
     logits = torch.randn(10, 7, generator=gen)

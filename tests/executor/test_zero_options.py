@@ -30,8 +30,8 @@ from launch_helpers import ENV, HERE, STEPS, outputs, parity_errors, single_proc
 import frontier
 from tensoropt.capture import capture
 from tensoropt.cost_graph import cost_graph
-from tensoropt.executor.data import InputSpec, synthetic_batch
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.data import InputSpec, synthetic_batch
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.launch import LaunchOptions, launch_workers
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]

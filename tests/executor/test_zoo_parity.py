@@ -16,7 +16,7 @@ from frontier_plans import spread
 from launch_helpers import parity_errors, run_plans, single_process
 
 from tensoropt.config import Job
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text
 

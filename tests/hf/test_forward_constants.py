@@ -18,7 +18,7 @@ import torch
 
 from tensoropt.capture.export import export_program
 from tensoropt.config import Job
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.job_model import PlanningError
 from tensoropt.planner import plan_job
 from tensoropt.plans import plan_file_text

@@ -24,7 +24,7 @@ from tensoropt.config import Job, load_job  # noqa: E402
 from tensoropt.configspace import configurations  # noqa: E402
 from tensoropt.configspace.configuration import Mesh  # noqa: E402
 from tensoropt.cost_graph import cost_graph  # noqa: E402
-from tensoropt.executor.spec import TrainSpec  # noqa: E402
+from tensoropt.executor.job.spec import TrainSpec  # noqa: E402
 from tensoropt.models.hf import FULL_SIZE  # noqa: E402
 from tensoropt.planner import capture_job, load_job_cluster, plan_job  # noqa: E402
 from tensoropt.plans import plan_file_text  # noqa: E402

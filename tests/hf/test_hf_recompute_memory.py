@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("transformers", reason="the HuggingFace tests need the dev extra (transformers 5.x)")
 
 from tensoropt.config import load_job  # noqa: E402
-from tensoropt.executor.spec import TrainSpec  # noqa: E402
+from tensoropt.executor.job.spec import TrainSpec  # noqa: E402
 from tensoropt.planner import plan_job  # noqa: E402
 from tensoropt.plans import plan_file_text  # noqa: E402
 

@@ -5,7 +5,7 @@ shifts them, flattens the logits to ``[tokens, vocabulary]`` and calls ``cross_e
 -100)``. The capture folds the upcast and the flattening into the edge from ``lm_head`` to the loss,
 so the class dim of the loss's logits is the head's ``out`` dim: the configuration space offers the
 class split there, and the executor runs it as its vocabulary-parallel cross entropy
-(tensoropt/executor/vocab_parallel.py). Here GPT-2 and Llama (tiny configs) train on 2 gloo
+(tensoropt/executor/ops/vocab_parallel.py). Here GPT-2 and Llama (tiny configs) train on 2 gloo
 processes under a plan whose head and loss are split by vocabulary, on labels with -100 positions,
 and match 1 process; the run's measured memory is the planner's prediction of that plan within 2 %.
 """
@@ -24,7 +24,7 @@ pytest.importorskip("transformers", reason="the HuggingFace tests need the dev e
 from tensoropt.config import DataConfig, Job, load_job  # noqa: E402
 from tensoropt.configspace import configurations, parallel_dims  # noqa: E402
 from tensoropt.configspace.configuration import Mesh  # noqa: E402
-from tensoropt.executor.spec import TrainSpec  # noqa: E402
+from tensoropt.executor.job.spec import TrainSpec  # noqa: E402
 from tensoropt.planner import capture_job, job_cost_graph, load_job_cluster  # noqa: E402
 
 JOBS_DIR = Path(__file__).resolve().parents[2] / "configs" / "jobs"

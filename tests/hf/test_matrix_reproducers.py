@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tensoropt.config import Job
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.planner import plan_job
 
 HERE = Path(__file__).resolve().parent

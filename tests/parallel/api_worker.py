@@ -154,7 +154,7 @@ def main() -> None:
                 torch.save(result, os.path.join(cfg["out"], f"{name}.pt"))
             dist.barrier()
     finally:
-        from tensoropt.executor.worker import end_process_group
+        from tensoropt.executor.state.worker import end_process_group
 
         end_process_group()
 

@@ -44,7 +44,7 @@ def main() -> None:
                         "rng_unchanged": torch.equal(rng, torch.get_rng_state())}, out)
         dist.barrier()
     finally:
-        from tensoropt.executor.worker import end_process_group
+        from tensoropt.executor.state.worker import end_process_group
 
         end_process_group()
 

@@ -60,7 +60,7 @@ def main() -> None:
             run_case(case)
             dist.barrier()
     finally:
-        from tensoropt.executor.worker import end_process_group
+        from tensoropt.executor.state.worker import end_process_group
 
         end_process_group()
 

@@ -28,7 +28,7 @@ from loop_plans import hf_job, model_config, one_device_plan, pick_plan  # noqa:
 from loop_reference import build_model, make_batch, make_optimizer  # noqa: E402
 from torchrun import torchrun  # noqa: E402
 
-from tensoropt.executor.spec import TrainSpec  # noqa: E402
+from tensoropt.executor.job.spec import TrainSpec  # noqa: E402
 
 BATCH = 4
 

@@ -17,8 +17,8 @@ from loop_plans import hf_job  # noqa: E402
 
 from tensoropt.checkpoint import job_hash, save_checkpoint  # noqa: E402
 from tensoropt.cli import main  # noqa: E402
-from tensoropt.executor.plan import ExecPlan  # noqa: E402
-from tensoropt.executor.spec import TrainSpec  # noqa: E402
+from tensoropt.executor.job.plan import ExecPlan  # noqa: E402
+from tensoropt.executor.job.spec import TrainSpec  # noqa: E402
 from tensoropt.training.trainer import Trainer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
@@ -81,7 +81,7 @@ def test_model_checkpoint_reads_a_save_pretrained_directory(tmp_path):
     then holds those weights (under the job's training-step keys)."""
     import dataclasses
 
-    from tensoropt.executor.local_state import build_local_state
+    from tensoropt.executor.state.local_state import build_local_state
     from tensoropt.models.hf import gpt2
 
     job = hf_job("gpt2", 4, devices=1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from tensoropt.config import Job
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,6 +33,19 @@ def llama_spec(layers: int = 4) -> TrainSpec:
     """configs/jobs/hf-llama.yaml with ``num_hidden_layers`` 4 (embedding, 4 layers, head: 6 blocks)."""
     data = yaml.safe_load((ROOT / "configs/jobs/hf-llama.yaml").read_text())
     data["model"]["kwargs"]["num_hidden_layers"] = layers
+    return TrainSpec.from_job(Job.from_dict(data))
+
+
+def padded_llama_spec(layers: int = 4) -> TrainSpec:
+    """:func:`llama_spec` on padded sequences (``random_tokens(max_padding=24)``: each sample's last
+    0..24 of 32 labels are -100), so micro-batches hold different numbers of counted tokens; momentum
+    SGD (fp32 AdamW would amplify the rounding of another summation order, see :func:`gpt_spec`)."""
+    data = yaml.safe_load((ROOT / "configs/jobs/hf-llama.yaml").read_text())
+    data["model"]["kwargs"]["num_hidden_layers"] = layers
+    data["training"]["optimizer"] = "momentum"
+    data["data"] = {"factory": "tensoropt.training.data:random_tokens",
+                    "kwargs": {"num_samples": 64, "seq_len": 32, "vocab_size": 256, "seed": 3,
+                               "max_padding": 24}}
     return TrainSpec.from_job(Job.from_dict(data))
 
 

@@ -14,7 +14,7 @@ from tensoropt.baselines import (
     plan_cost,
 )
 from tensoropt.config import Job
-from tensoropt.executor.plan import ExecPlan
+from tensoropt.executor.job.plan import ExecPlan
 from tensoropt.planner import capture_job, job_cost_graph, plan_job
 
 JOB = {"model": {"name": "gpt"}, "cluster": "cpu-local", "devices": [2],

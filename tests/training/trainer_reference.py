@@ -7,7 +7,7 @@ import math
 import torch
 
 from tensoropt.config import Job, effective_optimizer
-from tensoropt.executor.spec import TrainSpec
+from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.job_model import resolve_job
 from tensoropt.training.loop import GlobalBatches
 from tensoropt.training.optimizer import build_optimizer
