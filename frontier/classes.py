@@ -38,8 +38,11 @@ from frontier.problem import Problem
 from frontier.table import Table
 
 
-def merge_classes(problem: Problem) -> tuple[Problem, list[Table]]:
+def merge_classes(problem: Problem, keep: frozenset = frozenset()) -> tuple[Problem, list[Table]]:
     """The problem over classes of configurations with equal edge costs, and each node's table.
+
+    ``keep``: node numbers whose configurations stay one class each (variables a caller keeps
+    uneliminated and indexes by configuration, :func:`frontier.chain.eliminate_except`).
 
     Returns:
         ``(small, node_tables)``: ``small`` has one configuration per class (its first member;
@@ -67,6 +70,8 @@ def merge_classes(problem: Problem) -> tuple[Problem, list[Table]]:
             c = problem.edge_cost[e]
             parts.append((c if is_src else c.transpose(1, 0, 2)).reshape(len(cost), -1))
         rows = np.ascontiguousarray(np.concatenate(parts, axis=1))
+        if v in keep:
+            rows = np.arange(len(cost))[:, None]
         _, rep, cls = np.unique(rows, axis=0, return_index=True, return_inverse=True)
         order = np.argsort(rep, kind="stable")  # classes numbered by their first member
         rank = np.empty_like(order)

@@ -16,8 +16,12 @@ import numpy as np
 from frontier.problem import Problem
 
 
-def drop_dominated_configs(problem: Problem) -> tuple[Problem, list[np.ndarray]]:
+def drop_dominated_configs(problem: Problem,
+                           keep: frozenset = frozenset()) -> tuple[Problem, list[np.ndarray]]:
     """The problem restricted to undominated configurations, and the kept indices per node.
+
+    ``keep``: node numbers whose configurations all stay (variables a caller keeps uneliminated,
+    :func:`frontier.chain.eliminate_except`).
 
     Example:
         >>> import numpy as np
@@ -36,7 +40,7 @@ def drop_dominated_configs(problem: Problem) -> tuple[Problem, list[np.ndarray]]
     dirty = set(range(n))
     while dirty:
         v = dirty.pop()
-        if len(kept[v]) == 1:
+        if len(kept[v]) == 1 or v in keep:
             continue
         parts = [problem.node_cost[v][kept[v]]]
         for e, other, is_src in incident[v]:

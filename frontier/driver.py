@@ -87,6 +87,7 @@ def solve(
     step_epsilon: float | None = None,
     box_min_candidates: float = 0.0,
     merge: bool = True,
+    memo: dict | None = None,
 ) -> list[Point]:
     """The Pareto frontier of the cost graph ``G`` (see the module docstring).
 
@@ -108,6 +109,11 @@ def solve(
             exact and add nothing to the bound); 0 boxes every elimination.
         merge: solve over classes of configurations with equal edge costs
             (:mod:`frontier.classes`); off only for comparisons.
+        memo: a dict kept by the caller across solves: combines already computed in an earlier
+            solve (with the same ``step_epsilon`` / ``box_min_candidates``) are answered from it.
+            Its keys are content digests (:meth:`frontier.combine.Combiner.key`), so graphs that
+            share identical blocks (a pipeline's stages of different lengths) share their
+            interior eliminations and the compositions of their sweep.
         memory_limit_bytes: most bytes the kept tables may take; ``"auto"``:
             :func:`frontier.memory_limit.default_limit_bytes` (60 % of the available memory, or
             ``$TENSOROPT_SOLVER_MEMORY_GIB``); None: no limit.
@@ -150,6 +156,8 @@ def solve(
     combiner = Combiner(sizes=problem.sizes, box_eps=box_eps, reuse=reuse,
                         memory_limit_bytes=memory_limit_bytes,
                         box_min_candidates=box_min_candidates if step_epsilon is not None else 0.0)
+    if memo is not None and reuse:
+        combiner._memo = memo
     done = [0]
 
     def tick() -> None:

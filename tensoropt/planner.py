@@ -262,6 +262,26 @@ def _solve_count(graph, job: Job, cluster, num_devices: int, micro_batches: int,
 PIPELINE_STAGE_PLANS = 12
 
 
+#: Models of more blocks than this build stage frontiers by the transfer-table sweep
+#: (:func:`pipeline_chain_settings`); fewer solve each stage graph with a shared memo.
+CHAIN_MIN_BLOCKS = 16
+
+
+def pipeline_chain_settings():
+    """How the pipeline search builds stage frontiers of identical blocks
+    (:class:`tensoropt.pipeline.chain_stages.StageChain`): the planner's ``epsilon: auto`` grid for
+    the sweep steps and large eliminations, each stage frontier thinned to ``PIPELINE_STAGE_PLANS``.
+
+    Example:
+        >>> pipeline_chain_settings().max_plans == PIPELINE_STAGE_PLANS
+        True
+    """
+    from tensoropt.pipeline.chain_stages import ChainSettings
+
+    return ChainSettings(step_epsilon=AUTO_STEP_EPSILON, box_min_candidates=AUTO_BOX_MIN_CANDIDATES,
+                         max_plans=PIPELINE_STAGE_PLANS)
+
+
 def auto_micro_batches(num_stages: int, batch_size: int) -> int | None:
     """``planner.pipeline: auto``'s micro-batch count: the least divisor of the batch >= ``2 p`` (a
     bubble of at most (p - 1) / 2p), else the largest one >= ``p`` (1F1B's minimum), else None.
@@ -358,17 +378,18 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
     explicit = isinstance(job.planner.pipeline, dict)
     batch = job.training.global_batch_size
     stage_bound = 0.0
+    memo: dict = {}  # combines shared by every stage solve of this device count (identical blocks)
 
     def solve(H):
         nonlocal stage_bound
         report = ft.SolveReport()
         points = ft.solve(H, report=report, step_epsilon=AUTO_STEP_EPSILON,
-                          box_min_candidates=AUTO_BOX_MIN_CANDIDATES)
+                          box_min_candidates=AUTO_BOX_MIN_CANDIDATES, memo=memo)
         points, bound = thin_to_count(points, PIPELINE_STAGE_PLANS)
         stage_bound = max(stage_bound, (1.0 + bound) * (1.0 + report.bound) - 1.0)
         return points
 
-    plans, configurations, tried, solves = [], {}, [], 0
+    plans, configurations, tried, solves, used = [], {}, [], 0, {}
     for p, schedule, m in candidates:
         if progress is not None:
             progress(f"{_devices(num_devices)}: pipeline of {p} stages, {m} micro-batches ({schedule})", 1.0)
@@ -392,11 +413,18 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         key = (num_devices // p, m)
         if key not in solvers:
             G = job_cost_graph(graph_m, job_m, cluster, num_devices // p)
-            solvers[key] = StageSolver(G, graph_m, blocks, m, solve)
+            # the sweep pays on deep models (70B: 3 x the shared memo), not on a few blocks (8B with 4
+            # layers: 1.3 x slower; docs/results.md, benchmarks/pipeline_stages.py)
+            chain = pipeline_chain_settings() if blocks.count > CHAIN_MIN_BLOCKS else None
+            solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain)
         solver = solvers[key]
+        solver.solve = solve  # this device count's (its bound and memo)
         before = solver.solves
         found, _ = pipelined_frontier(solver, p, schedule)
         solves += solver.solves - before
+        if solver.chain is not None:
+            stage_bound = max(stage_bound, solver.chain.bound)
+            used[id(solver)] = solver.chain
         tried.append([p, schedule, m])
         for pp in found:
             plan, configs = to_plan(pp, solver, num_devices, batch)
@@ -412,8 +440,12 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
     for n, c in configurations.items():
         frontier.configurations.setdefault(n, {}).update(c)
     frontier.plans = merged
+    # the DP across stages is exact: a stage option within 1 + b in t, d and w keeps T and M within it
+    frontier.epsilon_bound = max(frontier.epsilon_bound or 0.0, stage_bound)
+    sweeps = ({"eliminations": sum(c.eliminations for c in used.values()),
+               "sweep_steps": sum(c.steps for c in used.values())} if used else None)
     frontier.pipeline_search = {
-        "candidates": tried, "stage_solves": solves, "stage_bound": stage_bound,
+        "candidates": tried, "stage_solves": solves, "stage_bound": stage_bound, "stage_chain": sweeps,
         "unpipelined_fastest_s": min((q.time_s for q in unpiped), default=None),
         "unpipelined_leanest_bytes": min((q.memory_bytes for q in unpiped), default=None),
         "pipelined_plans": sum(1 for q in merged if q.pipeline),

@@ -43,6 +43,7 @@ from estimators.op_costs import CostModel
 from estimators.pipeline import once_per_step_s, p2p_time_s, schedule_overhead_s
 from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
 from tensoropt.configspace.configuration import local_shape
+from tensoropt.pipeline.chain_stages import ChainSettings, StageChain
 from tensoropt.pipeline.schedules import in_flight_micro_batches
 from tensoropt.pipeline.stages import Blocks, block_order
 
@@ -139,10 +140,14 @@ class StageSolver:
         blocks: :func:`tensoropt.pipeline.stages.find_blocks` of ``graph``.
         micro_batches: ``m``.
         solve: ``solve(stage_graph) -> list of frontier points`` (the planner's FT solve and thinning).
+        chain: where given and the model qualifies (:meth:`StageChain.applies`), stage frontiers
+            come from one transfer table per block kind and one sweep per start
+            (:class:`tensoropt.pipeline.chain_stages.StageChain`) instead of ``solve``.
     """
 
     def __init__(
-        self, G: nx.DiGraph, graph, blocks: Blocks, micro_batches: int, solve: Callable[[nx.DiGraph], list]
+        self, G: nx.DiGraph, graph, blocks: Blocks, micro_batches: int, solve: Callable[[nx.DiGraph], list],
+        chain: ChainSettings | None = None,
     ):
         self.G, self.graph, self.blocks, self.m, self.solve = G, graph, blocks, micro_batches, solve
         g = graph.nx if hasattr(graph, "nx") else graph
@@ -180,6 +185,7 @@ class StageSolver:
         """What torch's schedule adds per micro-batch on a stage (a measured constant of the device)."""
         self.cache: dict[tuple, list[StageOption]] = {}
         self.solves = 0
+        self.chain = StageChain(self, chain) if chain is not None and StageChain.applies(self) else None
 
     def key(self, first: int, last: int, in_flight: int) -> tuple:
         """What a stage's options depend on: with identical blocks, not which blocks (only how many,
@@ -231,6 +237,9 @@ class StageSolver:
     def _solved(self, first: int, last: int, k: int) -> list[tuple[int, ...]]:
         """The stage's thinned FT frontier at ``k`` in flight, as vectors over :meth:`canonical`."""
         key = ("solved", *self.key(first, last, k))
+        whole = first == 0 and last == self.blocks.count - 1
+        if key not in self.cache and self.chain is not None and not whole:
+            self.cache[key] = self.chain.vectors(first, last, k)
         if key not in self.cache:
             H = self._stage_graph(first, last, k)
             names = self.canonical(first, last)

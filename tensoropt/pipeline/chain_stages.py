@@ -1,0 +1,204 @@
+"""Stage frontiers of a model of identical blocks from one transfer table and one sweep (issue 27).
+
+A stage holding blocks ``[f, l]`` is a chain (:mod:`frontier.chain`): its start (the received
+tensor's layout and receive, or the embedding), its blocks, its end (the send of its last block's
+output, or the head). With identical blocks every middle block has the same *transfer table*: the
+block's interior eliminated once, per (configuration of the tensor it receives, configuration of the
+one it produces) (:func:`frontier.chain.eliminate_except`). The first numbered block has its own (it
+receives the embedding's output). A sweep from each kind of start -- the embedding, the embedding's
+output received, a block's output received -- adds one block per step, so one sweep of ``N`` steps
+gives the frontier of every stage length up to ``N`` (:func:`frontier.chain.sweep_step`); a stage's
+frontier is its sweep's table at its length with its end added (:func:`frontier.chain.finish`).
+
+What a stage's frontier depends on is (blocks held, holds the embedding, holds the head, receives the
+embedding's output, in-flight count ``k``): the transfer tables and sweeps are kept per ``k``
+(activation memory is ``k`` times a micro-batch's), so every stage count and partition of one stage
+mesh reads them off the same tables. Exact with ``step_epsilon = 0``; otherwise the sweep steps
+(and block eliminations past ``box_min_candidates``) are boxed on the planner's grid and the bound
+``(1 + e)^depth - 1`` is tracked per table (:attr:`StageChain.bound`, printed with the plan).
+Applies when the blocks are identical, every boundary between blocks is a cut (one tensor crosses)
+and no middle block reads a graph input (:meth:`StageChain.applies`); otherwise
+:class:`tensoropt.pipeline.search.StageSolver` solves each stage graph by the FT solve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from frontier.chain import bound_of, eliminate_except, finish, start_table, sweep_step
+from frontier.cover import cover_to_count
+
+
+@dataclass
+class ChainSettings:
+    """How :class:`StageChain` solves: the box factor, which eliminations it boxes, the plans kept.
+
+    Example:
+        >>> ChainSettings(step_epsilon=0.0005, max_plans=12).max_plans
+        12
+    """
+
+    step_epsilon: float = 0.0
+    """Box factor of each sweep step and of boxed block eliminations (0: exact)."""
+    box_min_candidates: float = 0.0
+    """Box only the eliminations generating more candidate points than this."""
+    max_plans: int | None = None
+    """Plans kept per stage frontier (a proven cover, :func:`frontier.cover.cover_to_count`); None: all."""
+
+
+class StageChain:
+    """Stage frontiers of a :class:`tensoropt.pipeline.search.StageSolver` built from transfer tables.
+
+    Args:
+        solver: the stage solver (its cost graph, blocks, stage graphs and canonical orders).
+        settings: the :class:`ChainSettings`.
+    """
+
+    def __init__(self, solver, settings: ChainSettings):
+        self.solver, self.settings = solver, settings
+        self.memo: dict = {}
+        self.sweeps: dict[tuple, list] = {}
+        self.parts: dict[tuple, object] = {}
+        self.bound = 0.0
+        """The largest bound of a stage frontier returned (boxing and thinning together)."""
+        self.eliminations = 0
+        """Block eliminations computed (transfer tables, embedding and head frontiers)."""
+        self.steps = 0
+        """Sweep steps computed."""
+
+    @staticmethod
+    def applies(solver) -> bool:
+        """Whether every stage of ``solver``'s model is such a chain (see the module docstring).
+
+        Example:
+            >>> # tests/planner/test_pipeline_chain.py: the zoo GPT and HF Llama qualify
+            >>> True
+            True
+        """
+        b, G = solver.blocks, solver.G
+        if not b.identical or not all(b.cuts) or b.count < 4:
+            return False
+        for j in range(1, b.count - 1):
+            if any(G.nodes[u]["kind"] == "input" for n in b.nodes[j] for u in G.predecessors(n)):
+                return False
+        return True
+
+    def _kw(self) -> dict:
+        return {"step_epsilon": self.settings.step_epsilon,
+                "box_min_candidates": self.settings.box_min_candidates, "memo": self.memo}
+
+    def _graph(self, j: int, k: int):
+        """Block ``j``'s stage graph without the receive's and the send's costs (the chain adds them)."""
+        s = self.solver
+        b = s.blocks
+        H = s._stage_graph(j, j, k)
+        if j > 0:
+            H.nodes[b.boundary[b.names[j - 1]]]["cost"][:] = 0.0
+        if j < b.count - 1:
+            sent = b.boundary[b.names[j]]
+            H.nodes[sent]["cost"][:, 0] -= s.p2p_s[sent]
+        return H
+
+    def _part(self, kind: str, k: int):
+        """The embedding's frontier per its output (``emb``), the head's per its input (``head``),
+        the first block's (``first``) and any later block's (``block``) transfer table, at ``k``."""
+        key = (kind, k)
+        if key not in self.parts:
+            b = self.solver.blocks
+            j = {"emb": 0, "first": 1, "block": 2, "head": b.count - 1}[kind]
+            keep = ([b.boundary[b.names[j - 1]]] if j > 0 else []) + (
+                [b.boundary[b.names[j]]] if j < b.count - 1 else [])
+            reduced = eliminate_except(self._graph(j, k), keep, **self._kw())
+            self.eliminations += 1
+            self.parts[key] = (reduced, reduced.relabelled(), j)
+        return self.parts[key]
+
+    def _sweep(self, start: str, k: int, n: int) -> list:
+        """The sweep's tables ``V_0 .. V_n`` from ``start`` (``emb``, ``after_emb``, ``recv``) at ``k``."""
+        s, b = self.solver, self.solver.blocks
+        key = (start, k)
+        if key not in self.sweeps:
+            if start == "emb":
+                V0 = self._part("emb", k)[1]
+            else:
+                received = b.boundary[b.names[0 if start == "after_emb" else 1]]
+                V0 = start_table(np.stack([s.p2p_s[received], np.zeros_like(s.p2p_s[received])], axis=1))
+            self.sweeps[key] = [V0]
+        tables = self.sweeps[key]
+        while len(tables) <= n:
+            first_block = start != "recv" and len(tables) == 1
+            R = self._part("first" if first_block else "block", k)[1]
+            tables.append(sweep_step(tables[-1], R, **self._kw()))
+            self.steps += 1
+        return tables
+
+    def vectors(self, first: int, last: int, k: int) -> list[tuple[int, ...]]:
+        """The stage ``[first, last]``'s frontier at ``k`` in flight, as configuration vectors over
+        the solver's canonical order (:meth:`tensoropt.pipeline.search.StageSolver.canonical`)."""
+        s, b = self.solver, self.solver.blocks
+        L = b.count
+        if first == 0 and last == L - 1:
+            raise ValueError("a stage holding the whole model is no chain")
+        start = "emb" if first == 0 else ("after_emb" if first == 1 else "recv")
+        chain_last = min(last, L - 2)
+        n = chain_last if first == 0 else max(0, chain_last - first + 1)
+        tables = self._sweep(start, k, n)
+        V = tables[n]
+        if last == L - 1:
+            E = self._part("head", k)[1]
+        else:
+            sent = b.boundary[b.names[last]]
+            E = start_table(np.stack([s.p2p_s[sent], np.zeros_like(s.p2p_s[sent])], axis=1))
+        F = finish(V, E, **self._kw())
+        if not F.size:
+            return []
+        rows, thin = np.arange(F.size), 0.0
+        if self.settings.max_plans is not None:
+            rows, thin = cover_to_count(F.cost, self.settings.max_plans)
+        self.bound = max(self.bound, (1.0 + thin) * (1.0 + bound_of(F, self.settings.step_epsilon)) - 1.0)
+        names = s.canonical(first, last)
+        out = []
+        for r in np.asarray(rows, dtype=np.int64):
+            assignment = self._walk(F, V, int(r), tables, first, last, n, k)
+            out.append(tuple(assignment[name] for name in names))
+        return out
+
+    def _walk(self, F, V, r: int, tables: list, first: int, last: int, n: int, k: int) -> dict:
+        """The configuration of every node of the stage behind row ``r`` of its frontier ``F``."""
+        b = self.solver.blocks
+        L = b.count
+        out: dict[str, int] = {}
+        iv = next(i for i, c in enumerate(F.children) if c is V)
+        ie = 1 - iv
+        # the last boundary variable of the chain: the block before the end's output
+        boundary_block = (first - 1 + n) if first > 0 else n
+        out[b.boundary[b.names[boundary_block]]] = int(F.vals[r])
+        if last == L - 1:
+            reduced = self._part("head", k)[0]
+            out.update(reduced.assignments([int(F.rows[r, ie])])[0])
+        row = int(F.rows[r, iv])
+        for i in range(n, 0, -1):
+            Vi = tables[i]
+            j = boundary_block - (n - i)  # the block this step added
+            iv_prev = next(t for t, c in enumerate(Vi.children) if c is tables[i - 1])
+            ir = 1 - iv_prev
+            out[b.boundary[b.names[j - 1]]] = int(Vi.vals[row])
+            kind = "first" if j == 1 else "block"
+            reduced, _, rep = self._part(kind, k)
+            interior = reduced.assignments([int(Vi.rows[row, ir])])[0]
+            out.update(self._rename(interior, rep, j))
+            row = int(Vi.rows[row, iv_prev])
+        if first == 0:
+            reduced = self._part("emb", k)[0]
+            out.update(reduced.assignments([row])[0])
+        return out
+
+    def _rename(self, interior: dict, rep: int, j: int) -> dict:
+        """Block ``rep``'s node names of ``interior`` as block ``j``'s (identical blocks, same order)."""
+        if rep == j:
+            return interior
+        s = self.solver
+        mapping = dict(zip(s.canonical(rep, rep), s.canonical(j, j)))
+        return {mapping[n]: c for n, c in interior.items()}
