@@ -1,25 +1,48 @@
-"""Measured step time of a frontier's pipelined plans against the planner's prediction.
+"""Measured step time and peak memory per stage of a frontier's pipelined plans against the prediction.
 
-    python benchmarks/pipeline_step.py JOB.yaml FRONTIER.json [--nproc 2] [--steps 8]
+    python benchmarks/pipeline_step.py JOB.yaml FRONTIER.json [--nproc 2] [--steps 8] [--eager] [--memory]
 
 Every plan of FRONTIER.json whose ``"pipeline"`` is set, for ``--nproc`` devices, is trained by the
-pipelined runtime (tensoropt.pipeline_runtime, eager stages) in one launch, one plan after the
-other; the table gives each plan's schedule, micro-batches, predicted bubble, predicted step and
-the median measured step (the first step, which builds the stages' state, left out).
+pipelined runtime (tensoropt.pipeline_runtime: each stage's forward and backward replayed as traced
+programs) in one launch, the plans built together and stepped in turn (step 0 of each plan, then
+step 1...: the ratios under the same load); with ``--eager`` each plan also runs with eager stages
+in the same rotation. The time table gives each plan's schedule, micro-batches, predicted bubble,
+predicted step and the median measured step (the first step, which traces the stages, left out),
+their ratio, and the per-micro-batch schedule overhead that would close the gap,
+``(measured - predicted) / (m + p - 1)`` plus the device's ``pipeline_microbatch_s`` the plans
+were priced with (:func:`estimators.pipeline.schedule_overhead_s`; the median of the column is what
+``configs/devices/<device>.yaml`` takes).
+
+``--memory``: one more launch per plan (peak memory mixes when runs share a process), 3 steps each;
+the table gives each stage's predicted memory (``pipeline_detail.stages[s].memory_bytes``) against
+the measured peak of its first rank (the resident set's high-water mark above its level before the
+stage was built, :class:`tensoropt.executor.state.peak_memory.PeakMemory`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 from pathlib import Path
 
 
+def _launch(runs: list[dict], nproc: int, tmp: Path, name: str, interleave: bool) -> list[dict]:
+    from tensoropt.launch import LaunchOptions, launch_module
+
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps({"runs": runs, "timeout_s": 300, "interleave": interleave}))
+    rc = launch_module("tensoropt.pipeline_runtime.worker", [str(path)], LaunchOptions(nproc, timeout_s=1500))
+    if rc != 0:
+        raise SystemExit(f"the workers failed (exit code {rc})")
+    return [json.loads(Path(r["metrics"]).read_text()) for r in runs]
+
+
 def main() -> None:
+    from estimators.profiles import load_cluster
     from tensoropt.config import load_job
     from tensoropt.executor.job.spec import TrainSpec
-    from tensoropt.launch import LaunchOptions, launch_module
     from tensoropt.plans import plan_file_text
 
     parser = argparse.ArgumentParser(description=__doc__,
@@ -28,30 +51,63 @@ def main() -> None:
     parser.add_argument("frontier")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--eager", action="store_true", help="also run each plan with eager stages")
+    parser.add_argument("--memory", action="store_true", help="measure each stage's peak (a launch per plan)")
     args = parser.parse_args()
+    job = load_job(args.job)
     frontier = json.loads(Path(args.frontier).read_text())
-    spec = TrainSpec.from_job(load_job(args.job), steps=args.steps)
+    spec = TrainSpec.from_job(job, steps=args.steps)
+    cluster = load_cluster(job.cluster)
+    overhead_s = cluster.device.pipeline_microbatch_s
     plans = [json.loads(plan_file_text(frontier, p["id"])) for f in frontier["frontiers"]
              if f["devices"] == args.nproc for p in f["plans"] if p.get("pipeline")]
     if not plans:
         raise SystemExit(f"{args.frontier}: no pipelined plan for {args.nproc} devices")
+    modes = [True, False] if args.eager else [True]
     with tempfile.TemporaryDirectory(prefix="pipeline-step-") as tmp:
-        runs = [{"spec": spec.to_json(), "plan": p, "steps": args.steps,
-                 "metrics": str(Path(tmp) / f"{p['id']}.json")} for p in plans]
-        path = Path(tmp) / "run.json"
-        path.write_text(json.dumps({"runs": runs, "timeout_s": 300}))
-        rc = launch_module("tensoropt.pipeline_runtime.worker", [str(path)],
-                           LaunchOptions(args.nproc, timeout_s=1200))
-        if rc != 0:
-            raise SystemExit(f"the workers failed (exit code {rc})")
-        rows = [(p, json.loads(Path(r["metrics"]).read_text())) for p, r in zip(plans, runs)]
-    print(f"{'plan':8} {'schedule':8} {'m':>3} {'bubble':>7} {'predicted':>10} {'measured':>10} {'ratio':>6}")
-    for p, m in rows:
+        tmp = Path(tmp)
+        runs = [{"spec": spec.to_json(), "plan": p, "steps": args.steps, "replay": replay,
+                 "metrics": str(tmp / f"{p['id']}-{'replay' if replay else 'eager'}.json")}
+                for p in plans for replay in modes]
+        timed = _launch(runs, args.nproc, tmp, "time", interleave=True)
+        memory = []
+        if args.memory:
+            for p in plans:
+                run = {"spec": spec.to_json(), "plan": p, "steps": 3,
+                       "metrics": str(tmp / f"{p['id']}-mem.json")}
+                memory += _launch([run], args.nproc, tmp, f"mem-{p['id']}", interleave=False)
+    print(f"device {cluster.device.name}: pipeline_microbatch_s {1e3 * overhead_s:.3f} ms "
+          "(what the plans were priced with)")
+    header = (f"{'plan':8} {'schedule':8} {'m':>3} {'bubble':>7} {'predicted':>10} {'replayed':>10} "
+              f"{'ratio':>6}")
+    print(header + (f" {'eager':>10} {'ratio':>6}" if args.eager else "") + f" {'fit o (ms)':>10}")
+    fits = []
+    for i, p in enumerate(plans):
         pipe, detail = p["pipeline"], p.get("pipeline_detail") or {}
-        predicted, measured = p["time_s"], m["measured"]["time_s"]
-        print(f"{p['id']:8} {pipe['schedule']:8} {pipe['micro_batches']:>3} "
-              f"{100 * detail.get('bubble_fraction', 0):>6.0f}% {1e3 * predicted:>8.2f}ms "
-              f"{1e3 * measured:>8.2f}ms {measured / predicted:>6.1f}")
+        predicted = p["time_s"]
+        replayed = timed[i * len(modes)]["measured"]["time_s"]
+        line = (f"{p['id']:8} {pipe['schedule']:8} {pipe['micro_batches']:>3} "
+                f"{100 * detail.get('bubble_fraction', 0):>6.0f}% {1e3 * predicted:>8.2f}ms "
+                f"{1e3 * replayed:>8.2f}ms {replayed / predicted:>6.2f}")
+        if args.eager:
+            eager = timed[i * len(modes) + 1]["measured"]["time_s"]
+            line += f" {1e3 * eager:>8.2f}ms {eager / predicted:>6.2f}"
+        slots = pipe["micro_batches"] + pipe["stages"] - 1
+        fit = (replayed - predicted) / slots + overhead_s
+        fits.append(fit)
+        print(line + f" {1e3 * fit:>10.3f}")
+    print(f"median fit of pipeline_microbatch_s: {1e3 * statistics.median(fits):.3f} ms")
+    if memory:
+        print()
+        print(f"{'plan':8} {'stage':>5} {'in flight':>9} {'predicted':>12} {'measured':>12} {'ratio':>6}")
+        for p, m in zip(plans, memory):
+            stages = (p.get("pipeline_detail") or {}).get("stages", [])
+            ranks = {r["stage"]: r for r in sorted(m["measured"]["ranks"], key=lambda r: -r["rank"])}
+            for st in stages:
+                measured = ranks[st["stage"]]["peak_bytes"]
+                print(f"{p['id']:8} {st['stage']:>5} {st['in_flight']:>9} "
+                      f"{st['memory_bytes'] / 2**20:>10.2f}Mi {measured / 2**20:>10.2f}Mi "
+                      f"{measured / st['memory_bytes']:>6.2f}")
 
 
 if __name__ == "__main__":

@@ -82,8 +82,9 @@ MODELS = {
 dominate every plan on this CPU)."""
 
 
-def spec_of(name: str, steps: int = 5):
-    """The :class:`TrainSpec` of model ``name`` (AdamW, lr 1e-3, seed 0).
+def spec_of(name: str, steps: int = 5, models: dict | None = None):
+    """The :class:`TrainSpec` of model ``name`` of ``models`` (default :data:`MODELS`; AdamW, lr 1e-3,
+    seed 0).
 
     Example:
         >>> spec_of("cnn").global_batch_size
@@ -92,13 +93,14 @@ def spec_of(name: str, steps: int = 5):
     from tensoropt.executor.job.data import InputSpec
     from tensoropt.executor.job.spec import TrainSpec
 
-    model, kwargs, inputs, batch = MODELS[name]
+    model, kwargs, inputs, batch = (MODELS if models is None else models)[name]
     return TrainSpec(model, tuple(InputSpec(s, d, h) for s, d, h in inputs), batch, dict(kwargs),
                      optimizer="adamw", lr=LR, steps=steps)
 
 
 def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchronized",
-               margin: float | str | None = "auto") -> dict[str, dict]:
+               margin: float | str | None = "auto", models: dict | None = None,
+               keep_graph: bool = False) -> dict[str, dict]:
     """Plan documents of model ``name`` at 2 devices: ``dp`` (all ``batch=2``), ``fast`` (the
     frontier's fastest) and ``sel`` (what ``tensoropt select`` selects with ``margin``), each with its
     predicted ``time_s`` / ``memory_bytes``, and the frontier size. ``batch_norm``: the job's
@@ -115,7 +117,7 @@ def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchro
     from tensoropt.plans import FrontierFile
     from tensoropt.selector import select
 
-    spec = spec_of(name)
+    spec = spec_of(name, models=models)
     batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
     graph = capture(spec.build_model(), batch)
     cg = cost_graph(graph, cluster, NPROC, batch_size=spec.global_batch_size, optimizer="adamw",
@@ -130,6 +132,7 @@ def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchro
 
     dp = data_parallel_assignment(cg)
     fastest = dict(min(points, key=lambda p: p.cost[0]).assignment)
+    leanest = dict(min(points, key=lambda p: (p.cost[1], p.cost[0])).assignment)
     plans = frontier_from_points(cg, graph, sorted(points, key=lambda p: float(p.cost[0])),
                                  spec.global_batch_size)
     attach_data_parallel(plans, {1: (cg, graph)}, spec.global_batch_size)
@@ -137,10 +140,13 @@ def plan_model(name: str, cluster: str, compute: str, batch_norm: str = "synchro
     selection = select(ff, devices=NPROC, margin=margin)
     chosen = {n: cg.nodes[n]["configs"].index(label) for n, label in selection.plan.ops.items()}
     selected = "dp" if chosen == dp else "fast" if chosen == fastest else "sel"
-    out = {"dp": doc("dp", dp), "fast": doc("fast", fastest), "frontier": len(points), "same": fastest == dp,
+    out = {"dp": doc("dp", dp), "fast": doc("fast", fastest), "lean": doc("lean", leanest),
+           "frontier": len(points), "same": fastest == dp,
            "selected": selected, "selection": selection.to_json()}
     if selected == "sel":
         out["sel"] = doc("sel", chosen)
+    if keep_graph:
+        out["cost_graph"] = cg
     return out
 
 

@@ -102,3 +102,30 @@ def hf(kind: str, **config) -> HFLoss:
     from tensoropt.models import hf as hf_models
 
     return HFLoss(getattr(hf_models, kind)(**config))
+
+
+class HFImageLoss(nn.Module):
+    """A HuggingFace image classifier whose ``forward(pixel_values, labels)`` returns its ``loss``."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=pixel_values, labels=labels).loss
+
+
+def hf_image(architecture: str, **config) -> HFImageLoss:
+    """``tensoropt.models.hf_auto.build(architecture, **config)`` (an image classifier, e.g.
+    ``ViTForImageClassification``, ``ResNetForImageClassification``) returning its loss.
+
+    Example:
+        >>> m = hf_image("ViTForImageClassification", hidden_size=16, num_hidden_layers=1,
+        ...              num_attention_heads=2, intermediate_size=32, image_size=8, patch_size=4,
+        ...              num_labels=3)
+        >>> float(m(torch.randn(2, 3, 8, 8), torch.tensor([0, 2]))) > 0
+        True
+    """
+    from tensoropt.models.hf_auto import build
+
+    return HFImageLoss(build(architecture, **config))

@@ -18,7 +18,9 @@ Cases (all: global batch 64 x 2048 tokens, AdamW, bf16-mixed, cluster h100-128x8
 * ``8b-small``: the 8B shape with 4 layers (a quick check of the pipeline).
 * ``8b-32k``, ``8b-8k`` (issue 26): the 8B shape at 32768 tokens (global batch 8) and 8192 tokens
   (global batch 16) on 8 H100 (h100x8) with ``block_recompute`` beside the four options; targets:
-  a 32k plan within 80 GiB, the 8k leanest plan <= 40 GiB; ``-before``: without it.
+  a 32k plan within 80 GiB, the 8k leanest plan <= 40 GiB; ``-before``: without it;
+  ``8b-32k-chunked``: the 32k case with ``chunked_loss`` too (the head + loss over chunks of
+  2048 tokens, issue 26's loss at long context).
 
 ``--memory`` prints instead the memory model's components of the 8B shape
 (benchmarks/memory_scale.py: two layers, one device, batch 1 x 2048, bf16-mixed, AdamW): per
@@ -65,6 +67,8 @@ BLOCK_OPTIONS = ["recompute", "zero1", "zero2", "zero3", "block_recompute"]
 LONG_CASES = {  # issue 26: name -> (model kwargs, devices, tokens per sample, global batch, options)
     "8b-32k": (dict(LLAMA_8B, max_position_embeddings=32768), [8], 32768, 8, BLOCK_OPTIONS),
     "8b-32k-before": (dict(LLAMA_8B, max_position_embeddings=32768), [8], 32768, 8, BLOCK_OPTIONS[:4]),
+    "8b-32k-chunked": (dict(LLAMA_8B, max_position_embeddings=32768), [8], 32768, 8,
+                       [*BLOCK_OPTIONS, "chunked_loss"]),
     "8b-8k": (LLAMA_8B, [8], 8192, 16, BLOCK_OPTIONS),
     "8b-8k-before": (LLAMA_8B, [8], 8192, 16, BLOCK_OPTIONS[:4]),
 }

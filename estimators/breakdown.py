@@ -236,6 +236,8 @@ def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> d
             return "recompute"
         if "block_recompute" in tokens or "block_selective" in tokens:
             return ("block", cg.nodes[n].get("block", ""))
+        if "chunked_loss" in tokens:  # the fused head + loss: one chunk's logits (its recompute_bytes)
+            return "chunked_loss"
         return None
 
     keys = {n: k for n in cg if (k := chain_key(n)) is not None}
@@ -251,7 +253,7 @@ def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> d
         if u in parent and v in parent and keys[u] == keys[v] and not e.get("tied"):  # a tie carries
             parent[find(u)] = find(v)  # no recomputed value
     totals: dict[str, float] = {}
-    plain = {n: _plain_index(cg, n, idx[n]) for n in parent if keys[n] != "recompute"}
+    plain = {n: _plain_index(cg, n, idx[n]) for n in parent if keys[n] not in ("recompute", "chunked_loss")}
     for n in parent:
         d = cg.nodes[n]
         if n in plain:  # a checkpointed block rebuilds what its operators save without the option

@@ -126,6 +126,10 @@ class SavingRules:
             raise ValueError(f"batch_norm must be 'native' or 'decomposed', got {self.batch_norm!r}")
 
 
+_SAVES_INPUT_AND_OUTPUT = ("amax", "amin", "max", "min")
+"""Reductions whose backward reads the input and the result (where the extreme was)."""
+
+
 def _short(op: str) -> str:
     """``"aten.relu.default"`` -> ``"relu"``."""
     parts = op.split(".")
@@ -168,7 +172,7 @@ def saved_spec(node: dict, rules: SavingRules = SavingRules()) -> SavedSpec:
     def at(*positions: int) -> tuple[int, ...]:
         return tuple(sorted({act[p] for p in positions if p in act}))
 
-    if kind in ("input", "cat", "reduce", "broadcast") and name not in ("amax", "amin"):
+    if kind in ("input", "cat", "stack", "reduce", "broadcast") and name not in _SAVES_INPUT_AND_OUTPUT:
         return SavedSpec()
     if kind in ("linear", "conv2d", "opaque", "mse_loss"):
         return SavedSpec(tuple(range(n_in)))
@@ -199,7 +203,7 @@ def saved_spec(node: dict, rules: SavingRules = SavingRules()) -> SavedSpec:
         # the fused kernels keep their output (allocated b,t,h,d-contiguous, so the usual
         # transpose + reshape into the output projection is a view of this same storage)
         return SavedSpec(at(0, 1, 2), output=True)
-    if name in ("amax", "amin"):
+    if name in _SAVES_INPUT_AND_OUTPUT:
         return SavedSpec(at(0), output=True)
     # elementwise
     if name in _SAVES_OUTPUT:

@@ -51,13 +51,14 @@ from collections.abc import Callable, Iterable
 from estimators.configuration import Configuration, Layout, Mesh, shard_dim
 
 MEMORY_OPTIONS: tuple[str, ...] = (
-    "recompute", "zero1", "zero2", "zero3", "block_recompute", "block_selective")
-"""Options a job may list in ``training.memory_options`` (the block ones: :mod:`estimators.block_options`)."""
+    "recompute", "zero1", "zero2", "zero3", "block_recompute", "block_selective", "chunked_loss")
+"""Options a job may list in ``training.memory_options`` (the block ones: :mod:`estimators.block_options`;
+``chunked_loss``: :mod:`estimators.chunked_loss`)."""
 
 ZERO_OPTIONS: tuple[str, ...] = ("zero1", "zero2", "zero3")
 """The sharding options (at most one per configuration)."""
 
-_LABEL_ORDER = (*ZERO_OPTIONS, "recompute", "block_recompute", "block_selective")
+_LABEL_ORDER = (*ZERO_OPTIONS, "recompute", "block_recompute", "block_selective", "chunked_loss")
 
 
 def check_options(options: Iterable[str]) -> tuple[str, ...]:

@@ -5,7 +5,9 @@ split of an operator's time into per-micro-batch work and once-per-step work.
   beta`` on the link between them (inter-node when a stage fills whole nodes, PIPELINE.md);
 * :func:`once_per_step_s`: the part of a configuration's time that runs once per step whatever
   the micro-batch count (its parameters' gradient all-reduce and their optimizer step), priced by
-  the same functions as :func:`estimators.op_costs.node_cost`; the rest repeats per micro-batch.
+  the same functions as :func:`estimators.op_costs.node_cost`; the rest repeats per micro-batch;
+* :func:`schedule_overhead_s`: the host time torch's schedule adds per micro-batch on a stage (its
+  actions' bookkeeping and blocking exchanges), a measured figure of the device.
 """
 
 from __future__ import annotations
@@ -67,3 +69,20 @@ def once_per_step_s(model: CostModel, node: dict, config: Configuration) -> floa
         if sync.get(key):
             time_s += grad_all_reduce_time_s(model.comm, pb.grad, sync[key], None)
     return time_s + optimizer_time_s(model.cluster.device, own_bytes, own, model.optimizer)
+
+
+def schedule_overhead_s(cluster: Cluster, num_stages: int) -> float:
+    """Seconds torch.distributed.pipelining's schedule adds per micro-batch on one stage, beyond its
+    operators and :func:`p2p_time_s`: the device's measured ``pipeline_microbatch_s``
+    (``configs/devices/*.yaml``; ``benchmarks/pipeline_step.py`` fits it from measured steps). A
+    single stage exchanges nothing and pays none.
+
+    Example:
+        >>> import dataclasses
+        >>> from estimators.profiles import load_cluster
+        >>> c = load_cluster("h100x8")
+        >>> c = dataclasses.replace(c, device=dataclasses.replace(c.device, pipeline_microbatch_s=2e-3))
+        >>> schedule_overhead_s(c, 2), schedule_overhead_s(c, 1)
+        (0.002, 0.0)
+    """
+    return cluster.device.pipeline_microbatch_s if num_stages > 1 else 0.0

@@ -79,6 +79,12 @@ class Device:
     """Time a blocking collective in the middle of a step costs beyond its collective fit: the wait of
     the rank that arrives first for the other, and its wake-up (:meth:`estimators.collectives.CommModel.
     blocking_time_s`; ``benchmarks/sync_points.py`` measures it). 0 by default (not measured)."""
+    pipeline_microbatch_s: float = 0.0
+    """Host time torch.distributed.pipelining's schedule adds per micro-batch on each stage, beyond
+    the stage's operators and its transfers' ``alpha + bytes / beta``: the forward and backward
+    actions' bookkeeping and their blocking point-to-point exchanges (the waiting rank loses its
+    core: the same effect as ``sync_point_s``) (:func:`estimators.pipeline.schedule_overhead_s`;
+    ``benchmarks/pipeline_step.py`` fits it). 0 by default (not measured)."""
     runtime_overhead_bytes: int = 0
     """Memory a training process spends beyond the plan's tensors and the optimizer step's
     temporaries (the exported program, autograd, the collective backend's buffers, allocator
@@ -124,6 +130,7 @@ class Device:
                 "kernel_launch_s",
                 *OVERHEAD_KEYS,
                 "sync_point_s",
+                "pipeline_microbatch_s",
                 "runtime_overhead_bytes",
                 "bytes_per_program_node",
                 "description",
@@ -154,6 +161,8 @@ class Device:
             ),
             **{k: r.number(k, positive=False, default=0.0, cited=k in data) for k in OVERHEAD_KEYS},
             sync_point_s=r.number("sync_point_s", positive=False, default=0.0, cited="sync_point_s" in data),
+            pipeline_microbatch_s=r.number("pipeline_microbatch_s", positive=False, default=0.0,
+                                           cited="pipeline_microbatch_s" in data),
             runtime_overhead_bytes=int(r.number("runtime_overhead_bytes", positive=False, default=0,
                                                 cited="runtime_overhead_bytes" in data)),
             bytes_per_program_node=int(r.number("bytes_per_program_node", positive=False, default=0,
@@ -401,7 +410,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             **{
                 k: getattr(d, k)
                 for k in ("matmul_efficiency", "memory_efficiency", "kernel_launch_s", *OVERHEAD_KEYS,
-                          "sync_point_s", "runtime_overhead_bytes", "bytes_per_program_node")
+                          "sync_point_s", "pipeline_microbatch_s", "runtime_overhead_bytes",
+                          "bytes_per_program_node")
                 if k in d.sources
             },
             "sources": dict(d.sources),

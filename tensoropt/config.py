@@ -21,8 +21,10 @@ A job file is a 1:1 serialisation of :class:`Job`::
       seed: 0
       steps: 100
       memory_options: []          # recompute, zero1, zero2, zero3: offered per operator (empty: none);
-                                  # block_recompute, block_selective: whole-block checkpointing
+                                  # block_recompute, block_selective: whole-block checkpointing;
+                                  # chunked_loss: the head + cross entropy over chunks of tokens
       checkpoint_modules: []      # module paths checkpointed as blocks (empty: the repeated modules)
+      loss_chunk_tokens: 2048     # chunked_loss: tokens per chunk of the fused head + cross entropy
       batch_norm: synchronized    # synchronized | local: batch-norm statistics under a batch split
     cluster: h100x8               # a profile name or path, or an inline mapping
     devices: [1, 2, 4, 8]         # device counts to plan for
@@ -365,11 +367,15 @@ class TrainingConfig:
     """Learning rate of the optimizer; the older spelling of ``optimizer.lr``."""
     memory_options: list = field(default_factory=list)
     """Memory options the planner may give each operator: recompute, zero1, zero2, zero3 (empty: none);
-    block_recompute, block_selective: whole-block activation checkpointing of each block."""
+    block_recompute, block_selective: whole-block activation checkpointing of each block; chunked_loss:
+    the head's matmul and the cross entropy fused, run over chunks (:mod:`estimators.chunked_loss`)."""
     checkpoint_modules: list = field(default_factory=list)
     """Module paths (as in ``named_modules()``) the block options checkpoint as blocks; a container of
     indexed children (``model.layers``) names each child. Empty: the repeated modules the capture finds
     (transformer layers, residual stages)."""
+    loss_chunk_tokens: int = 2048
+    """Tokens (rows of the logits) per chunk of the ``chunked_loss`` option: its transient is one chunk's
+    logits (float32 probabilities and a float32 temporary: 2 x 4 B x tokens x vocabulary)."""
     batch_norm: str = "synchronized"
     """synchronized | local: where a plan splits a batch norm's batch, its statistics are summed over the
     ranks (one all-reduce of 2 x channels numbers in forward and one in backward, priced by the planner;
@@ -389,6 +395,7 @@ class TrainingConfig:
         self.learning_rate = _positive_float(self.learning_rate, "learning_rate")
         self.memory_options = _memory_options(self.memory_options)
         self.checkpoint_modules = _checkpoint_modules(self.checkpoint_modules)
+        _int(self.loss_chunk_tokens, "loss_chunk_tokens")
         _choice(self.batch_norm, "batch_norm", BATCH_NORM_MODES)
         self.max_grad_norm = _positive_float(self.max_grad_norm, "max_grad_norm", zero_ok=True)
         self.micro_batches = _micro_batches(self.micro_batches, self.global_batch_size)

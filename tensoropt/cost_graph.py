@@ -41,6 +41,14 @@ from estimators.block_options import (
     priced_node_cost,
     with_block_options,
 )
+from estimators.chunked_loss import (
+    DEFAULT_CHUNK_TOKENS,
+    chunked,
+    chunked_edge_table,
+    chunked_node_cost,
+    loss_blocks,
+    with_chunked_loss,
+)
 from estimators.memory import SavingRules
 from estimators.memory_parts import COST_PARTS
 from estimators.op_costs import Cost, CostModel, GraphInfo, edge_cost_table
@@ -125,6 +133,7 @@ def cost_graph(
     precision: str = "fp32",
     memoise: bool = True,
     checkpoint_modules: Sequence[str] | None = None,
+    loss_chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
 ) -> nx.DiGraph:
     """Price every configuration of every operator of ``graph`` on ``num_devices`` devices of ``cluster``.
 
@@ -156,6 +165,8 @@ def cost_graph(
             checkpointing of the blocks (:mod:`estimators.block_options`).
         checkpoint_modules: the module paths checkpointed as blocks (``training.checkpoint_modules``;
             None: the repeated modules the capture finds).
+        loss_chunk_tokens: tokens per chunk of the ``chunked_loss`` option (``training.loss_chunk_tokens``:
+            :mod:`estimators.chunked_loss`, offered on each head + cross entropy pair it fuses).
         precision: the training precision (:mod:`tensoropt.precision`); capture the graph in its
             compute dtype. A mixed one prices float32 master parameters, gradients (reduced in
             float32) and optimizer state, and the compute-dtype copies of the parameters ops keep.
@@ -213,6 +224,9 @@ def cost_graph(
         configurations = with_options(g, configurations, mesh, memory_options, recomputable)
     blocks = graph_blocks(g, checkpoint_modules) if set(BLOCK_OPTIONS) & set(memory_options) else {}
     configurations = with_block_options(configurations, blocks, memory_options)
+    losses = loss_blocks(g) if "chunked_loss" in memory_options else {}
+    configurations = with_chunked_loss(configurations, losses, memory_options)
+    loss_edges = {(head, loss) for loss, head in losses.items()}
     inside = node_blocks(blocks)
     order = {n: i for i, n in enumerate(nx.topological_sort(g))}
     out = nx.DiGraph()
@@ -238,7 +252,8 @@ def cost_graph(
         keys_of[name] = (_node_key(name, d, info), tuple(_config_key(c) for c in confs))
         key = keys_of[name] if memoise else (name,)
         if key not in node_cache:
-            costs = [priced_node_cost(model, info, name, d, c) for c in confs]
+            costs = [chunked_node_cost(model, info, name, d, c, loss_chunk_tokens) if chunked(c)
+                     else priced_node_cost(model, info, name, d, c) for c in confs]
             node_cache[key] = (
                 np.array([[_value(c, o) for o in objectives] for c in costs], dtype=np.float64),
                 _components(costs),
@@ -263,7 +278,7 @@ def cost_graph(
         cu, cv = configs_of[u], configs_of[v]
         role = edge_role(g, inside, u, v, order) if inside else ""
         key = (
-            role,
+            role or ("chunked_loss" if (u, v) in loss_edges else ""),
             keys_of[u][0],
             keys_of[v][0],
             keys_of[u][1],
@@ -278,6 +293,8 @@ def cost_graph(
                 edge_cache[key] = block_edge_table(model, info, g, u, v, cu, cv, role, _option_table)
             else:
                 edge_cache[key] = option_edge_table(model, info, g, u, v, cu, cv, edge_cost_table)
+            if (u, v) in loss_edges:
+                edge_cache[key] = chunked_edge_table(edge_cache[key], cu, cv)
         comps = edge_cache[key]
         columns = [
             comps["comm_s"] if o in ("time_s", "comm_s") else comps.get(o, np.zeros_like(comps["comm_s"]))

@@ -351,7 +351,7 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
     from tensoropt.pipeline.stages import find_blocks
 
     budget = job.memory_budget
-    fits = budget is None or any(p.memory_bytes <= budget for p in frontier.plans)
+    fits = budget is None or any(p.peak_memory_bytes <= budget for p in frontier.plans)
     candidates = pipeline_candidates(job, num_devices, cluster, fits)
     if not candidates:
         return frontier
@@ -466,7 +466,8 @@ def job_cost_graph(graph, job: Job, cluster, num_devices: int,
                           progress=progress, memory_options=job.training.memory_options,
                           configurations=configs, precision=job.training.precision,
                           batch_norm_stats=job.training.batch_norm,
-                          checkpoint_modules=job.training.checkpoint_modules)
+                          checkpoint_modules=job.training.checkpoint_modules,
+                          loss_chunk_tokens=job.training.loss_chunk_tokens)
     except ValueError as e:
         raise PlanningError(f"cost graph for {num_devices} devices: {e}") from None
 

@@ -203,6 +203,33 @@ class Plan:
     mesh; ``ops`` labels are prefixed ``pp<p>:``), ``block_names`` and ``stages`` (per stage its
     blocks, device range, in-flight micro-batches, time per micro-batch, once-per-step time, memory)."""
 
+    @property
+    def largest_transient_bytes(self) -> float:
+        """The largest transient over its operators (a communication buffer or a recompute chain's
+        rebuilt tensors: a checkpointed block's activations during its backward, one chunk of a
+        ``chunked_loss``), added once to :attr:`memory_bytes` at the peak; 0 without per-operator rows.
+
+        Example:
+            >>> rows = [Layer("a", "aten.linear.default", "h.0", "r", 0, 0, 8, recompute_chain_bytes=5),
+            ...         Layer("b", "aten.linear.default", "h.1", "r", 0, 0, 8, buffer_bytes=3)]
+            >>> Plan("d1-p0", 1.0, 16, {}, layers=rows).largest_transient_bytes
+            5.0
+        """
+        return float(max((max(x.buffer_bytes, x.recompute_chain_bytes) for x in self.layers), default=0.0))
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        """Its tensors' peak per device: :attr:`memory_bytes` (the additive objective the frontier holds)
+        plus :attr:`largest_transient_bytes`; what a memory budget is checked against (the selector, the
+        planner). The process adds the runtime's own memory (:mod:`estimators.peak`).
+
+        Example:
+            >>> row = Layer("a", "aten.linear.default", "h.0", "r", 0, 0, 8, recompute_chain_bytes=5)
+            >>> Plan("d1-p0", 1.0, 16, {}, layers=[row]).peak_memory_bytes
+            21.0
+        """
+        return float(self.memory_bytes) + self.largest_transient_bytes
+
     def to_json(self, tables: _RowTables | None = None) -> dict:
         """JSON form (the frontier.json plan entry; ``micro_batches`` and ``pipeline`` always written,
         ``pipeline`` null when not pipelined). With ``tables`` (the file's form), ``ops``, ``layers``

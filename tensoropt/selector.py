@@ -1,6 +1,9 @@
 """The resource-aware selector: pick one plan from the frontiers under a memory budget.
 
-Rules (``memory_bytes <= budget`` and, when given, ``time_s <= max_time_s`` for every rule):
+Rules (``peak_memory_bytes <= budget`` and, when given, ``time_s <= max_time_s`` for every rule; a plan's
+peak is its additive memory plus its largest transient, :attr:`tensoropt.plans.Plan.peak_memory_bytes`:
+a plan whose memory fits but whose recompute transient, a checkpointed block's activations during its
+backward, does not, is refused):
 
 * ``fastest``: the fastest plan on exactly ``devices`` devices (on any planned count when
   ``devices`` is None).
@@ -201,7 +204,7 @@ def select(frontier_file: FrontierFile, *, memory_budget_bytes: float | None = N
     candidates = _candidate_frontiers(frontier_file, devices, rule)
 
     def fits(plan: Plan) -> bool:
-        return ((memory_budget_bytes is None or plan.memory_bytes <= memory_budget_bytes)
+        return ((memory_budget_bytes is None or plan.peak_memory_bytes <= memory_budget_bytes)
                 and (max_time_s is None or plan.time_s <= max_time_s))
 
     feasible = [(f, p) for f in candidates for p in f.plans if fits(p)]
@@ -317,6 +320,14 @@ def _candidate_frontiers(frontier_file: FrontierFile, devices: int | None, rule:
     return out
 
 
+def _with_transient(plan: Plan) -> str:
+    """``, X of memory + Y transient`` where a plan's peak exceeds its memory, else nothing."""
+    if plan.largest_transient_bytes <= 0:
+        return ""
+    return (f", its peak: {format_size(plan.memory_bytes)} of memory + its largest transient "
+            f"{format_size(plan.largest_transient_bytes)}")
+
+
 def _infeasible(frontier_file, candidates, devices, budget, max_time_s, fits) -> NoFeasiblePlan:
     """Build the message: what was asked, the least memory needed, and what would fit."""
     limits = f"{format_size(budget)} per device" if budget is not None else "no memory limit"
@@ -329,11 +340,21 @@ def _infeasible(frontier_file, candidates, devices, budget, max_time_s, fits) ->
     lines = [f"no plan fits {limits} on {where}."]
     min_memory = None
     if plans:
-        f_min, p_min = min(plans, key=lambda fp: (fp[1].memory_bytes, fp[1].time_s))
-        min_memory = p_min.memory_bytes
+        f_min, p_min = min(plans, key=lambda fp: (fp[1].peak_memory_bytes, fp[1].time_s))
+        min_memory = p_min.peak_memory_bytes
         lines.append(f"The smallest memory any plan needs there is {format_size(min_memory)} "
                      f"({min_memory:.0f} bytes; plan {p_min.id} on {f_min.devices} devices, "
-                     f"{p_min.time_s:.4g} s/step).")
+                     f"{p_min.time_s:.4g} s/step{_with_transient(p_min)}).")
+        if budget is not None:
+            by_memory = [p for _, p in plans if p.memory_bytes <= budget < p.peak_memory_bytes]
+            if by_memory:
+                p = min(by_memory, key=lambda q: q.time_s)
+                lines.append(f"{len(by_memory)} plan(s) fit by their memory alone but not at their peak: "
+                             f"{p.id} needs {format_size(p.memory_bytes)} + its largest transient "
+                             f"{format_size(p.largest_transient_bytes)} (a recompute chain's or a "
+                             f"checkpointed block's activations rebuilt during backward, a loss chunk, or a "
+                             f"communication buffer) = "
+                             f"{format_size(p.peak_memory_bytes)}.")
         if max_time_s is not None:
             f_fast, p_fast = min(plans, key=lambda fp: fp[1].time_s)
             lines.append(f"The fastest plan there takes {p_fast.time_s:.4g} s/step ({p_fast.id}).")
@@ -342,8 +363,9 @@ def _infeasible(frontier_file, candidates, devices, budget, max_time_s, fits) ->
     fitting = others[0].devices if others else None
     if fitting is not None:
         best = min((p for p in others[0].plans if fits(p)), key=lambda p: p.time_s)
-        lines.append(f"{fitting} devices would fit: plan {best.id} needs {format_size(best.memory_bytes)} "
-                     f"per device and {best.time_s:.4g} s/step (use --devices {fitting}).")
+        peak = format_size(best.peak_memory_bytes)
+        lines.append(f"{fitting} devices would fit: plan {best.id} needs {peak} "
+                     f"per device at its peak and {best.time_s:.4g} s/step (use --devices {fitting}).")
     else:
         planned = ", ".join(str(f.devices) for f in frontier_file.frontiers)
         lines.append(f"No planned device count fits (planned: {planned}); raise the memory budget"

@@ -75,6 +75,10 @@ def output_dim_names(g: nx.DiGraph, node: str) -> list[str | None]:
             )
         kept = [n for d, n in enumerate(src) if d not in dims]
         return kept if len(kept) == rank else (full if len(full) == rank else [None] * rank)
+    if kind == "stack" and data["inputs"] and len(data["inputs"][0]["shape"]) == rank - 1:
+        src = _operand_names(g, data["inputs"][0])  # the new dim has no name; the others are the operands'
+        new = data["attrs"].get("dim", 0)
+        return src[:new] + [None] + src[new:]
     names = _first_full_rank(g, data)
     if names is not None:
         return names

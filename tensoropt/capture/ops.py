@@ -3,8 +3,9 @@
 ``kind`` is the category configspace and estimators dispatch on. Kinds: ``linear``, ``matmul``
 (mm/bmm/matmul/einsum/addmm/baddbmm), ``conv2d``, ``batch_norm``, ``layer_norm``, ``rms_norm``,
 ``group_norm``, ``embedding``, ``pool`` (max/avg), ``adaptive_pool``, ``elementwise``,
-``softmax``, ``log_softmax``, ``dropout``, ``sdpa``, ``cross_entropy``, ``mse_loss``, ``cat``, ``reduce``
-(sum/mean/amax over dims), ``pad`` (constant padding), ``broadcast`` (``broadcast_tensors``: its
+``softmax``, ``log_softmax``, ``dropout``, ``sdpa``, ``cross_entropy``, ``mse_loss``, ``cat``, ``stack``
+(operands of one shape joined along a new dim), ``reduce`` (sum/mean/amax/max/min over dims),
+``pad`` (constant padding), ``broadcast`` (``broadcast_tensors``: its
 operands expanded to one shape, element 0 the node's output), ``input`` (a user input), ``opaque``
 (anything else).
 """
@@ -65,11 +66,17 @@ _KINDS = {
     "aten.nll_loss_forward.default": "cross_entropy",
     "aten.mse_loss.default": "mse_loss",
     "aten.cat.default": "cat",
+    "aten.stack.default": "stack",
     "aten.sum.default": "reduce",
     "aten.sum.dim_IntList": "reduce",
     "aten.mean.default": "reduce",
     "aten.mean.dim": "reduce",
     "aten.amax.default": "reduce",
+    "aten.amin.default": "reduce",
+    "aten.max.dim": "reduce",
+    "aten.min.dim": "reduce",
+    "aten.max.default": "reduce",
+    "aten.min.default": "reduce",
     "aten.pad.default": "pad",
     "aten.constant_pad_nd.default": "pad",
     "aten.broadcast_tensors.default": "broadcast",
@@ -159,6 +166,9 @@ def op_attrs(op: str, kind: str, args: tuple, kwargs: dict, in_shapes: list[tupl
     if kind == "cat":
         d = _arg(args, kwargs, 1, "dim", 0)
         return {"dim": d + rank if d < 0 else d}
+    if kind == "stack":  # the new dim, of the output (rank + 1 dims)
+        d = _arg(args, kwargs, 1, "dim", 0)
+        return {"dim": d + rank + 1 if d < 0 else d}
     if kind == "cross_entropy":
         red = _arg(args, kwargs, 3, "reduction", 1)
         attrs = {
@@ -174,7 +184,7 @@ def op_attrs(op: str, kind: str, args: tuple, kwargs: dict, in_shapes: list[tupl
         return {"reduction": {0: "none", 1: "mean", 2: "sum"}.get(red, red)}
     if kind == "reduce":
         dims = _arg(args, kwargs, 1, "dim", None)
-        if dims is None or "default" in op:
+        if dims is None or "default" in op:  # sum/mean/max/min.default reduce every dim (amax's too, kept so)
             dims = list(range(rank))
         dims = [dims] if isinstance(dims, int) else list(dims)
         keep = bool(_arg(args, kwargs, 2, "keepdim", False)) if "default" not in op else False
@@ -269,7 +279,7 @@ def op_flops(
     softmax); norms, softmax and cross_entropy 5 per element; mse_loss 3 per element (difference,
     square, sum); pooling ``kh*kw`` per output;
     elementwise, dropout, reductions and opaque ops one per element; views, cat, embedding and
-    broadcast (expands, no arithmetic) 0.
+    broadcast (expands, no arithmetic) and stack 0.
 
     Example:
         >>> op_flops("linear", {}, [(4, 8), (16, 8)], (4, 16))
@@ -302,7 +312,7 @@ def op_flops(
         return out * k[0] * k[1]
     if kind in ("adaptive_pool", "reduce"):
         return numel(in_shapes[0]) if in_shapes else out
-    if kind in ("cat", "embedding", "input", "broadcast"):
+    if kind in ("cat", "stack", "embedding", "input", "broadcast"):
         return 0
     return out
 

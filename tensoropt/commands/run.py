@@ -58,7 +58,6 @@ def run(args) -> int:
     from tensoropt import elastic
     from tensoropt.config import ConfigError, load_job
     from tensoropt.executor.job.spec import TrainSpec
-    from tensoropt.launch import launch_workers
     from tensoropt.planner import PlanningError
     from tensoropt.training.checks import trainer_keys
 
@@ -99,13 +98,36 @@ def run(args) -> int:
     config = {"spec": spec.to_json(), "steps": spec.steps, "runs": [entry], "executor": executor}
     print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc * nnodes} process(es)"
           + (f", plan {plan['id']} ({plan.get('summary') or 'no summary'})" if plan else ""), flush=True)
-    rc = launch_workers(config, elastic.launch_options(args, nproc, spec.to_json(), args.timeout_s))
+    rc = launch_run("tensoropt.training.worker", config, args, nproc, spec)
     if rc != 0:
-        print(f"tensoropt run: the workers failed (exit code {rc}); see the messages above", file=sys.stderr)
         return rc
     if args.metrics and Path(args.metrics).is_file():
         print(format_metrics(json.loads(Path(args.metrics).read_text())))
     return 0
+
+
+def launch_run(module: str, run_config: dict, args, nproc: int, spec) -> int:
+    """Start ``module``'s workers on ``run_config`` (their RUN.json, written to a temporary file) under
+    torchrun with the command line's launch options; a failure is reported in one line. Every
+    ``tensoropt run`` launch goes through here (the measuring worker, the trainer's loop, the
+    pipelined runtime). Returns torchrun's exit code.
+
+    Example:
+        >>> # not run here: starts torchrun workers
+        >>> launch_run("tensoropt.training.worker", config, args, 2, spec)  # doctest: +SKIP
+        0
+    """
+    from tensoropt import elastic
+    from tensoropt.launch import launch_module
+
+    with tempfile.TemporaryDirectory(prefix="tensoropt-run-") as tmp:
+        path = Path(tmp) / "run.json"
+        path.write_text(json.dumps(run_config))
+        opts = elastic.launch_options(args, nproc, spec.to_json(), args.timeout_s)
+        rc = launch_module(module, [str(path)], opts)
+    if rc != 0:
+        print(f"tensoropt run: the workers failed (exit code {rc}); see the messages above", file=sys.stderr)
+    return rc
 
 
 def format_metrics(metrics: dict) -> str:
@@ -251,9 +273,6 @@ def _run_trainer(args, job, spec, plan: dict | None, nproc: int, executor: dict,
     """Train with the trainer's loop (:mod:`tensoropt.training.loop`): the job sets trainer keys.
     Without a fixed plan (``--elastic``, or ``--checkpoint-dir`` without ``--plan``) each start of
     the workers takes the plan of its device count from ``entry["select"]``."""
-    from tensoropt import elastic
-    from tensoropt.launch import launch_module
-
     out_dir = Path(args.metrics).resolve().parent if args.metrics else Path("out") / Path(args.job).stem
     out_dir.mkdir(parents=True, exist_ok=True)
     run = {"job": spec.job, "plan": plan, "select": entry.get("select"), "out_dir": str(out_dir),
@@ -264,13 +283,8 @@ def _run_trainer(args, job, spec, plan: dict | None, nproc: int, executor: dict,
               else "the plan of each start's device count (" + ("elastic" if args.elastic else "resumed"))
     print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc} process(es), {chosen}; "
           f"trainer keys: {', '.join(keys)})", flush=True)
-    with tempfile.TemporaryDirectory(prefix="tensoropt-train-") as tmp:
-        path = Path(tmp) / "run.json"
-        path.write_text(json.dumps(run))
-        rc = launch_module("tensoropt.training.loop", [str(path)],
-                           elastic.launch_options(args, nproc, spec.to_json(), args.timeout_s))
+    rc = launch_run("tensoropt.training.loop", run, args, nproc, spec)
     if rc != 0:
-        print(f"tensoropt run: the workers failed (exit code {rc}); see the messages above", file=sys.stderr)
         return rc
     jsonl = Path(job.metrics.jsonl) if job.metrics.jsonl else out_dir / "metrics.jsonl"
     print(f"tensoropt run: metrics in {jsonl}")

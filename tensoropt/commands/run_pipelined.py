@@ -1,8 +1,9 @@
 """``tensoropt run`` of a plan whose ``"pipeline"`` is set: the workers of :mod:`tensoropt.pipeline_runtime`.
 
 ``tensoropt run`` hands a pipelined plan here (``commands/run.py`` dispatches on
-``plan["pipeline"]``). The stages run eagerly (autograd through each stage's exported operators),
-data parallel inside each stage; the plan's intra-stage layouts (tensor splits, memory options) and
+``plan["pipeline"]``). Each stage's forward and backward replay programs traced once
+(:mod:`tensoropt.pipeline_runtime.replay`), data parallel inside each stage; the plan's intra-stage
+layouts (tensor splits, memory options) and
 the job's trainer keys are not run yet, and are refused or reported here before any worker
 starts. ``--checkpoint-dir DIR`` resumes from DIR when it holds a pipelined run's checkpoint (any
 stage count wrote it) and writes one there after the last step.
@@ -11,8 +12,6 @@ stage count wrote it) and writes one there after the last step.
 from __future__ import annotations
 
 import json
-import sys
-import tempfile
 from pathlib import Path
 
 from tensoropt.commands import CommandError
@@ -26,15 +25,16 @@ def pipelined_problems(args, trainer_keys: list[str], executor: dict) -> list[st
 
     Example:
         >>> import argparse
-        >>> pipelined_problems(argparse.Namespace(elastic=False, checkpoint_every=0), [],
-        ...                    {"mode": "replay", "compile": "inductor"})
-        ['--compile inductor: the pipelined runtime runs its stages eagerly (no replayed program to compile)']
+        >>> problems = pipelined_problems(argparse.Namespace(elastic=False, checkpoint_every=0), [],
+        ...                               {"mode": "replay", "compile": "inductor"})
+        >>> problems[0].split(" (")[0]
+        '--compile inductor: the pipelined runtime does not compile its stages'
     """
     problems = [f"{flag}: not run with a pipelined plan yet" for attr, flag in UNSUPPORTED_FLAGS
                 if getattr(args, attr, None)]
     if executor.get("compile", "none") != "none":
-        problems.append(f"--compile {executor['compile']}: the pipelined runtime runs its stages eagerly "
-                        "(no replayed program to compile)")
+        problems.append(f"--compile {executor['compile']}: the pipelined runtime does not compile its stages "
+                        "(their traced programs replay uncompiled)")
     if trainer_keys:
         problems.append(f"trainer keys {', '.join(trainer_keys)}: the pipelined runtime runs the job's "
                         "optimizer at a constant learning rate only; drop them for a pipelined plan")
@@ -75,8 +75,7 @@ def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], e
         >>> run_pipelined(args, spec, plan, 2, [], {"mode": "replay", "compile": "none"})  # doctest: +SKIP
         0
     """
-    from tensoropt import elastic
-    from tensoropt.launch import launch_module
+    from tensoropt.commands.run import launch_run
 
     problems = pipelined_problems(args, trainer_keys, executor)
     if problems:
@@ -97,16 +96,11 @@ def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], e
           f"plan {plan.get('id')}: "
           f"{pipe['stages']} stages, {pipe['schedule']}, {pipe['micro_batches']} micro-batches, blocks "
           f"{pipe['blocks']} (eager stages, data parallel inside each stage)", flush=True)
-    with tempfile.TemporaryDirectory(prefix="tensoropt-pipeline-") as tmp:
-        path = Path(tmp) / "run.json"
-        config = {"runs": [entry]}
-        if args.timeout_s:
-            config["timeout_s"] = args.timeout_s
-        path.write_text(json.dumps(config))
-        rc = launch_module("tensoropt.pipeline_runtime.worker", [str(path)],
-                           elastic.launch_options(args, nproc, spec.to_json(), args.timeout_s))
+    config = {"runs": [entry]}
+    if args.timeout_s:
+        config["timeout_s"] = args.timeout_s
+    rc = launch_run("tensoropt.pipeline_runtime.worker", config, args, nproc, spec)
     if rc != 0:
-        print(f"tensoropt run: the workers failed (exit code {rc}); see the messages above", file=sys.stderr)
         return rc
     if args.metrics and Path(args.metrics).is_file():
         metrics = json.loads(Path(args.metrics).read_text())

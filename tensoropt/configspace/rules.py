@@ -309,8 +309,37 @@ def cat_dims(node: dict) -> list[ParDim]:
     return _pointwise_dims(node, node["dim_names"], skip={node["attrs"].get("dim", 0)})
 
 
+_NOT_SUMMED = ("amax", "amin", "max", "min")
+"""Reductions whose split reduced dim would not leave a partial sum (max.dim's indices are local too)."""
+
+
+def stack_dims(node: dict) -> list[ParDim]:
+    """stack: every named dim of its (same-shaped) operands, each operand split alike; the new dim
+    ``dim`` of the output is whole (DTensor's stack strategy shifts the shards past it).
+
+    Example:
+        >>> node = {"out_shape": (2, 4, 6), "attrs": {"dim": 0}, "dim_names": [None, "batch", "out"],
+        ...         "inputs": [{"shape": (4, 6)}, {"shape": (4, 6)}], "operands": []}
+        >>> [(d.name, d.operand_dims, d.out_dim) for d in stack_dims(node)]
+        [('batch', (0, 0), 1), ('out', (1, 1), 2)]
+    """
+    out = tuple(node["out_shape"])
+    new = node["attrs"].get("dim", 0)
+    if not node["inputs"] or any(len(e["shape"]) != len(out) - 1 for e in node["inputs"]):
+        return []
+    dims, used = [], set()
+    for d, name in enumerate(node["dim_names"]):
+        if d == new or name not in _SPLITTABLE_NAMES or name in used or out[d] <= 1:
+            continue
+        used.add(name)
+        src = d if d < new else d - 1
+        dims.append(ParDim(name, out[d], tuple(src for _ in node["inputs"]), out_dim=d))
+    return dims
+
+
 def reduce_dims(node: dict) -> list[ParDim]:
-    """sum/mean: kept dims pass their split; a split reduced dim leaves a partial sum (not for amax)."""
+    """sum/mean: kept dims pass their split; a split reduced dim leaves a partial sum (not for
+    amax/amin/max/min: their reduced dim stays whole)."""
     if not node["inputs"]:
         return []
     x = node["inputs"][0]
@@ -326,7 +355,7 @@ def reduce_dims(node: dict) -> list[ParDim]:
             kept += 1
         if name not in _SPLITTABLE_NAMES or name in used or size <= 1:
             continue
-        if is_reduced and attrs.get("mode") == "amax":
+        if is_reduced and attrs.get("mode") in _NOT_SUMMED:
             continue
         used.add(name)
         dims.append(ParDim(name, size, _only(node, 0, d), out_dim=out_dim, reduction=is_reduced))
@@ -390,6 +419,7 @@ RULES = {
     "pool": pool_dims,
     "adaptive_pool": pool_dims,
     "cat": cat_dims,
+    "stack": stack_dims,
     "reduce": reduce_dims,
     "pad": pad_dims,
     "elementwise": lambda node: _pointwise_dims(node, node["dim_names"]),

@@ -166,6 +166,9 @@ class StepGraph:
                                  checkpoint_modules=checkpoint_modules)
         interp.batch_norm_stats = rt.spec.batch_norm
         interp.compute_dtype = compute_dtype(rt.spec)
+        chunk = ((rt.spec.job or {}).get("training") or {}).get("loss_chunk_tokens")
+        if chunk:
+            interp.loss_chunk_tokens = int(chunk)
         return interp
 
     @property

@@ -13,7 +13,9 @@ For ``p`` stages, ``m`` micro-batches and a schedule, on ``D`` devices:
    micro-batches the schedule keeps in flight on the stage (:mod:`tensoropt.pipeline.schedules`,
    torch's order). Time is per micro-batch; each configuration's once-per-step part
    (:func:`estimators.pipeline.once_per_step_s`) is kept apart as ``d`` and counted ``1 / m`` per
-   micro-batch in the stage's solve (its share of the step).
+   micro-batch in the stage's solve (its share of the step). The schedule's own host time per
+   micro-batch (:func:`estimators.pipeline.schedule_overhead_s`, measured) is added to each
+   stage's time per micro-batch.
 3. The stage's intra-operator frontier is the FT solve of that graph (``solve``: the planner's,
    memory options included), thinned to at most ``max_options`` plans with a proven cover.
 4. :func:`frontier.pipeline.pipeline_frontier` combines the stage options exactly:
@@ -38,7 +40,7 @@ import numpy as np
 from estimators.dtypes import itemsize as itemsize_of
 from estimators.memory_parts import STATE_PARTS
 from estimators.op_costs import CostModel
-from estimators.pipeline import once_per_step_s, p2p_time_s
+from estimators.pipeline import once_per_step_s, p2p_time_s, schedule_overhead_s
 from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
 from tensoropt.configspace.configuration import local_shape
 from tensoropt.pipeline.schedules import in_flight_micro_batches
@@ -174,6 +176,8 @@ class StageSolver:
                         for c in confs
                     ]
                 )
+        self.schedule_s = schedule_overhead_s(cluster, 2)
+        """What torch's schedule adds per micro-batch on a stage (a measured constant of the device)."""
         self.cache: dict[tuple, list[StageOption]] = {}
         self.solves = 0
 
@@ -281,7 +285,7 @@ class StageSolver:
             step += float(H.nodes[n]["step_s"][c])
         for u, v, e in H.edges(data=True):
             total += e["cost"][assignment[u], assignment[v]]
-        return float(total[0] - step / self.m), step, float(total[1])
+        return float(total[0] - step / self.m) + self.schedule_s, step, float(total[1])
 
 
 def pipelined_frontier(

@@ -8,8 +8,11 @@ Ranks are laid out stage-major (rank ``s * dp + d`` holds stage ``s`` for data-p
    the stage before and the inputs they read (the labels) as keyword arguments;
 2. ``Schedule1F1B`` or ``ScheduleGPipe`` (``scale_grads=False``) runs the micro-batches; the last
    stage's module returns the graph's own loss of a micro-batch, which the schedule's ``loss_fn``
-   scales by ``1/m`` (so gradients are the mean over micro-batches, as one process's mean over the
-   batch when every micro-batch holds as many counted tokens);
+   scales: by ``n_i · dp / N`` where the loss is a token mean (a plain-mean cross entropy: ``n_i``
+   the micro-batch's counted labels, ``N`` the step's over every micro-batch and replica, one
+   all-reduce of one number over the replicas; :mod:`tensoropt.pipeline_runtime.token_count`), so
+   the gradients are those of the whole batch's token mean however the labels fall; else by
+   ``1/m``;
 3. the gradients of the stage's parameters are averaged over its data-parallel group, once per
    step (one flat all-reduce);
 4. the job's optimizer (AdamW...) steps the stage's parameters.
@@ -68,9 +71,11 @@ class PipelineRuntime:
         spec: the run's :class:`tensoropt.executor.job.spec.TrainSpec`.
         plan: the plan entry (plan.json): ``pipeline`` and, optionally, ``pipeline_detail``.
         device: where the stage runs (default: this rank's CUDA device, else the CPU).
+        replay: run the stage as traced forward and backward programs (default), else eagerly
+            (autograd through each operator: the reference).
     """
 
-    def __init__(self, spec, plan: dict, device: torch.device | None = None):
+    def __init__(self, spec, plan: dict, device: torch.device | None = None, replay: bool = True):
         pipe = plan.get("pipeline")
         if not pipe:
             raise PipelineError(f"plan {plan.get('id')}: \"pipeline\" is null; "
@@ -100,16 +105,28 @@ class PipelineRuntime:
         self.is_first, self.is_last = self.stage_index == 0, self.stage_index == self.num_stages - 1
         from torch.distributed.pipelining import PipelineStage
 
+        from tensoropt.pipeline_runtime.replay import ReplayedStage
+
+        self.stage_module = ReplayedStage(self.module, self.input_names, received=not self.is_first) \
+            if replay else self.module
+        """What the schedule drives: the stage replaying its traced forward and backward programs
+        (:class:`~tensoropt.pipeline_runtime.replay.ReplayedStage`), or ``module`` itself (eager)."""
         inputs = stages.boundary_meta[self.stage_index - 1] if not self.is_first else None
-        outputs = stages.boundary_meta[self.stage_index] if not self.is_last else None
+        # the last stage's loss described too: with every stage's inputs and outputs given, torch
+        # skips its metadata inference (a forward and backward on uninitialised tensors, whose
+        # gradients a replayed stage would add to its parameters)
+        outputs = stages.boundary_meta[self.stage_index] if not self.is_last else _output_meta(self.module)
         self.stage = PipelineStage(
-            self.module, self.stage_index, self.num_stages, device,
-            input_args=_like(inputs, device) if inputs is not None else None,
-            output_args=_like(outputs, device) if outputs is not None else None,
+            self.stage_module, self.stage_index, self.num_stages, device,
+            input_args=_like(inputs, device) if inputs is not None else (),
+            output_args=_like(outputs, device),
             group=self.mesh.get_group("pp"))
-        scale = 1.0 / self.m
+        from tensoropt.pipeline_runtime.token_count import label_counter
+
+        self.counter = label_counter(self.module) if self.is_last else None
+        """The last stage's count of its loss's valid labels (None: not a token mean; scale 1/m)."""
         self.schedule = schedule_class(pipe["schedule"])(
-            self.stage, self.m, loss_fn=lambda loss, _rows: loss * scale, scale_grads=False)
+            self.stage, self.m, loss_fn=_scaled_loss, scale_grads=False)
         self.optimizer = spec.make_optimizer(list(self.module.parameters()))
         self.batches = spec.batch_source()
         del stages
@@ -136,13 +153,38 @@ class PipelineRuntime:
         kwargs = {n: batch[n] for n in self.input_names}
         self.optimizer.zero_grad(set_to_none=False)
         losses: list[torch.Tensor] = []
-        target = torch.arange(self.rows, device=self.device) if self.is_last else None
+        target = self.loss_scale_rows(kwargs) if self.is_last else None
         self.schedule.step(target=target, losses=losses, return_outputs=False, **kwargs)
         self.sync_gradients()
         self.optimizer.step()
         if self.is_last:
             return float(sum(loss.detach() for loss in losses))
         return None
+
+    def loss_scales(self, inputs: dict[str, torch.Tensor]) -> list[float]:
+        """Each micro-batch's loss scale this step: ``n_i · dp / N`` for a token-mean loss (see the
+        module docstring; a collective over the replicas), else ``1/m``.
+
+        Example:
+            >>> # not run here: needs a process group
+            >>> rt.loss_scales(kwargs)  # doctest: +SKIP
+            [0.625, 0.375]
+        """
+        if self.counter is None:
+            return [1.0 / self.m] * self.m
+        counts = self.counter.per_micro_batch(inputs, self.m)
+        total = torch.tensor([float(sum(counts))], dtype=torch.float64)
+        if self.dp > 1:
+            dist.all_reduce(total, group=self.mesh.get_group("dp"))
+        if total.item() == 0:  # no counted label in the whole step: every loss is nan alike
+            return [1.0 / self.m] * self.m
+        return [c * self.dp / total.item() for c in counts]
+
+    def loss_scale_rows(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The schedule's ``target``: each row holds its micro-batch's loss scale (the schedule
+        splits it into micro-batches as it splits the inputs; ``loss_fn`` reads the first row)."""
+        scales = torch.tensor(self.loss_scales(inputs), dtype=torch.float64)
+        return scales.repeat_interleave(self.rows // self.m)
 
     def sync_gradients(self) -> None:
         """Average the stage's gradients over its data-parallel group (one flat all-reduce)."""
@@ -170,5 +212,19 @@ class PipelineRuntime:
         return (values / self.dp).tolist()
 
 
+def _scaled_loss(loss: torch.Tensor, scale_rows: torch.Tensor) -> torch.Tensor:
+    """A micro-batch's loss times its scale (the first row of its slice of the scale rows)."""
+    return loss * float(scale_rows[0])
+
+
+def _output_meta(module: torch.fx.GraphModule) -> torch.Tensor:
+    """The meta value of a stage graph's output (the last stage's loss)."""
+    output = next(n for n in module.graph.nodes if n.op == "output").args[0]
+    return output.meta["val"]
+
+
 def _like(meta: torch.Tensor, device: torch.device) -> torch.Tensor:
-    return torch.empty(meta.shape, dtype=meta.dtype, device=device)
+    """An example of a stage's input or output for torch's static metadata: floating ones carry a
+    gradient (the activation's goes back a stage; the loss's starts backward)."""
+    return torch.empty(meta.shape, dtype=meta.dtype, device=device,
+                       requires_grad=meta.dtype.is_floating_point)

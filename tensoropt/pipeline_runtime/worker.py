@@ -9,8 +9,10 @@ stage, parameter bytes and measured peak above its level before the stage was bu
 (each stage's first replica saves its parameters there as
 ``stage-S.pt``, under the model's names), ``checkpoint_dir`` (a DCP checkpoint of the model and
 the optimizer, under the model's names, written after the last step) and ``resume_from`` (a DCP
-checkpoint to start from: any stage count or process count wrote it); and ``timeout_s`` (every
-collective's limit; default 120 s).
+checkpoint to start from: any stage count or process count wrote it), ``replay`` (default true: each
+stage's forward and backward replay traced programs; false: eager autograd); ``timeout_s`` (every
+collective's limit; default 120 s); and ``interleave`` (true: the runs are built together and
+stepped in turn, for timing ratios under the same load).
 
 Example:
     >>> # not run here: started by `tensoropt run` (tensoropt.launch.launch_module)
@@ -33,56 +35,98 @@ from tensoropt.pipeline_runtime.checkpoint import load_checkpoint, save_checkpoi
 from tensoropt.pipeline_runtime.runtime import PipelineRuntime
 
 
-def run(config: dict) -> dict | None:
-    """Train ``config``'s plan on this rank; rank 0 returns the metrics (others None)."""
-    from tensoropt.executor.job.spec import TrainSpec
-    from tensoropt.executor.state.peak_memory import PeakMemory, load_model_code
+class PlanRun:
+    """One run of RUN.json on this rank: its runtime built (and resumed), then :meth:`step` per step,
+    then :meth:`finish` (parameters, checkpoint, rank 0's metrics)."""
 
-    spec = TrainSpec.from_json(config["spec"])
-    torch.manual_seed(spec.seed)
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    load_model_code(spec, device)
-    peak = PeakMemory(device)  # the level before the stage is built (as the executor's worker reads it)
-    rt = PipelineRuntime(spec, config["plan"], device)
-    peak.start()
-    start = 0
-    if config.get("resume_from"):
-        start = load_checkpoint(config["resume_from"], rt.module, rt.optimizer)
-    steps = int(config["steps"])
-    losses, times = [], []
-    for step in range(start, start + steps):
+    def __init__(self, config: dict):
+        from tensoropt.executor.job.spec import TrainSpec
+        from tensoropt.executor.state.peak_memory import PeakMemory, load_model_code
+
+        self.config = config
+        spec = TrainSpec.from_json(config["spec"])
+        torch.manual_seed(spec.seed)
+        cuda = torch.cuda.is_available()
+        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+        load_model_code(spec, device)
+        self.peak = PeakMemory(device)  # the level before the stage is built (as the executor's worker)
+        self.rt = PipelineRuntime(spec, config["plan"], device, replay=config.get("replay", True))
+        self.peak.start()
+        self.start = 0
+        if config.get("resume_from"):
+            self.start = load_checkpoint(config["resume_from"], self.rt.module, self.rt.optimizer)
+        self.steps = int(config["steps"])
+        self.losses: list[float | None] = []
+        self.times: list[float] = []
+
+    def step(self) -> None:
+        """The run's next step, timed (after a barrier)."""
         dist.barrier()
         t0 = time.perf_counter()
-        losses.append(rt.train_step(step))
-        times.append(time.perf_counter() - t0)
-    peak_bytes = peak.read()
-    losses = rt.global_losses(losses)
-    per_rank = [None] * rt.world
-    dist.all_gather_object(per_rank, {
-        "rank": rt.rank, "stage": rt.stage_index, "peak_bytes": peak_bytes, "peak_method": peak.method,
-        "parameter_bytes": sum(p.numel() * p.element_size() for p in rt.module.parameters())})
-    if config.get("params_dir") and rt.dp_index == 0:
-        out = Path(config["params_dir"])
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save({k: v.detach().cpu() for k, v in rt.module.state_dict().items()},
-                   out / f"stage-{rt.stage_index}.pt")
-    if config.get("checkpoint_dir"):
-        save_checkpoint(config["checkpoint_dir"], rt.module, rt.optimizer, start + steps)
-    dist.barrier()
-    if rt.rank != 0:
-        return None
-    plan = config["plan"]
-    steady = times[1:] or times
-    return {
-        "plan_id": plan.get("id"), "devices": rt.world, "pipeline": plan["pipeline"],
-        "first_step": start, "losses": losses, "step_times_s": times,
-        "predicted": {"time_s": plan.get("time_s"), "memory_bytes": plan.get("memory_bytes")},
-        "measured": {"time_s": statistics.median(steady) if steady else None, "ranks": per_rank},
-        "predicted_stages": [{"stage": st["stage"], "memory_bytes": st["memory_bytes"]}
-                             for st in (plan.get("pipeline_detail") or {}).get("stages", [])],
-        "runtime": "eager stages (torch.distributed.pipelining), data parallel inside each stage",
-    }
+        self.losses.append(self.rt.train_step(self.start + len(self.times)))
+        self.times.append(time.perf_counter() - t0)
+
+    def finish(self) -> dict | None:
+        """Write what the run's config asks for; rank 0 returns the metrics (others None)."""
+        config, rt, start, steps, times = self.config, self.rt, self.start, self.steps, self.times
+        peak_bytes = self.peak.read()
+        losses = rt.global_losses(self.losses)
+        per_rank = [None] * rt.world
+        dist.all_gather_object(per_rank, {
+            "rank": rt.rank, "stage": rt.stage_index, "peak_bytes": peak_bytes,
+            "peak_method": self.peak.method,
+            "parameter_bytes": sum(p.numel() * p.element_size() for p in rt.module.parameters())})
+        if config.get("params_dir") and rt.dp_index == 0:
+            out = Path(config["params_dir"])
+            out.mkdir(parents=True, exist_ok=True)
+            torch.save({k: v.detach().cpu() for k, v in rt.module.state_dict().items()},
+                       out / f"stage-{rt.stage_index}.pt")
+        if config.get("checkpoint_dir"):
+            save_checkpoint(config["checkpoint_dir"], rt.module, rt.optimizer, start + steps)
+        dist.barrier()
+        if rt.rank != 0:
+            return None
+        plan = config["plan"]
+        steady = times[1:] or times
+        return {
+            "plan_id": plan.get("id"), "devices": rt.world, "pipeline": plan["pipeline"],
+            "first_step": start, "losses": losses, "step_times_s": times,
+            "predicted": {"time_s": plan.get("time_s"), "memory_bytes": plan.get("memory_bytes")},
+            "measured": {"time_s": statistics.median(steady) if steady else None, "ranks": per_rank},
+            "predicted_stages": [{"stage": st["stage"], "memory_bytes": st["memory_bytes"]}
+                                 for st in (plan.get("pipeline_detail") or {}).get("stages", [])],
+            "runtime": "stages run by torch.distributed.pipelining, data parallel inside each stage",
+            "stage_mode": getattr(rt.stage_module, "mode", "eager"),
+        }
+
+
+def run(config: dict) -> dict | None:
+    """Train ``config``'s plan on this rank; rank 0 returns the metrics (others None)."""
+    plan_run = PlanRun(config)
+    for _ in range(plan_run.steps):
+        plan_run.step()
+    return plan_run.finish()
+
+
+def run_interleaved(configs: list[dict]) -> list[dict | None]:
+    """Build every run, then step them in turn (step 0 of each, step 1 of each...): timing ratios
+    under the same machine load. Peak memory then mixes the runs: measure it one run per launch."""
+    runs = [PlanRun(c) for c in configs]
+    for i in range(max(r.steps for r in runs)):
+        for r in runs:
+            if i < r.steps:
+                r.step()
+    return [r.finish() for r in runs]
+
+
+def _report(entry: dict, metrics: dict | None) -> None:
+    if metrics is None:
+        return
+    losses = ", ".join(f"{v:.6f}" for v in metrics["losses"])
+    print(f"[tensoropt] pipelined plan {metrics['plan_id']}: losses {losses}; step "
+          f"{1e3 * (metrics['measured']['time_s'] or 0):.1f} ms", flush=True)
+    if entry.get("metrics"):
+        Path(entry["metrics"]).write_text(json.dumps(metrics, indent=1))
 
 
 def main(argv: list[str]) -> int:
@@ -96,14 +140,12 @@ def main(argv: list[str]) -> int:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend, timeout=timedelta(seconds=float(config.get("timeout_s", 120))))
     try:
-        for entry in config["runs"]:
-            metrics = run(entry)
-            if metrics is not None:
-                losses = ", ".join(f"{v:.6f}" for v in metrics["losses"])
-                print(f"[tensoropt] pipelined plan {metrics['plan_id']}: losses {losses}; step "
-                      f"{1e3 * (metrics['measured']['time_s'] or 0):.1f} ms", flush=True)
-                if entry.get("metrics"):
-                    Path(entry["metrics"]).write_text(json.dumps(metrics, indent=1))
+        if config.get("interleave"):
+            for entry, metrics in zip(config["runs"], run_interleaved(config["runs"])):
+                _report(entry, metrics)
+        else:
+            for entry in config["runs"]:
+                _report(entry, run(entry))
     finally:
         import gc
 

@@ -128,7 +128,7 @@ def test_opaque_offers_batch_only_where_shape_safe_and_sample_local():
                 x.flip(-2),  # dims=[-2] is dim 0 of a 2-D tensor
                 torch.sort(x)[0],  # default dim -1
                 x[idx],  # indexes samples
-                torch.stack([x, x]),  # a new leading dim
+                torch.stack([x, x]),  # a new leading dim: its own kind now, the operands' batch split
             )
 
     with pytest.warns(UserWarning):
@@ -141,7 +141,7 @@ def test_opaque_offers_batch_only_where_shape_safe_and_sample_local():
     assert offered["aten.flip.default"] == {"replicate"}
     assert offered["aten.sort.default"] == {"replicate", "batch=2"}
     assert offered["aten.index.Tensor"] == {"replicate"}
-    assert offered["aten.stack.default"] == {"replicate"}
+    assert offered["aten.stack.default"] == {"replicate", "batch=2"}  # stack's rule (not opaque)
 
 
 def test_scalar_nodes_only_replicate():

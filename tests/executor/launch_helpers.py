@@ -80,3 +80,14 @@ def run_and_compare(runs: list[tuple[str, TrainSpec, dict]], out: Path, env: dic
     for name, spec, plan in runs:
         errors += parity_errors(name, plan["id"], out, single_process(spec, steps))
     return rc, errors
+
+
+def plan_doc(cg, job, plan_id: str, assignment: dict) -> tuple[dict, float]:
+    """(plan.json dict, predicted memory bytes per device) of ``assignment`` (node -> configuration index)
+    on cost graph ``cg`` of ``job``: the plans tests build by hand from a frontier's configurations."""
+    confs = {n: cg.nodes[n]["configurations"][assignment[n]] for n in cg}
+    doc = {"id": plan_id, "devices": cg.graph["mesh"].num_devices, "mesh": cg.graph["mesh"].to_json(),
+           "job": job.to_dict(), "placements": {n: c.to_json() for n, c in confs.items()}}
+    predicted = sum(float(cg.nodes[n]["cost"][assignment[n], 1]) for n in cg) + sum(
+        float(cg.edges[u, v]["cost"][assignment[u], assignment[v], 1]) for u, v in cg.edges)
+    return doc, predicted

@@ -19,7 +19,7 @@ import dataclasses
 import functools
 
 import pytest
-from launch_helpers import HERE, outputs, parity_errors, run_plans, single_process
+from launch_helpers import HERE, outputs, parity_errors, plan_doc, run_plans, single_process
 
 import frontier
 from estimators.profiles import load_cluster
@@ -82,12 +82,7 @@ def _plans(case: str) -> tuple[TrainSpec, dict[str, tuple[dict, float]]]:
                 "selective": _variant(cg, _variant(cg, plain, (",zero3",)), (",block_selective",))}
     plans = {}
     for pid, a in variants.items():
-        confs = {n: cg.nodes[n]["configurations"][a[n]] for n in cg}
-        doc = {"id": pid, "devices": 2, "mesh": cg.graph["mesh"].to_json(), "job": job.to_dict(),
-               "placements": {n: c.to_json() for n, c in confs.items()}}
-        predicted = sum(float(cg.nodes[n]["cost"][a[n], 1]) for n in cg) + sum(
-            float(cg.edges[u, v]["cost"][a[u], a[v], 1]) for u, v in cg.edges)
-        plans[pid] = (doc, predicted)
+        plans[pid] = plan_doc(cg, job, pid, a)
     return TrainSpec.from_job(job, steps=3), plans
 
 

@@ -36,6 +36,19 @@ def llama_spec(layers: int = 4) -> TrainSpec:
     return TrainSpec.from_job(Job.from_dict(data))
 
 
+def padded_llama_spec(layers: int = 4) -> TrainSpec:
+    """:func:`llama_spec` on padded sequences (``random_tokens(max_padding=24)``: each sample's last
+    0..24 of 32 labels are -100), so micro-batches hold different numbers of counted tokens; momentum
+    SGD (fp32 AdamW would amplify the rounding of another summation order, see :func:`gpt_spec`)."""
+    data = yaml.safe_load((ROOT / "configs/jobs/hf-llama.yaml").read_text())
+    data["model"]["kwargs"]["num_hidden_layers"] = layers
+    data["training"]["optimizer"] = "momentum"
+    data["data"] = {"factory": "tensoropt.training.data:random_tokens",
+                    "kwargs": {"num_samples": 64, "seq_len": 32, "vocab_size": 256, "seed": 3,
+                               "max_padding": 24}}
+    return TrainSpec.from_job(Job.from_dict(data))
+
+
 def plan(plan_id: str, devices: int, schedule: str, blocks: list[list[int]], micro_batches: int = 2) -> dict:
     """A plan entry with the contract's ``"pipeline"`` (what the runtime reads of a plan.json)."""
     return {"id": plan_id, "devices": devices,

@@ -3,7 +3,9 @@
 One launch of 2 processes runs pp=2 with 1F1B and GPipe on the zoo GPT and HF Llama (4 layers); its
 Llama 1F1B run writes a DCP checkpoint, which one process (pp=1) resumes; one launch of 4 processes
 runs pp=2 x dp=2. Losses and final parameters must equal the 1-process run's within 1e-5 (of each
-parameter's scale), and the resumed run must continue the 1-process run's losses.
+parameter's scale), and the resumed run must continue the 1-process run's losses. The stages replay
+their traced forward and backward programs (one GPT run eagerly, the reference); the padded Llama
+runs check the loss scaling by the step's counted tokens.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from pipeline_jobs import gpt_spec, llama_spec, plan
+from pipeline_jobs import gpt_spec, llama_spec, padded_llama_spec, plan
 
 from tensoropt.launch import LaunchOptions, launch_module
 from tensoropt.pipeline_runtime.reference import reference_run
@@ -27,7 +29,7 @@ GPT_BLOCKS, LLAMA_BLOCKS = [[0, 1], [2, 3]], [[0, 2], [3, 5]]
 
 def _specs():
     return {"gpt-fp32-momentum": gpt_spec("momentum"), "gpt-fp64-adamw": gpt_spec("adamw", "float64"),
-            "llama": llama_spec()}
+            "llama": llama_spec(), "llama-padded": padded_llama_spec()}
 
 
 def _runs(out, world: int) -> list[tuple[str, str, dict]]:
@@ -35,19 +37,25 @@ def _runs(out, world: int) -> list[tuple[str, str, dict]]:
     specs = _specs()
     if world == 2:
         chosen = [("gpt-1f1b", "gpt-fp32-momentum", plan("gpt-1f1b", 2, "1F1B", GPT_BLOCKS)),
+                  ("gpt-1f1b-eager", "gpt-fp32-momentum", plan("gpt-1f1b-eager", 2, "1F1B", GPT_BLOCKS)),
                   ("gpt-gpipe", "gpt-fp32-momentum", plan("gpt-gpipe", 2, "GPipe", GPT_BLOCKS)),
                   ("gpt-adamw-1f1b", "gpt-fp64-adamw", plan("gpt-adamw-1f1b", 2, "1F1B", GPT_BLOCKS, 4)),
                   ("llama-1f1b", "llama", plan("llama-1f1b", 2, "1F1B", LLAMA_BLOCKS)),
-                  ("llama-gpipe", "llama", plan("llama-gpipe", 2, "GPipe", LLAMA_BLOCKS, 4))]
+                  ("llama-gpipe", "llama", plan("llama-gpipe", 2, "GPipe", LLAMA_BLOCKS, 4)),
+                  ("llama-padded-1f1b", "llama-padded", plan("llama-padded-1f1b", 2, "1F1B", LLAMA_BLOCKS))]
     elif world == 4:
         chosen = [("gpt-pp2dp2", "gpt-fp32-momentum", plan("gpt-pp2dp2", 4, "GPipe", GPT_BLOCKS)),
-                  ("llama-pp2dp2", "llama", plan("llama-pp2dp2", 4, "1F1B", LLAMA_BLOCKS))]
+                  ("llama-pp2dp2", "llama", plan("llama-pp2dp2", 4, "1F1B", LLAMA_BLOCKS)),
+                  ("llama-padded-pp2dp2", "llama-padded",
+                   plan("llama-padded-pp2dp2", 4, "GPipe", LLAMA_BLOCKS))]
     else:
         chosen = [("llama-resumed", "llama", plan("llama-resumed", 1, "1F1B", [[0, 5]]))]
     runs = []
     for name, key, entry in chosen:
         run = {"spec": specs[key].to_json(), "plan": entry, "steps": STEPS,
                "metrics": str(out / f"{name}.json"), "params_dir": str(out / name)}
+        if name.endswith("-eager"):
+            run["replay"] = False
         if name == "llama-1f1b":
             run["checkpoint_dir"] = str(out / "llama-ckpt")
         if name == "llama-resumed":
@@ -112,15 +120,33 @@ def _errors(name: str, run: dict, reference, first: int = 0) -> list[str]:
     return errors
 
 
-@pytest.mark.parametrize("name", ["gpt-1f1b", "gpt-gpipe", "gpt-adamw-1f1b", "llama-1f1b", "llama-gpipe"])
+@pytest.mark.parametrize("name", ["gpt-1f1b", "gpt-1f1b-eager", "gpt-gpipe", "gpt-adamw-1f1b", "llama-1f1b",
+                                  "llama-gpipe"])
 def test_two_stages_on_two_processes_match_one_process(launched, references, name):
     out, codes, runs = launched
     key, run = runs[name]
     errors = _errors(name, run, references[key, _slices(run), STEPS])
     assert not errors, "\n".join(errors)
     whole = references[key, 1, STEPS][0]  # the losses match the whole batch's too
-    assert json.loads(Path(run["metrics"]).read_text())["losses"] == pytest.approx(whole, rel=1e-5)
+    metrics = json.loads(Path(run["metrics"]).read_text())
+    assert metrics["losses"] == pytest.approx(whole, rel=1e-5)
+    assert metrics["stage_mode"] == ("eager" if name.endswith("-eager") else "replay")
     assert codes[2] == 0
+
+
+@pytest.mark.parametrize("name", ["llama-padded-1f1b", "llama-padded-pp2dp2"])
+def test_token_mean_losses_scale_by_the_global_token_count(launched, references, name):
+    """Padded sequences: micro-batches (and replicas) hold different numbers of counted labels. Each
+    micro-batch's loss scaled by its share of the step's counted labels gives the whole batch's
+    token mean, as one process on the whole batch; scaling by 1/m would not (checked: the reference
+    that sums the same slices, each times 1/m, is off by more than the tolerance)."""
+    out, codes, runs = launched
+    key, run = runs[name]
+    errors = _errors(name, run, references[key, 1, STEPS])
+    assert not errors, "\n".join(errors)
+    sliced, whole = references[key, _slices(run), STEPS][0], references[key, 1, STEPS][0]
+    assert max(abs(a - b) / abs(b) for a, b in zip(sliced, whole)) > 1e-4
+    assert codes[2] == 0 and codes[4] == 0
 
 
 @pytest.mark.parametrize("name", ["gpt-pp2dp2", "llama-pp2dp2"])

@@ -124,3 +124,34 @@ def test_format_metrics_prints_the_measured_peak_beside_its_prediction():
     assert peak_line == "peak per process predicted 8.00 MiB, measured 6.00 MiB (-25%)"
     del metrics["predicted"]["peak_bytes"]
     assert format_metrics(metrics).splitlines()[2] == "peak per process predicted n/a, measured 6.00 MiB"
+
+
+@pytest.mark.distributed
+def test_launch_run_hands_the_workers_their_run_json_and_reports_a_failure(tmp_path, capsys):
+    """`launch_run` (every `tensoropt run` launch: the measuring worker, the trainer's loop, the
+    pipelined runtime): the run config reaches each worker as a RUN.json path; a failing worker
+    gives its exit code and one line on stderr."""
+    import argparse
+
+    from tensoropt.commands.run import launch_run
+
+    script = tmp_path / "probe_worker.py"
+    script.write_text("import json, os, sys\n"
+                      "config = json.loads(open(sys.argv[1]).read())\n"
+                      "rank = os.environ['RANK']\n"
+                      "open(os.path.join(config['out'], f'rank{rank}.json'), 'w').write(json.dumps(config))\n"
+                      "sys.exit(config['exit'])\n")
+    args = argparse.Namespace(nproc_per_node=None, elastic=False, nnodes="1", node_rank=None,
+                              rdzv_endpoint=None, timeout_s=240)
+
+    class Spec:
+        def to_json(self) -> dict:
+            return {"model": "probe"}
+
+    config = {"out": str(tmp_path), "exit": 0, "runs": [{"steps": 3}]}
+    assert launch_run(str(script), config, args, 2, Spec()) == 0
+    assert [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)] == [config, config]
+    assert "workers failed" not in capsys.readouterr().err
+    assert launch_run(str(script), {**config, "exit": 3}, args, 2, Spec()) != 0
+    err = capsys.readouterr().err
+    assert "tensoropt run: the workers failed (exit code" in err, err

@@ -17,7 +17,9 @@ class ExecPlan:
         plan_id: the plan's id in its frontier (e.g. ``"d2-p0"``).
         mesh: the device mesh the layouts refer to.
         placements: node name -> configuration of that node.
-        predicted: the planner's predicted ``time_s`` and ``memory_bytes`` (may be empty).
+        predicted: the planner's predicted ``time_s`` and ``memory_bytes`` (may be empty), and
+            ``recompute_transient_bytes`` where its operator rows rebuild something in backward (the
+            largest recompute chain: a checkpointed block's activations, one chunk of a loss).
         graph: the fingerprint of the graph the plan was made for (plan.json's ``graph``;
             None for a hand-written plan or one written before fingerprints).
     """
@@ -53,6 +55,10 @@ class ExecPlan:
         mesh = Mesh.from_json(mesh_data)
         placements = {name: Configuration.from_json(c) for name, c in data["placements"].items()}
         predicted = {k: float(data[k]) for k in ("time_s", "memory_bytes") if data.get(k) is not None}
+        chains = [float(row.get("recompute_chain_bytes") or 0) for row in data.get("layers") or []
+                  if isinstance(row, dict)]
+        if any(chains):  # the largest recompute transient (a checkpointed block's activations, a loss chunk)
+            predicted["recompute_transient_bytes"] = max(chains)
         plan_id = str(data.get("id", data.get("plan_id", "plan")))
         if "devices" in data and int(data["devices"]) != mesh.num_devices:
             raise ValueError(

@@ -48,7 +48,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
 from tensoropt.executor.job.program import arg_nodes, op_name, packet_name
-from tensoropt.executor.ops import explicit_ops, fallback, local_ops
+from tensoropt.executor.ops import chunked_loss, explicit_ops, fallback, local_ops
 from tensoropt.executor.ops.dtensor_rules import register_elementwise_rules
 from tensoropt.executor.ops.placements import normalise, raw_output_layout, to_layout, to_placements
 from tensoropt.executor.state import block_checkpoint
@@ -157,8 +157,9 @@ class PlanInterpreter(fx.Interpreter):
         """First node of each checkpointed block -> its span
         (:mod:`tensoropt.executor.state.block_checkpoint`)."""
         self._in_block = False
-        self.batch_axes = self._batch_axes(gm, placements) if local and mesh is not None and not self.spans \
-            else None
+        fused = any(chunked_loss.is_chunked(c) for c in placements.values())
+        self.batch_axes = self._batch_axes(gm, placements) \
+            if local and mesh is not None and not self.spans and not fused else None
         """Mesh axes the batch is split on when the whole plan runs on local tensors, else None."""
         self._leaves: dict[int, tuple[DTensor, torch.Tensor]] = {}
         self._partial_outputs: set[fx.Node] = set()
@@ -178,6 +179,9 @@ class PlanInterpreter(fx.Interpreter):
         self.batch_norm_stats = "synchronized"
         """``training.batch_norm``: statistics of a batch-split batch norm over the global batch
         (``synchronized``) or over each rank's rows (``local``; :mod:`tensoropt.executor.ops.batch_norm`)."""
+        self.loss_chunk_tokens: int | None = None
+        """``training.loss_chunk_tokens``: rows per chunk of a ``chunked_loss`` head + loss
+        (:mod:`tensoropt.executor.ops.chunked_loss`; None: its default)."""
         self.global_inputs: dict[str, torch.Tensor] = {}
         """Graph input name -> the step's whole (global) value, where a caller holds it: label counts are
         then taken from it. The trainer leaves it empty (each rank produces only its rows of a batch)."""
@@ -415,6 +419,10 @@ class PlanInterpreter(fx.Interpreter):
             if node.name not in self.lazy:
                 for a in node.all_input_nodes:
                     touch(a, i)
+            if node.op == "call_function" and packet_name(node) == "cross_entropy_loss" \
+                    and chunked_loss.is_chunked(self.placements.get(node.name)):
+                for a in chunked_loss.head_of(node, self.lazy).all_input_nodes:  # the loss runs its head
+                    touch(a, i)
         out: dict[fx.Node, list[fx.Node]] = {}
         for a, i in last.items():
             out.setdefault(order[i], []).append(a)
@@ -432,6 +440,10 @@ class PlanInterpreter(fx.Interpreter):
             args = fx.node.map_arg(n.args, self._value)
             kwargs = fx.node.map_arg(n.kwargs, self._value)
             return self._wrap_plain(self.call_function(n.target, args, kwargs))
+        if chunked_loss.is_chunked(config):  # the fused head + loss: the head is computed by its loss
+            if packet_name(n) == "cross_entropy_loss":
+                return chunked_loss.run_loss(self, n, config, memory_options.lay_out)
+            return _LAZY
         if config.options:  # recompute / zero3 (tensoropt.executor.state.options)
             return memory_options.run_node(self, n, config)
         args, kwargs = self._lay_out_operands(n, config)

@@ -192,17 +192,17 @@ def _gathered(interp, n: fx.Node, before: set) -> list[tuple[torch.Tensor, torch
     return pairs
 
 
-def run_node(interp, n: fx.Node, config: Configuration):
-    """Lay out, run and reduce ``n`` under a configuration with memory options; returns its value.
+def lay_out(interp, n: fx.Node, config: Configuration):
+    """``n``'s operands laid out as ``config``'s split says (its parameters in their compute layout); under
+    zero3 the gathered parameters are registered to be gathered again in backward (no gathered copy kept).
 
     Example:
         >>> # not run here: needs a PlanInterpreter on a process group
-        >>> value = run_node(interpreter, node, config)  # doctest: +SKIP
+        >>> args, kwargs = lay_out(interpreter, node, config)  # doctest: +SKIP
     """
     recipes: Recipes | None = getattr(interp, "_recipes", None)
-    base = base_configuration(config)
     before = set(interp._memo)
-    args, kwargs = interp._lay_out_operands(n, base)
+    args, kwargs = interp._lay_out_operands(n, base_configuration(config))
     if recipes is not None and "zero3" in config.options:
         for stored, gathered in _gathered(interp, n, before):
             def gather(s=stored, p=tuple(gathered.placements)):
@@ -214,6 +214,18 @@ def run_node(interp, n: fx.Node, config: Configuration):
                     return m.detach().to(dtype).redistribute(m.device_mesh, p)
 
             recipes.register(gathered, gather)
+    return args, kwargs
+
+
+def run_node(interp, n: fx.Node, config: Configuration):
+    """Lay out, run and reduce ``n`` under a configuration with memory options; returns its value.
+
+    Example:
+        >>> # not run here: needs a PlanInterpreter on a process group
+        >>> value = run_node(interpreter, node, config)  # doctest: +SKIP
+    """
+    recipes: Recipes | None = getattr(interp, "_recipes", None)
+    args, kwargs = lay_out(interp, n, config)
     if recipes is None or "recompute" not in config.options:
         out, bias = interp._compute(n, args, kwargs)
         return interp._check_and_reduce(n, config, out, bias)

@@ -163,7 +163,8 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
     The plan's predicted ``memory_bytes``, plus backward's activation gradients (twice the largest
     local operator output, :func:`largest_activation_bytes`) or the optimizer step's temporaries
     beyond the saved activations (the largest and the total local tensor the optimizer steps on
-    this rank), whichever is larger, and the
+    this rank) or the plan's largest recompute transient (``recompute_transient_bytes`` of
+    :class:`tensoropt.executor.job.plan.ExecPlan`, from plan.json's rows), whichever is larger, and the
     device profile's ``runtime_overhead_bytes`` and ``bytes_per_program_node`` times the replayed
     program's node count as traced (:func:`traced_nodes`; the job's cluster; 0 without a job):
     :func:`estimators.peak.predicted_peak_bytes`. The parameter, gradient and optimizer-state bytes
@@ -194,7 +195,8 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
     kind = "gpu" if trainer.device.type == "cuda" else "cpu"
     return formula(memory_bytes, trainer.state_bytes(), trainer.spec.optimizer, max(sizes), sum(sizes),
                    overhead, kind, largest_activation_bytes(trainer.ep.graph, trainer.plan),
-                   program_bytes(traced_nodes(trainer), per_node))
+                   program_bytes(traced_nodes(trainer), per_node),
+                   int(trainer.plan.predicted.get("recompute_transient_bytes", 0)), grad_bytes=sum(sizes))
 
 
 def traced_nodes(trainer) -> int:
@@ -212,7 +214,9 @@ def traced_nodes(trainer) -> int:
 
 def largest_activation_bytes(graph, plan) -> int:
     """The largest operator output of ``graph`` on one process: its bytes over the mesh axes the plan's
-    output layout of that node splits (replicated where the plan does not place the node).
+    output layout of that node splits. A node the plan does not place (a view, a no-op cast, a
+    ``getitem``) is split as its first tensor argument is (it was counted whole: GPT-2's ``view`` of
+    the batch-split logits read 8 MiB for the 4 MiB a rank holds).
 
     Example:
         >>> # not run here: needs a Trainer on a process group
@@ -221,14 +225,20 @@ def largest_activation_bytes(graph, plan) -> int:
     """
     mesh = list(plan.mesh.shape)
     best = 0
+    splits: dict[str, int] = {}
     for node in graph.nodes:
         val = node.meta.get("val")
-        if node.op != "call_function" or not isinstance(val, torch.Tensor):
-            continue
         config = plan.placements.get(node.name)
         split = 1
-        for axis, placement in enumerate(config.output if config is not None else ()):
-            if str(placement).startswith("S"):
-                split *= mesh[axis]
+        if config is not None:
+            for axis, placement in enumerate(config.output):
+                if str(placement).startswith("S"):
+                    split *= mesh[axis]
+        else:  # unplaced: laid out as the tensor it reads
+            args = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+            split = splits.get(args[0].name, 1) if args else 1
+        splits[node.name] = split
+        if node.op != "call_function" or not isinstance(val, torch.Tensor):
+            continue
         best = max(best, val.numel() * val.element_size() // split)
     return best

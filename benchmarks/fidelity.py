@@ -1,0 +1,337 @@
+"""The cost model's fidelity per model family at realistic widths (issue 29 item 4), 2 gloo processes.
+
+One model per family, width 256, as its library makes it (``benchmarks/runtime_models.py``):
+
+* ``decoder``: HF GPT-2, 2 layers x 256, 4 heads, sequence 128, vocabulary 2048;
+* ``encoder``: HF BERT, 2 layers x 256, 4 heads, FFN 1024, sequence 128, vocabulary 2048;
+* ``vit``: HF ViT, 2 layers x 256, 4 heads, FFN 1024, 32 x 32 images in 4 x 4 patches, 10 classes;
+* ``cnn``: HF ResNet (basic blocks, convolutions with skips and batch norm, max pooling), stem 64,
+  stages of 256 and 512 channels, 32 x 32 images, 10 classes.
+
+Each is priced on ``--cluster`` with ``--compute`` (profiled by default) and its exact frontier
+solved at 2 devices; the data-parallel, fastest and leanest plans (each distinct one once) run in
+one torchrun launch of 2 processes (one thread each), every plan of every model in interleaved
+rounds (rotated order, reversed every other round). Each round's first step runs through the
+interpreter and measures the tensor peak (``measured.peak_tensor_bytes``); the others are timed
+(the median over rounds is the measured step). Printed per plan: predicted and measured step time and
+their error, predicted (``predicted_peak_bytes(runtime=False)``) and measured tensor peak and their
+error; per family the median time error and the worst peak error; the load average before and after.
+
+``--ops``: also where the time goes, per operator class (GEMM, attention, convolution, batch norm,
+pooling, normalisation, elementwise, collectives, optimizer, ...): the priced compute and
+communication of the plan's operators (``estimators.breakdown.plan_breakdown``, grouped by the
+captured op) against ``torch.profiler``'s self CPU time of the replayed step's aten operators
+(forward and backward together) on rank 0, per step.
+
+Usage (one command): ``.venv/bin/python benchmarks/fidelity.py [--models decoder,encoder,vit,cnn]
+[--steps 4] [--rounds 3] [--ops] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+NPROC = 2
+WIDTH = 256
+_LM = {"vocab_size": 2048}
+MODELS = {
+    # name: (TrainSpec model, kwargs, inputs [(shape, dtype, high)], global batch)
+    "decoder": ("runtime_models:hf", {"kind": "gpt2", "n_layer": 2, "n_embd": WIDTH, "n_head": 4,
+                                      "n_positions": 128, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+                                      "attn_pdrop": 0.0, **_LM},
+                [((128,), "int64", 2048), ((128,), "int64", 2048)], 8),
+    "encoder": ("runtime_models:hf", {"kind": "bert", "num_hidden_layers": 2, "hidden_size": WIDTH,
+                                      "num_attention_heads": 4, "intermediate_size": 4 * WIDTH,
+                                      "max_position_embeddings": 128, "hidden_dropout_prob": 0.0,
+                                      "attention_probs_dropout_prob": 0.0, **_LM},
+                [((128,), "int64", 2048), ((128,), "int64", 2048)], 8),
+    "vit": ("runtime_models:hf_image", {"architecture": "ViTForImageClassification", "hidden_size": WIDTH,
+                                        "num_hidden_layers": 2, "num_attention_heads": 4,
+                                        "intermediate_size": 4 * WIDTH, "image_size": 32, "patch_size": 4,
+                                        "num_labels": 10, "hidden_dropout_prob": 0.0,
+                                        "attention_probs_dropout_prob": 0.0},
+            [((3, 32, 32), "float32", None), ((), "int64", 10)], 8),
+    "cnn": ("runtime_models:hf_image", {"architecture": "ResNetForImageClassification", "embedding_size": 64,
+                                        "hidden_sizes": [WIDTH, 2 * WIDTH], "depths": [1, 1],
+                                        "layer_type": "basic", "num_labels": 10},
+            [((3, 32, 32), "float32", None), ((), "int64", 10)], 8),
+}
+"""One model per family of the issue's fidelity target (decoder LM, encoder LM, ViT, CNN with batch norm)."""
+
+OP_CLASSES = (
+    ("collective", ("c10d", "gloo", "wait_tensor", "all_reduce", "all_gather", "reduce_scatter",
+                    "all_to_all", "broadcast")),
+    ("optimizer", ("_fused_adam", "_foreach", "adamw", "lerp", "addcdiv", "addcmul")),
+    ("attention", ("scaled_dot_product", "_flash_attention", "_efficient_attention", "softmax")),
+    ("convolution", ("convolution", "conv2d", "conv1d", "mkldnn_conv", "_slow_conv", "thnn_conv")),
+    ("batch norm", ("batch_norm", "_native_batch_norm", "native_batch_norm", "batch_norm_backward")),
+    ("pooling", ("pool", "max_pool", "avg_pool")),
+    ("layer norm", ("layer_norm",)),
+    ("GEMM", ("mm", "addmm", "bmm", "baddbmm", "linear", "matmul")),
+    ("embedding / loss", ("embedding", "nll_loss", "log_softmax", "cross_entropy", "gather", "scatter",
+                          "index")),
+    ("copy / layout", ("copy", "clone", "cat", "contiguous", "_to_copy", "split", "view", "reshape",
+                       "transpose", "permute", "expand", "t", "slice", "select", "empty", "zeros", "fill")),
+)
+"""Operator classes, first match wins (substring of the aten or captured op name); the rest is
+``elementwise / other``."""
+
+
+KIND_CLASSES = {"linear": "GEMM", "matmul": "GEMM", "conv2d": "convolution", "batch_norm": "batch norm",
+                "pool": "pooling", "adaptive_pool": "pooling", "layer_norm": "layer norm",
+                "rms_norm": "layer norm", "group_norm": "layer norm", "sdpa": "attention",
+                "softmax": "attention", "embedding": "embedding / loss", "cross_entropy": "embedding / loss",
+                "log_softmax": "embedding / loss", "cat": "copy / layout", "stack": "copy / layout",
+                "pad": "copy / layout", "broadcast": "copy / layout"}
+"""A captured operator's kind (``tensoropt.capture.ops``) -> its class in :data:`OP_CLASSES`' terms."""
+
+
+def op_class(name: str) -> str:
+    """The operator class of an aten / profiler op name (:data:`OP_CLASSES`).
+
+    Example:
+        >>> op_class("aten::convolution_backward"), op_class("aten.addmm.default"), op_class("aten::gelu")
+        ('convolution', 'GEMM', 'elementwise / other')
+    """
+    if "::" in name:  # a profiler key (aten::addmm)
+        base = name.split("::")[-1].split(".")[0].lower()
+    else:  # a captured op (aten.addmm.default)
+        parts = name.split(".")
+        base = (parts[1] if parts[0] == "aten" and len(parts) > 1 else parts[0]).lower()
+    full = name.lower()
+    for cls, keys in OP_CLASSES:
+        if cls == "collective" and any(k in full for k in keys):
+            return cls
+        if cls == "GEMM" and base in keys:
+            return cls
+        if cls == "copy / layout" and base.rstrip("_") in keys or cls == "copy / layout" and base.startswith(
+                ("_to_copy", "copy", "clone", "empty", "zeros", "new_", "as_strided", "unsafe")):
+            return cls
+        if cls not in ("GEMM", "copy / layout") and any(k in base for k in keys):
+            return cls
+    return "elementwise / other"
+
+
+def priced_classes(cg, assignment: dict) -> dict[str, float]:
+    """Priced seconds per step of a plan by operator class: each operator's compute (forward and
+    backward) under its class, its communication and every redistribution under ``collective``.
+
+    Example:
+        >>> # not run here: needs a cost graph (see main)
+        >>> priced_classes(cg, plan_assignment)["GEMM"]  # doctest: +SKIP
+        0.0123
+    """
+    from estimators.breakdown import plan_breakdown
+
+    b = plan_breakdown(cg, assignment)
+    out: dict[str, float] = {}
+    for layer in b["layers"]:
+        cls = KIND_CLASSES.get(layer["kind"], "elementwise / other")
+        out[cls] = out.get(cls, 0.0) + layer["compute_s"]
+        out["collective"] = out.get("collective", 0.0) + layer["comm_s"]
+    out["collective"] = out.get("collective", 0.0) + sum(e["comm_s"] for e in b["redistributions"])
+    out["total"] = b["time_s"]
+    return out
+
+
+def worker(options: dict) -> None:
+    """torchrun entry: every plan of every model in interleaved rounds; rank 0 writes the figures."""
+    import torch.distributed as dist
+    from runtime import spec_of
+
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.state.peak_memory import predicted_peak_bytes
+    from tensoropt.executor.state.worker import end_process_group, init_process_group
+    from tensoropt.training.trainer import Trainer
+
+    init_process_group()
+    rank = dist.get_rank()
+    steps, rounds = options["steps"], options["rounds"]
+    systems, times, peaks, predicted_peaks, errors, ops = [], {}, {}, {}, {}, {}
+    for name, plans in options["plans"].items():
+        spec = spec_of(name, steps, MODELS)
+        for label in plans["run"]:
+            key = f"{name}/{label}"
+            try:
+                trainer = Trainer(spec, ExecPlan.from_json(plans[label]), mode="replay")
+                trainer.train(2, start_step=0)  # warm-up: traces the program
+                predicted_peaks[key] = predicted_peak_bytes(trainer, runtime=False)
+            except Exception as err:  # noqa: BLE001 - a failing plan is reported, the others still run
+                errors[key] = f"{type(err).__name__}: {str(err)[:300]}"
+                continue
+
+            def one_round(r, key=key, trainer=trainer):
+                res = trainer.train(steps, start_step=2 + r * steps)  # step 0 of each call: the tensor peak
+                times.setdefault(key, []).extend(s["time_s"] for s in res.steps[1:])
+                peaks.setdefault(key, []).append(res.peak_tensor_bytes)
+
+            systems.append((key, one_round, trainer))
+    for r in range(rounds):
+        order = systems[r % len(systems):] + systems[:r % len(systems)]
+        for _key, one_round, _t in (order[::-1] if r % 2 else order):
+            dist.barrier()
+            one_round(r)
+    if options.get("ops"):
+        from torch.profiler import ProfilerActivity, profile
+
+        for key, _fn, trainer in systems:
+            dist.barrier()
+            n = options["ops_steps"]
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                walls = [trainer.step(1000 + i, measure_memory=False)[1] for i in range(n)]
+            table: dict[str, float] = {}
+            for e in prof.key_averages():
+                if e.key.startswith(("aten::", "c10d::", "_c10d_functional::", "gloo:")):
+                    cls = op_class(e.key)
+                    table[cls] = table.get(cls, 0.0) + e.self_cpu_time_total / 1e6 / n
+            table["step (wall, profiled)"] = statistics.median(walls)
+            ops[key] = table
+    if rank == 0:
+        Path(options["out"]).write_text(json.dumps({"times": times, "peaks": peaks, "ops": ops,
+                                                    "predicted_peaks": predicted_peaks, "errors": errors}))
+    systems.clear()
+    dist.barrier()
+    end_process_group()
+
+
+def distinct_plans(plans: dict) -> list[str]:
+    """The labels of ``dp``, ``fast`` and ``lean`` whose placements differ (each plan runs once).
+
+    Example:
+        >>> distinct_plans({"dp": {"placements": {"a": 1}}, "fast": {"placements": {"a": 1}},
+        ...                 "lean": {"placements": {"a": 2}}})
+        ['dp', 'lean']
+    """
+    out: list[str] = []
+    for label in ("dp", "fast", "lean"):
+        if all(plans[label]["placements"] != plans[o]["placements"] for o in out):
+            out.append(label)
+    return out
+
+
+def _err(predicted: float | None, measured: float | None) -> float | None:
+    """``(measured - predicted) / measured``: the error relative to what was measured.
+
+    Example:
+        >>> _err(90.0, 100.0)
+        -0.1
+    """
+    if not predicted or not measured or measured != measured:
+        return None
+    return (predicted - measured) / measured
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Plan each family's model, run the launch, print predicted against measured."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--steps", type=int, default=4, help="steps per plan per round (the first measures)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--cluster", default="cpu-local")
+    parser.add_argument("--compute", choices=("roofline", "profiled"), default="profiled")
+    parser.add_argument("--ops", action="store_true", help="also the per-operator-class breakdown")
+    parser.add_argument("--ops-steps", type=int, default=3, help="steps profiled per plan with --ops")
+    parser.add_argument("--json", default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    from runtime import _median_ms, _summary, plan_model
+    from worker_launch import launch_workers
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
+    plans, priced = {}, {}
+    for name in names:
+        got = plan_model(name, args.cluster, args.compute, margin=0.0, models=MODELS, keep_graph=True)
+        cg = got.pop("cost_graph")
+        got["run"] = distinct_plans(got)
+        plans[name] = {k: v for k, v in got.items() if k in ("dp", "fast", "lean", "run")}
+        for label in got["run"]:
+            assignment = {n: c["label"] for n, c in got[label]["placements"].items()}
+            priced[f"{name}/{label}"] = priced_classes(cg, assignment)
+        print(f"planned {name}: {got['frontier']} frontier plans, runs {got['run']} "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        res = launch_workers(__file__, {"plans": plans, "steps": args.steps, "rounds": args.rounds,
+                                        "ops": args.ops, "ops_steps": args.ops_steps}, Path(tmp),
+                             timeout_s=3600)
+    load_after = os.getloadavg()
+    rows = []
+    print(f"\n{'plan':14} {'pred ms':>8} {'meas ms':>8} {'time err':>8} {'pred peak MiB':>13} "
+          f"{'meas peak MiB':>13} {'peak err':>8}  placements")
+    for name in plans:
+        for label in plans[name]["run"]:
+            key = f"{name}/{label}"
+            pred_ms = plans[name][label]["time_s"] * 1e3
+            meas_ms = _median_ms(res["times"].get(key, []))
+            pred_peak = res["predicted_peaks"].get(key)
+            meas_peak = max(res["peaks"].get(key, [0])) or None
+            row = {"model": name, "plan": label, "predicted_ms": pred_ms, "measured_ms": meas_ms,
+                   "time_error": _err(pred_ms, meas_ms), "predicted_peak_tensor_bytes": pred_peak,
+                   "peak_tensor_bytes": meas_peak, "peak_error": _err(pred_peak, meas_peak),
+                   "summary": _summary(plans[name][label]), "priced": priced.get(key),
+                   "profiled": res["ops"].get(key)}
+            rows.append(row)
+            te, pe = row["time_error"], row["peak_error"]
+            print(f"{key:14} {pred_ms:8.1f} {meas_ms:8.1f} {_pct(te):>8} {_mib(pred_peak):>13} "
+                  f"{_mib(meas_peak):>13} {_pct(pe):>8}  {row['summary']}")
+    print("\nper family: median |time error|, worst |peak error|")
+    for name in plans:
+        te = [abs(r["time_error"]) for r in rows if r["model"] == name and r["time_error"] is not None]
+        pe = [abs(r["peak_error"]) for r in rows if r["model"] == name and r["peak_error"] is not None]
+        print(f"  {name:8} time {_pct(statistics.median(te)) if te else '-':>7}   "
+              f"peak {_pct(max(pe)) if pe else '-':>7}")
+    if args.ops:
+        for r in rows:
+            if not r["profiled"]:
+                continue
+            print(f"\n{r['model']}/{r['plan']}: ms per step, priced against profiled (rank 0, self CPU)")
+            classes = sorted(set(r["priced"]) | set(r["profiled"]) - {"total", "step (wall, profiled)"},
+                             key=lambda c: -max(r["priced"].get(c, 0.0), r["profiled"].get(c, 0.0)))
+            for c in classes:
+                if c in ("total", "step (wall, profiled)"):
+                    continue
+                print(f"  {c:22} {r['priced'].get(c, 0.0) * 1e3:8.2f} {r['profiled'].get(c, 0.0) * 1e3:8.2f}")
+            print(f"  {'total / step':22} {r['priced']['total'] * 1e3:8.2f} "
+                  f"{r['profiled']['step (wall, profiled)'] * 1e3:8.2f}")
+    for key, err in res["errors"].items():
+        print(f"FAILED {key}: {err}")
+    print(f"load average (1, 5, 15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, after "
+          f"{' '.join(f'{x:.2f}' for x in load_after)}; {args.rounds} rounds x {args.steps} steps; "
+          f"{time.perf_counter() - start:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "errors": res["errors"],
+                                               "load_before": load_before, "load_after": load_after,
+                                               "compute": args.compute,
+                                               "cluster": args.cluster}, indent=1))
+    return 0
+
+
+def _pct(x) -> str:
+    return f"{100 * x:+.1f}%" if isinstance(x, float) else "-"
+
+
+def _mib(x) -> str:
+    return f"{x / 2**20:.2f}" if x else "-"
+
+
+if __name__ == "__main__":
+    from worker_launch import run_worker_if_asked
+
+    run_worker_if_asked(worker)
+    sys.exit(main())
