@@ -6,7 +6,7 @@ The loop is a user of the public API, as a torchtitan ``train.py`` is of FSDP2::
     optimizer = spec.make_optimizer(pm.parameters())
     for step in range(start, start + steps):
         batch = self.batch(step)                           # this rank's region of the global batch
-        with meter.step(step, batch, measure=step == start + 1):
+        with meter.step(step, batch, measure=step == start):
             loss = pm.train_step(batch)                    # forward, loss, backward, gradient sync
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -40,15 +40,15 @@ __all__ = ["RunResult", "Trainer", "memory_step"]
 
 
 def memory_step(steps: int) -> int:
-    """Which of a run's ``steps`` steps (0-based) is measured for memory: the second where there are
-    several (the first creates the optimizer's state, which every later step holds from its start),
-    else the first.
+    """Which of a run's ``steps`` steps (0-based) is measured for memory: the first. Its peak holds
+    the optimizer state the step creates as every later step holds it (:class:`StepMeter`); the
+    replayed steps after it are the same program in every mode.
 
     Example:
         >>> memory_step(1), memory_step(5)
-        (0, 1)
+        (0, 0)
     """
-    return 1 if steps > 1 else 0
+    return 0
 
 
 class Trainer:
@@ -99,9 +99,8 @@ class Trainer:
         """Train ``steps`` steps from global step ``start_step``; measure time and memory.
 
         The memory figure is the maximum over ranks of parameters + gradients + optimizer
-        state + the saved activations of a step, measured on one step (:func:`memory_step`: the
-        second where there are several, the first step having no optimizer state yet; the exported
-        graph's shapes are the same every step). ``after_step(done)``, when given, is called after
+        state + the saved activations of a step, measured on one step (:func:`memory_step`; the
+        exported graph's shapes are the same every step). ``after_step(done)``, when given, is called after
         each step with the number of global steps done (checkpointing hooks in).
         """
         meter = self.meter
