@@ -1,5 +1,5 @@
-"""The memory options (recompute, ZeRO-1/2/3, block_recompute/block_selective, chunked_loss), re-exported: they
-live in :mod:`estimators.memory_options`.
+"""The memory options (recompute, ZeRO-1/2/3, block_recompute/block_selective, chunked_loss), re-exported:
+they live in :mod:`estimators.memory_options`.
 
 The cost model (``estimators/``) prices the layouts they give and must not import ``tensoropt``,
 so they sit at its level; this module keeps the historical import path.
