@@ -58,6 +58,10 @@ def test_a_killed_agent_leaves_the_survivor_training_on_its_own_plan_exactly(tmp
     ckpt, hold = tmp_path / "ckpt", tmp_path / "hold"
     hold.mkdir()
     (hold / "hold-ws2").write_text(str(KILL))  # at world size 2, hold after step KILL's checkpoint
+    # Should agent a's rendezvous close before b joins (a loaded machine), a starts alone at world
+    # size 1 and holds after its first step; b's arrival then restarts both at world size 2, which
+    # resume from that checkpoint (the steps' values are those of one uninterrupted run either way).
+    (hold / "hold-ws1").touch()
     port = free_port()
     cmd = run_cli(path, "--elastic", "--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-endpoint",
                   f"127.0.0.1:{port}", "--rdzv-conf", "last_call_timeout=1,join_timeout=120",
@@ -73,6 +77,7 @@ def test_a_killed_agent_leaves_the_survivor_training_on_its_own_plan_exactly(tmp
 
     agents.kill("b")  # mid-run: b's worker dies holding after step KILL, a's fails at its next collective
     (hold / "hold-ws2").unlink()
+    (hold / "hold-ws1").unlink()  # the survivor trains on to the end
     assert agents.wait("a", 400) == 0, agents.all_text()
 
     end = _checkpoint(ckpt, STEPS)
