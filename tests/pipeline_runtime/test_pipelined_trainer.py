@@ -19,12 +19,10 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import yaml
-from pipeline_jobs import GPT
+from pipeline_jobs import GPT, plan_pipelined
 
 from tensoropt.cli import main
 from tensoropt.config import Job
-from tensoropt.planner import plan_job
-from tensoropt.plans import plan_file_text
 from tensoropt.training.metrics import METRIC_KEYS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
@@ -51,13 +49,7 @@ def _job(tmp: Path) -> dict:
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pipelined-trainer")
     job = _job(tmp)
-    job_path = tmp / "job.yaml"
-    job_path.write_text(yaml.safe_dump(job))
-    frontier = plan_job(Job.from_dict(job)).to_json()
-    pipelined = [p["id"] for f in frontier["frontiers"] for p in f["plans"] if p.get("pipeline")]
-    assert pipelined, "the planner listed no pipelined plan"
-    plan_path = tmp / "plan.json"
-    plan_path.write_text(plan_file_text(frontier, pipelined[0]))
+    job_path, plan_path = plan_pipelined(job, tmp)
     common = ["run", str(job_path), "--plan", str(plan_path), "--checkpoint-dir", str(tmp / "ckpt"),
               "--checkpoint-every", "2", "--timeout-s", "300"]
     codes = [main([*common, "--steps", str(FIRST)]), main(common)]
