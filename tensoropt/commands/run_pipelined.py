@@ -4,9 +4,9 @@
 ``plan["pipeline"]``). Each stage's forward and backward replay programs traced once
 (:mod:`tensoropt.pipeline_runtime.replay`), data parallel inside each stage; the plan's intra-stage
 layouts (tensor splits, memory options) are not run yet. The job's trainer keys (optimizer groups,
-learning-rate schedule, clipping, metrics, export) run through
-:class:`tensoropt.pipeline_runtime.trainer.StageTrainer`; ``validation`` and ``--elastic`` are
-refused here before any worker starts. ``--checkpoint-dir DIR`` resumes from DIR's newest
+learning-rate schedule, clipping, metrics, validation, export) run through
+:class:`tensoropt.pipeline_runtime.trainer.StageTrainer`; ``--elastic`` is refused here before any
+worker starts. ``--checkpoint-dir DIR`` resumes from DIR's newest
 pipelined checkpoint (any stage count wrote it) up to the job's steps, and writes one there every
 ``--checkpoint-every`` steps and after the last.
 """
@@ -30,7 +30,7 @@ def pipelined_problems(args, trainer_keys: list[str], executor: dict) -> list[st
         >>> problems = pipelined_problems(argparse.Namespace(elastic=False), ["validation", "lr_scheduler"],
         ...                               {"mode": "replay", "compile": "inductor"})
         >>> [p.split(" (")[0].split(":")[0] for p in problems]
-        ['--compile inductor', 'trainer key validation']
+        ['--compile inductor']
     """
     from tensoropt.pipeline_runtime.trainer import UNSUPPORTED_KEYS
 

@@ -15,6 +15,8 @@ for a rank holding one stage of a pipelined plan:
 * ``metrics``: rank 0 writes ``metrics.jsonl`` (the contract's keys,
   :data:`tensoropt.training.metrics.METRIC_KEYS`) every ``log_every`` steps and the progress line;
   the step's loss is the last stage's, averaged over the replicas (one all-reduce of one number);
+* ``validation``: every ``every`` steps (and after the last) the forward-only loss of ``steps``
+  held-out global batches (the schedule's ``eval``), in ``validation.jsonl`` beside the metrics;
 * ``checkpoint.export``: the consolidated model, gathered stage by stage to rank 0 and written by
   :func:`tensoropt.parallel.save.save_model` (``config.json`` beside it for an HF model).
 
@@ -37,7 +39,7 @@ from tensoropt.config import Job, effective_optimizer
 from tensoropt.training.optimizer import build_optimizer
 from tensoropt.training.schedule import schedule_function
 
-UNSUPPORTED_KEYS = ("validation",)
+UNSUPPORTED_KEYS: tuple[str, ...] = ()
 """Trainer keys a pipelined run does not honour yet (refused before any worker starts)."""
 
 
@@ -88,14 +90,19 @@ class StageTrainer:
         self.max_norm = job.training.max_grad_norm or math.inf
         self.scheduler = None
         self.grad_norm: float | None = None
-        self.log = self.bar = None
+        self.log = self.bar = self.val_log = None
         self.records: list[dict] = []
+        self.held_out = None
+        if job.validation is not None:
+            from tensoropt.training.loop import GlobalBatches
+
+            self.held_out = GlobalBatches(job, job.validation.data).source
 
     def start(self, first_step: int, total_steps: int) -> None:
         """Create the schedule at ``first_step`` (after a resume) of a run of ``total_steps`` (the
         default decay length is the rest of the run) and, on rank 0, the metrics sinks."""
         from tensoropt.training.loop import _step_flops
-        from tensoropt.training.metrics import MetricsLogger, ProgressLine, TensorBoardWriter
+        from tensoropt.training.metrics import VALIDATION_KEYS, MetricsLogger, ProgressLine, TensorBoardWriter
 
         self.total = int(total_steps)
         optimizer = self.rt.optimizer
@@ -113,6 +120,9 @@ class StageTrainer:
             jsonl = Path(metrics.jsonl) if metrics.jsonl else self.out_dir / "metrics.jsonl"
             self.log = MetricsLogger(jsonl, tensorboard=tb)
             self.bar = ProgressLine(self.total)
+            if self.held_out is not None:
+                self.val_log = MetricsLogger(jsonl.with_name("validation.jsonl"), keys=VALIDATION_KEYS,
+                                             tensorboard=tb, prefix="val/")
 
     @property
     def lr(self) -> float:
@@ -125,7 +135,8 @@ class StageTrainer:
                                             self.rt.mesh.get_group("pp"))
 
     def after_step(self, step: int, local_loss: float | None, lr: float, time_s: float) -> dict:
-        """Advance the schedule; on rank 0 log ``step``'s record (``step`` counted from 0)."""
+        """Advance the schedule; on rank 0 log ``step``'s record (``step`` counted from 0); validate
+        when ``validation.every`` says."""
         from tensoropt.job_model import tokens_per_sample
         from tensoropt.training.loop import _peak_bytes
         from tensoropt.training.metrics import step_record
@@ -142,7 +153,23 @@ class StageTrainer:
         if self.log is not None and ((step + 1) % self.job.metrics.log_every == 0 or step + 1 == self.total):
             self.log.log(record)
             self.bar.update(step + 1, loss=loss, lr=lr)
+        every = self.job.validation.every if self.held_out is not None else 0
+        if every and ((step + 1) % every == 0 or step + 1 == self.total):
+            self.validate(step + 1)
         return record
+
+    def validate(self, step: int) -> float:
+        """The mean forward-only loss of ``validation.steps`` held-out global batches after ``step``
+        updates (logged by rank 0 in ``validation.jsonl``)."""
+        import time
+
+        start = time.perf_counter()
+        batches = self.job.validation.steps
+        local = [self.rt.eval_loss(i, self.held_out) for i in range(batches)]
+        loss = sum(self.rt.global_losses(local)) / batches
+        if self.val_log is not None:
+            self.val_log.log({"step": step, "loss": loss, "time_s": time.perf_counter() - start})
+        return loss
 
     def finish(self) -> None:
         """Export the consolidated model when ``checkpoint.export`` says (collective); close the sinks."""
@@ -150,7 +177,7 @@ class StageTrainer:
             if self.job.checkpoint.export:
                 export_stages(self.rt, self.job, self.job.checkpoint.export)
         finally:
-            for sink in (self.log, self.bar):
+            for sink in (self.log, self.val_log, self.bar):
                 if sink is not None:
                     sink.close()
 

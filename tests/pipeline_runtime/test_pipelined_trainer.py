@@ -7,7 +7,7 @@ The tiny zoo GPT (untied head: 4 pipeline blocks), planned with ``planner.pipeli
 checkpoints every 2 steps) and a second ``tensoropt run`` resumes from step 4 to the job's 6 steps.
 Every step's loss, learning rate and pre-clipping gradient norm must equal the plain 1-process loop's
 (``torch.nn.utils.clip_grad_norm_`` on the whole model) within 1e-5, and the exported model its final
-parameters. ``validation`` is refused in one line before any worker starts.
+parameters. A pipelined HF Llama run's validation losses equal the 1-process model's.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import yaml
-from pipeline_jobs import GPT, plan_pipelined
+from pipeline_jobs import GPT, plan, plan_pipelined
 
 from tensoropt.cli import main
 from tensoropt.config import Job
+from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.launch import LaunchOptions, launch_module
 from tensoropt.training.metrics import METRIC_KEYS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
@@ -31,6 +33,7 @@ from trainer_reference import reference  # noqa: E402
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(900)]
 
 STEPS, FIRST, MAX_NORM, TOL = 6, 4, 0.3, 1e-5
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _job(tmp: Path) -> dict:
@@ -85,13 +88,29 @@ def test_the_exported_model_is_the_trained_one(trained):
         assert diff <= TOL * scale, f"{key} differs by {diff:.3g} (scale {scale:.3g})"
 
 
-def test_validation_is_refused_before_any_worker(trained, capsys):
-    tmp, job, _ = trained
-    job = {**job, "validation": {"data": {"factory": "tensoropt.training.data:random_tokens",
-                                          "kwargs": {"num_samples": 16, "seq_len": 8, "vocab_size": 64}},
-                                 "every": 2, "steps": 1}}
-    path = tmp / "validation.yaml"
-    path.write_text(yaml.safe_dump(job))
-    code = main(["run", str(path), "--plan", str(tmp / "plan.json")])
-    err = capsys.readouterr().err
-    assert code != 0 and "trainer key validation: not run with a pipelined plan yet" in err
+LLAMA_VALIDATION = {"validation": {"data": {"factory": "tensoropt.training.data:random_tokens",
+                                             "kwargs": {"num_samples": 16, "seq_len": 32, "vocab_size": 256,
+                                                        "seed": 7}},
+                                    "every": 2, "steps": 2}}
+
+
+def test_validation_of_a_pipelined_run_equals_the_plain_loop(tmp_path):
+    """HF Llama (4 layers; its loss a token mean), pp=2 1F1B, 4 steps validated every 2: the
+    held-out losses (the schedule's forward-only ``eval``) equal the 1-process model's."""
+    data = yaml.safe_load((REPO / "configs/jobs/hf-llama.yaml").read_text())
+    data["model"]["kwargs"]["num_hidden_layers"] = 4
+    data["training"] = {**data["training"], "optimizer": "momentum", "learning_rate": 0.05, "steps": 4}
+    data.update(devices=[2], metrics={"log_every": 1, "jsonl": str(tmp_path / "metrics.jsonl")},
+                **LLAMA_VALIDATION)
+    job = Job.from_dict(data)
+    run = {"spec": TrainSpec.from_job(job).to_json(), "plan": plan("llama-val", 2, "1F1B", [[0, 2], [3, 5]]),
+           "steps": 4, "job": job.to_dict(), "out_dir": str(tmp_path)}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"runs": [run], "timeout_s": 120}))
+    code = launch_module("tensoropt.pipeline_runtime.worker", [str(path)], LaunchOptions(2, timeout_s=400))
+    assert code == 0
+    logged = [json.loads(line) for line in (tmp_path / "validation.jsonl").read_text().splitlines()]
+    expected = [r for r in reference(job, 2, 4) if "val_loss" in r]
+    assert [r["step"] for r in logged] == [r["step"] for r in expected] == [2, 4]
+    for got, want in zip(logged, expected):
+        assert abs(got["loss"] - want["val_loss"]) <= TOL * abs(want["val_loss"]), (got, want)
