@@ -5,10 +5,11 @@ parameters, gradients, optimizer state and saved activations. A process's real p
 (``measured.peak_bytes``, :mod:`tensoropt.executor.state.peak_memory`) adds two terms:
 
     peak_bytes = state_bytes + max(activation_bytes + backward_transient_bytes,
-                                   optimizer_step_transient_bytes)
+                                   optimizer_step_transient_bytes, fresh_gradient_bytes)
                + runtime_overhead_bytes + program_bytes
              = memory_bytes + max(backward_transient_bytes,
-                                  optimizer_step_transient_bytes - activation_bytes)
+                                  optimizer_step_transient_bytes - activation_bytes,
+                                  fresh_gradient_bytes - activation_bytes)
                + runtime_overhead_bytes + program_bytes
 
 where ``state_bytes`` is the parameters, gradients and optimizer state, ``activation_bytes =
@@ -16,12 +17,16 @@ memory_bytes - state_bytes`` the saved activations (freed by the time the optimi
 step's temporaries and the activations peak at different moments), ``backward_transient_bytes``
 the gradients of activations alive at once when backward starts: twice the largest local
 activation (cross entropy's backward holds the gradient of the log-probabilities and of the
-logits beside the saved log-probabilities; COSTS.md: a peak, the largest one, added once), less
+logits beside the saved log-probabilities; COSTS.md: a peak, the largest one, added once), or the
+loss's own turn where larger (below), less
 the parameter gradients ``memory_bytes`` counts, which are not alive yet at that moment (the
-loop zeroes them to None; they appear as backward frees the saved activations): measured on
+loop zeroes them to None; they appear as backward frees the saved activations; with several
+micro-batches the accumulated ones are alive, and nothing is taken off): measured on
 width-256 GPT-2 and BERT data-parallel plans, the tensor peak is ``memory_bytes`` itself (66.0
 against 66.15 MiB), where the unreduced term put it 12-29 % above (docs/results.md, fidelity),
-:func:`optimizer_step_transient_bytes` the step's temporaries, ``runtime_overhead_bytes`` the
+:func:`optimizer_step_transient_bytes` the step's temporaries, ``fresh_gradient_bytes`` a
+later micro-batch's gradients beside the accumulated ones at its backward's end (0 for one
+micro-batch; the last term is :func:`accumulation_bytes`), ``runtime_overhead_bytes`` the
 device profile's per-process constant and ``program_bytes`` (:func:`program_bytes`) its
 ``bytes_per_program_node`` times the replayed program's node count as traced (``tensoropt
 calibrate --memory`` measures both).
