@@ -11,8 +11,13 @@ stage, parameter bytes and measured peak above its level before the stage was bu
 the optimizer, under the model's names, written after the last step) and ``resume_from`` (a DCP
 checkpoint to start from: any stage count or process count wrote it), ``replay`` (default true: each
 stage's forward and backward replay traced programs; false: eager autograd); ``timeout_s`` (every
-collective's limit; default 120 s); and ``interleave`` (true: the runs are built together and
-stepped in turn, for timing ratios under the same load).
+collective's limit; default 120 s); ``interleave`` (true: the runs are built together and
+stepped in turn, for timing ratios under the same load); and ``tensor_peak`` (true: the second
+step, the stage traced and the optimizer's state made by the first, is measured for its tensor peak,
+:class:`tensoropt.pipeline_runtime.stage_peak.StepPeak`; each rank's ``peak_tensor_bytes``,
+``resident_tensor_bytes``, ``before_bytes`` (alive before the run was built), the ``phase`` the
+peak was reached in and the resident parts go into the metrics; that step's time is left out of
+the median).
 
 Example:
     >>> # not run here: started by `tensoropt run` (tensoropt.launch.launch_module)
@@ -49,6 +54,14 @@ class PlanRun:
         cuda = torch.cuda.is_available()
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         load_model_code(spec, device)
+        self.before_bytes = 0
+        if config.get("tensor_peak"):  # what other runs of this launch left alive is not this run's
+            import gc
+
+            from tensoropt.pipeline_runtime.stage_peak import live_tensor_bytes
+
+            gc.collect()
+            self.before_bytes = live_tensor_bytes()
         self.peak = PeakMemory(device)  # the level before the stage is built (as the executor's worker)
         self.rt = PipelineRuntime(spec, config["plan"], device, replay=config.get("replay", True))
         self.peak.start()
@@ -58,13 +71,50 @@ class PlanRun:
         self.steps = int(config["steps"])
         self.losses: list[float | None] = []
         self.times: list[float] = []
+        self.tensor_peak: dict | None = None
+        self.measure_step = 1 if config.get("tensor_peak") else None
 
     def step(self) -> None:
-        """The run's next step, timed (after a barrier)."""
+        """The run's next step, timed (after a barrier); the one measured for its tensor peak
+        runs under :class:`~tensoropt.pipeline_runtime.stage_peak.StepPeak`."""
         dist.barrier()
+        index = len(self.times)
+        if index == self.measure_step:
+            self.tensor_peak = self._measured_step(self.start + index)
+            self.times.append(float("nan"))
+            return
         t0 = time.perf_counter()
-        self.losses.append(self.rt.train_step(self.start + len(self.times)))
+        self.losses.append(self.rt.train_step(self.start + index))
         self.times.append(time.perf_counter() - t0)
+
+    def _measured_step(self, step: int) -> dict:
+        """Run ``step`` under a tensor peak, each forward and backward of the schedule labelled."""
+        from tensoropt.pipeline_runtime.stage_peak import StepPeak, stage_resident_parts
+
+        rt = self.rt
+        stage = rt.stage
+        parts = stage_resident_parts(rt.module, rt.optimizer, stage)
+        forward, backward = stage.forward_one_chunk, stage.backward_one_chunk
+
+        def labelled(run, kind):
+            def call(chunk, *args, **kwargs):
+                peak.phase = f"{kind}{chunk}"
+                try:
+                    return run(chunk, *args, **kwargs)
+                finally:
+                    peak.phase = f"after {kind}{chunk}"
+            return call
+
+        stage.forward_one_chunk = labelled(forward, "F")
+        stage.backward_one_chunk = labelled(backward, "B")
+        try:
+            with StepPeak() as peak:
+                self.losses.append(rt.train_step(step))
+        finally:
+            del stage.forward_one_chunk, stage.backward_one_chunk
+        return {"peak_tensor_bytes": peak.peak_bytes, "resident_tensor_bytes": peak.resident_bytes,
+                "before_bytes": self.before_bytes,
+                "phase": peak.peak_phase, "resident_parts": parts}
 
     def finish(self) -> dict | None:
         """Write what the run's config asks for; rank 0 returns the metrics (others None)."""
@@ -74,7 +124,7 @@ class PlanRun:
         per_rank = [None] * rt.world
         dist.all_gather_object(per_rank, {
             "rank": rt.rank, "stage": rt.stage_index, "peak_bytes": peak_bytes,
-            "peak_method": self.peak.method,
+            "peak_method": self.peak.method, **(self.tensor_peak or {}),
             "parameter_bytes": sum(p.numel() * p.element_size() for p in rt.module.parameters())})
         if config.get("params_dir") and rt.dp_index == 0:
             out = Path(config["params_dir"])
@@ -87,7 +137,7 @@ class PlanRun:
         if rt.rank != 0:
             return None
         plan = config["plan"]
-        steady = times[1:] or times
+        steady = [t for t in times[1:] if t == t] or times
         return {
             "plan_id": plan.get("id"), "devices": rt.world, "pipeline": plan["pipeline"],
             "first_step": start, "losses": losses, "step_times_s": times,
