@@ -25,41 +25,12 @@ from pathlib import Path
 
 
 def pipelined_plans(job, nproc: int, stages: int, schedule: str, m: int) -> list[dict]:
-    """The fastest and the leanest plan of the exact pipelined frontier of one (p, schedule, m), as
-    plan entries (what ``tensoropt run`` reads), each with its stages' predicted memory."""
-    import frontier as ft
-    from estimators.profiles import load_cluster
-    from tensoropt.pipeline.search import StageSolver, pipelined_frontier, to_plan
-    from tensoropt.pipeline.stages import find_blocks
-    from tensoropt.planner import (
-        AUTO_BOX_MIN_CANDIDATES,
-        AUTO_STEP_EPSILON,
-        PIPELINE_STAGE_PLANS,
-        capture_job,
-        job_cost_graph,
-        micro_batch_job,
-        thin_to_count,
-    )
+    """The fastest and the leanest plan of the exact pipelined frontier of one (p, schedule, m)
+    (:func:`tensoropt.pipeline.candidate.candidate_plans`), as plan entries."""
+    from tensoropt.pipeline.candidate import candidate_plans
 
-    cluster = load_cluster(job.cluster)
-    job_m = micro_batch_job(job, m)
-    graph = capture_job(job_m)
-    blocks = find_blocks(graph)
-    G = job_cost_graph(graph, job_m, cluster, nproc // stages)
-
-    def solve(H):
-        points = ft.solve(H, step_epsilon=AUTO_STEP_EPSILON, box_min_candidates=AUTO_BOX_MIN_CANDIDATES)
-        return thin_to_count(points, PIPELINE_STAGE_PLANS)[0]
-
-    solver = StageSolver(G, graph, blocks, m, solve)
-    found, _ = pipelined_frontier(solver, stages, schedule)
-    chosen = {0: found[0], len(found) - 1: found[-1]}
-    out = []
-    for i, pp in sorted(chosen.items()):
-        plan, _ = to_plan(pp, solver, nproc, job.training.global_batch_size)
-        plan.id = f"{schedule}-m{m}-{'fast' if i == 0 else 'lean'}"
-        out.append(plan.to_json())
-    return out
+    found = candidate_plans(job, nproc, stages, schedule, m)
+    return [p.to_json() for p in (found[:1] + found[1:][-1:])]
 
 
 def main() -> None:

@@ -17,7 +17,9 @@ step, the stage traced and the optimizer's state made by the first, is measured 
 :class:`tensoropt.pipeline_runtime.stage_peak.StepPeak`; each rank's ``peak_tensor_bytes``,
 ``resident_tensor_bytes``, ``before_bytes`` (alive before the run was built), the ``phase`` the
 peak was reached in and the resident parts go into the metrics; that step's time is left out of
-the median).
+the median); ``compute_reference`` (true: after each timed step, the stage's own forward and
+backward of every micro-batch run back to back without the schedule, timed: each rank's
+``compute_times_s``, the stages' compute under the same load).
 
 Example:
     >>> # not run here: started by `tensoropt run` (tensoropt.launch.launch_module)
@@ -71,6 +73,7 @@ class PlanRun:
         self.steps = int(config["steps"])
         self.losses: list[float | None] = []
         self.times: list[float] = []
+        self.compute_times: list[float] = []
         self.tensor_peak: dict | None = None
         self.measure_step = 1 if config.get("tensor_peak") else None
 
@@ -86,6 +89,30 @@ class PlanRun:
         t0 = time.perf_counter()
         self.losses.append(self.rt.train_step(self.start + index))
         self.times.append(time.perf_counter() - t0)
+        if self.config.get("compute_reference"):
+            dist.barrier()
+            t0 = time.perf_counter()
+            self._compute_only(self.start + index)
+            self.compute_times.append(time.perf_counter() - t0)
+
+    def _compute_only(self, step: int) -> None:
+        """The stage's own work of ``step`` without the schedule: each micro-batch's forward and
+        backward run back to back on this rank (a random received activation and output gradient
+        where the stage has neighbours), no point-to-point exchange, no optimizer step (the
+        gradients it adds are zeroed by the next step). Timed beside the pipelined steps: the
+        stages' compute under the same load."""
+        rt = self.rt
+        batch = rt.local_batch(step)
+        rows = rt.rows // rt.m
+        for i in range(rt.m):
+            kwargs = {n: batch[n][i * rows:(i + 1) * rows] for n in rt.input_names}
+            args = ()
+            if not rt.is_first:
+                buffer = rt.stage.args_recv_info[0][0].buffer
+                args = (torch.randn_like(buffer).requires_grad_(),)
+            out = rt.stage_module(*args, **kwargs)
+            grad = torch.ones_like(out) if rt.is_last else torch.randn_like(out)
+            torch.autograd.backward(out, grad)
 
     def _measured_step(self, step: int) -> dict:
         """Run ``step`` under a tensor peak, each forward and backward of the schedule labelled."""
@@ -125,6 +152,7 @@ class PlanRun:
         dist.all_gather_object(per_rank, {
             "rank": rt.rank, "stage": rt.stage_index, "peak_bytes": peak_bytes,
             "peak_method": self.peak.method, **(self.tensor_peak or {}),
+            "compute_times_s": self.compute_times,
             "parameter_bytes": sum(p.numel() * p.element_size() for p in rt.module.parameters())})
         if config.get("params_dir") and rt.dp_index == 0:
             out = Path(config["params_dir"])
