@@ -2,6 +2,11 @@
 
     python benchmarks/pipeline_step.py JOB.yaml FRONTIER.json [--nproc 2] [--steps 8] [--eager] [--memory]
         [--compute]
+    python benchmarks/pipeline_step.py JOB.yaml --stages 2 --schedules 1F1B --micro-batches 2 4 8 ...
+
+Without FRONTIER.json, the fastest plan of each (``--stages``, schedule, m) pipelined frontier is
+planned here (:func:`tensoropt.pipeline.candidate.candidate_plans`: every m, not only those on the
+merged frontier).
 
 Every plan of FRONTIER.json whose ``"pipeline"`` is set, for ``--nproc`` devices, is trained by the
 pipelined runtime (tensoropt.pipeline_runtime: each stage's forward and backward replayed as traced
@@ -57,7 +62,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("job")
-    parser.add_argument("frontier")
+    parser.add_argument("frontier", nargs="?")
+    parser.add_argument("--stages", type=int, default=2)
+    parser.add_argument("--schedules", nargs="+", default=["1F1B"])
+    parser.add_argument("--micro-batches", nargs="+", type=int, default=[2, 4, 8])
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--eager", action="store_true", help="also run each plan with eager stages")
@@ -66,12 +74,19 @@ def main() -> None:
                         help="also time each stage's compute without the schedule, under the same load")
     args = parser.parse_args()
     job = load_job(args.job)
-    frontier = json.loads(Path(args.frontier).read_text())
     spec = TrainSpec.from_job(job, steps=args.steps)
     cluster = load_cluster(job.cluster)
     overhead_s = cluster.device.pipeline_microbatch_s
-    plans = [json.loads(plan_file_text(frontier, p["id"])) for f in frontier["frontiers"]
-             if f["devices"] == args.nproc for p in f["plans"] if p.get("pipeline")]
+    if args.frontier:
+        frontier = json.loads(Path(args.frontier).read_text())
+        plans = [json.loads(plan_file_text(frontier, p["id"])) for f in frontier["frontiers"]
+                 if f["devices"] == args.nproc for p in f["plans"] if p.get("pipeline")]
+    else:
+        from tensoropt.pipeline.candidate import candidate_plans
+
+        plans = [candidate_plans(job, args.nproc, args.stages, s, m)[0].to_json()
+                 for s in args.schedules for m in args.micro_batches
+                 if not (s == "1F1B" and m < args.stages)]
     if not plans:
         raise SystemExit(f"{args.frontier}: no pipelined plan for {args.nproc} devices")
     modes = [True, False] if args.eager else [True]
