@@ -146,9 +146,10 @@ class PipelineRuntime:
         values = self.batches.local(step, regions)
         return {n: v.to(self.device) for n, v in zip(names, values)}
 
-    def train_step(self, step: int) -> float | None:
+    def train_step(self, step: int, before_update=None) -> float | None:
         """One optimizer step over ``step``'s batch; the last stage returns this replica's loss
-        (the mean of its micro-batches' losses), the others None."""
+        (the mean of its micro-batches' losses), the others None. ``before_update()`` runs between
+        the gradient sync and the optimizer step (the trainer's clipping)."""
         batch = self.local_batch(step)
         kwargs = {n: batch[n] for n in self.input_names}
         self.optimizer.zero_grad(set_to_none=False)
@@ -156,6 +157,8 @@ class PipelineRuntime:
         target = self.loss_scale_rows(kwargs) if self.is_last else None
         self.schedule.step(target=target, losses=losses, return_outputs=False, **kwargs)
         self.sync_gradients()
+        if before_update is not None:
+            before_update()
         self.optimizer.step()
         if self.is_last:
             return float(sum(loss.detach() for loss in losses))

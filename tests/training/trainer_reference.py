@@ -14,9 +14,10 @@ from tensoropt.training.optimizer import build_optimizer
 from tensoropt.training.schedule import make_scheduler
 
 
-def reference(job: Job, micro_batches: int, steps: int) -> list[dict]:
+def reference(job: Job, micro_batches: int, steps: int, final_state: dict | None = None) -> list[dict]:
     """Every step's loss (mean over micro-batches), learning rate and pre-clipping gradient norm
-    (``torch.nn.utils.clip_grad_norm_``) of the job trained in one process."""
+    (``torch.nn.utils.clip_grad_norm_``) of the job trained in one process; ``final_state``, when
+    given, receives the trained model's ``state_dict()``."""
     job = resolve_job(job)
     spec = TrainSpec.from_job(job)
     model = spec.build_model()  # the executor's seeded initial weights, whole
@@ -42,4 +43,6 @@ def reference(job: Job, micro_batches: int, steps: int) -> list[dict]:
         sched.step()
         opt.zero_grad()
         out.append({"step": step + 1, "loss": loss, "lr": lr, "grad_norm": norm})
+    if final_state is not None:
+        final_state.update({k: v.detach().clone() for k, v in model.state_dict().items()})
     return out
