@@ -25,7 +25,8 @@ under the same load. The second table then checks the step formula with those me
 ``c_s`` (per micro-batch) in place of the predicted ones: ``(m - 1) max c_s + sum c_s`` against the
 measured step (the residual per micro-batch slot ``(measured - formula) / (m + p - 1)`` is what the
 schedule itself adds: its exchanges and bookkeeping), and gives the load factor (measured over
-predicted stage compute) and the prediction scaled by it.
+predicted stage compute) and the prediction scaled by it, with and without the
+``pipeline_microbatch_s`` term (``o``).
 
 ``--memory``: one more launch per plan (peak memory mixes when runs share a process), 3 steps each;
 the table gives each stage's predicted memory (``pipeline_detail.stages[s].memory_bytes``) against
@@ -143,7 +144,8 @@ def main() -> None:
 def _compute_table(plans: list[dict], timed: list[dict], overhead_s: float) -> None:
     """The step formula with each stage's measured compute (see ``--compute``)."""
     print(f"{'plan':8} {'m':>3} {'c_s pred (ms)':>16} {'c_s meas (ms)':>16} {'load':>5} "
-          f"{'formula(c meas)':>15} {'measured':>9} {'residual/slot':>13} {'pred x load':>11} {'ratio':>6}")
+          f"{'formula(c meas)':>15} {'measured':>9} {'residual/slot':>13} {'pred x load':>11} {'ratio':>6} "
+          f"{'o=0 x load':>10} {'ratio':>6}")
     for p, t in zip(plans, timed):
         pipe, detail = p["pipeline"], p.get("pipeline_detail") or {}
         m, stages = pipe["micro_batches"], pipe["stages"]
@@ -158,10 +160,11 @@ def _compute_table(plans: list[dict], timed: list[dict], overhead_s: float) -> N
         measured = t["measured"]["time_s"]
         residual = (measured - formula) / (m + stages - 1)
         scaled = p["time_s"] * load
+        bare = (p["time_s"] - (m + stages - 1) * overhead_s) * load  # the prediction without the o term
         print(f"{p['id']:8} {m:>3} {'/'.join(f'{1e3 * c:.1f}' for c in pred):>16} "
               f"{'/'.join(f'{1e3 * c:.1f}' for c in meas):>16} {load:>5.2f} {1e3 * formula:>13.1f}ms "
               f"{1e3 * measured:>7.1f}ms {1e3 * residual:>11.2f}ms {1e3 * scaled:>9.1f}ms "
-              f"{measured / scaled:>6.2f}")
+              f"{measured / scaled:>6.2f} {1e3 * bare:>8.1f}ms {measured / bare:>6.2f}")
 
 
 if __name__ == "__main__":
