@@ -24,12 +24,12 @@ import tempfile
 from pathlib import Path
 
 
-def pipelined_plans(job, nproc: int, stages: int, schedule: str, m: int) -> list[dict]:
+def pipelined_plans(job, nproc: int, stages: int, schedule: str, m: int, dp: bool = False) -> list[dict]:
     """The fastest and the leanest plan of the exact pipelined frontier of one (p, schedule, m)
     (:func:`tensoropt.pipeline.candidate.candidate_plans`), as plan entries."""
     from tensoropt.pipeline.candidate import candidate_plans
 
-    found = candidate_plans(job, nproc, stages, schedule, m)
+    found = candidate_plans(job, nproc, stages, schedule, m, data_parallel_stages=dp)
     return [p.to_json() for p in (found[:1] + found[1:][-1:])]
 
 
@@ -46,12 +46,15 @@ def main() -> None:
     parser.add_argument("--schedules", nargs="+", default=["1F1B", "GPipe"])
     parser.add_argument("--micro-batches", nargs="+", type=int, default=[2, 4, 8])
     parser.add_argument("--out", help="write the rows as JSON here")
+    parser.add_argument("--data-parallel-stages", action="store_true",
+                        help="each stage's data-parallel plan (what the runtime runs on devices/p > 1)")
     args = parser.parse_args()
     job = load_job(args.job)
     spec = TrainSpec.from_job(job, steps=3)
     plans = [plan for schedule in args.schedules for m in args.micro_batches
              if not (schedule == "1F1B" and m < args.stages)
-             for plan in pipelined_plans(job, args.nproc, args.stages, schedule, m)]
+             for plan in pipelined_plans(job, args.nproc, args.stages, schedule, m,
+                                         args.data_parallel_stages)]
     with tempfile.TemporaryDirectory(prefix="pipeline-memory-") as tmp:
         tmp = Path(tmp)
         runs = [{"spec": spec.to_json(), "plan": p, "steps": 3, "tensor_peak": True,

@@ -15,10 +15,14 @@ Example:
 from __future__ import annotations
 
 
-def candidate_plans(job, num_devices: int, stages: int, schedule: str, micro_batches: int) -> list:
+def candidate_plans(job, num_devices: int, stages: int, schedule: str, micro_batches: int,
+                    data_parallel_stages: bool = False) -> list:
     """Every plan of the exact pipelined frontier of ``stages`` stages, ``schedule`` and
     ``micro_batches`` on ``num_devices`` devices (:class:`tensoropt.plans.Plan`, fastest first, ids
     ``<schedule>-m<m>-<i>``), each stage's memory by part in ``pipeline_detail.stages``.
+    ``data_parallel_stages``: every stage takes its data-parallel plan
+    (:func:`tensoropt.data_parallel.data_parallel_assignment`) instead of its FT frontier: what the
+    runtime runs today on ``devices / p > 1`` devices per stage.
 
     Raises:
         PipelineError: the request cannot be planned (the field named).
@@ -45,6 +49,12 @@ def candidate_plans(job, num_devices: int, stages: int, schedule: str, micro_bat
     G = job_cost_graph(graph, job_m, load_cluster(job.cluster), num_devices // stages)
 
     def solve(H):
+        if data_parallel_stages:
+            from types import SimpleNamespace
+
+            from tensoropt.data_parallel import data_parallel_assignment
+
+            return [SimpleNamespace(assignment=data_parallel_assignment(H))]
         points = ft.solve(H, step_epsilon=AUTO_STEP_EPSILON, box_min_candidates=AUTO_BOX_MIN_CANDIDATES)
         return thin_to_count(points, PIPELINE_STAGE_PLANS)[0]
 
