@@ -213,7 +213,10 @@ class Plan:
     pipeline_detail: dict | None = None
     """For a pipelined plan: ``bubble_fraction``, ``stage_mesh``/``stage_mesh_levels`` (each stage's
     mesh; ``ops`` labels are prefixed ``pp<p>:``), ``block_names`` and ``stages`` (per stage its
-    blocks, device range, in-flight micro-batches, time per micro-batch, once-per-step time, memory)."""
+    blocks, device range, in-flight micro-batches, time per micro-batch, once-per-step time, memory
+    held, and its parts and tensor peak: ``state_bytes``, ``activation_bytes`` per in-flight
+    micro-batch, ``buffer_bytes``, ``transient_bytes``, ``peak_bytes``;
+    :mod:`tensoropt.pipeline.stage_memory`)."""
 
     @property
     def largest_transient_bytes(self) -> float:

@@ -15,7 +15,10 @@ For ``p`` stages, ``m`` micro-batches and a schedule, on ``D`` devices:
    (:func:`estimators.pipeline.once_per_step_s`) is kept apart as ``d`` and counted ``1 / m`` per
    micro-batch in the stage's solve (its share of the step). The schedule's own host time per
    micro-batch (:func:`estimators.pipeline.schedule_overhead_s`, measured) is added to each
-   stage's time per micro-batch.
+   stage's time per micro-batch. A stage option's memory is what the stage holds
+   (:mod:`tensoropt.pipeline.stage_memory`: the state, ``k_s`` micro-batches of activations with the
+   output kept to send, the receive buffers torch keeps per micro-batch); its tensor peak adds the
+   largest transient (``pipeline_detail.stages[s].peak_bytes``).
 3. The stage's intra-operator frontier is the FT solve of that graph (``solve``: the planner's,
    memory options included), thinned to at most ``max_options`` plans with a proven cover.
 4. :func:`frontier.pipeline.pipeline_frontier` combines the stage options exactly:
@@ -45,6 +48,7 @@ from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
 from tensoropt.configspace.configuration import local_shape
 from tensoropt.pipeline.chain_stages import ChainSettings, StageChain
 from tensoropt.pipeline.schedules import in_flight_micro_batches
+from tensoropt.pipeline.stage_memory import StageMemory, stage_memory
 from tensoropt.pipeline.stages import Blocks, block_order
 
 #: Models of more blocks than this keep each stage within ``BALANCE`` blocks of the even split.
@@ -62,7 +66,8 @@ class StageOption:
     step_s: float
     """Once per step (gradient sync, optimizer)."""
     memory_bytes: float
-    """With the stage's in-flight micro-batches of activations."""
+    """What the stage holds (:attr:`tensoropt.pipeline.stage_memory.StageMemory.held_bytes`): its
+    state, its in-flight micro-batches of activations, the receive buffers."""
 
 
 @dataclass
@@ -159,6 +164,9 @@ class StageSolver:
         )
         self.step_s: dict[str, np.ndarray] = {}
         self.p2p_s: dict[str, np.ndarray] = {}
+        self.boundary_bytes: dict[str, np.ndarray] = {}
+        """Local bytes of each crossing tensor per configuration of its producer."""
+        self._out_bytes: dict[str, np.ndarray] = {}
         crossing = set(blocks.boundary.values())
         for n in G.nodes:
             d = G.nodes[n]
@@ -169,23 +177,24 @@ class StageSolver:
             # never more than the configuration's time (a ZeRO variant prices its own synchronisation)
             self.step_s[n] = np.clip(step, 0.0, np.maximum(d["cost"][:, 0], 0.0))
             if n in crossing:  # forward: the activation; backward: its gradient
-                shape, dtype = tuple(g.nodes[n]["out_shape"]), str(g.nodes[n].get("out_dtype", "float32"))
-                self.p2p_s[n] = np.array(
-                    [
-                        2
-                        * p2p_time_s(
-                            cluster,
-                            int(np.prod(local_shape(shape, c.output, mesh.shape))) * itemsize_of(dtype),
-                            self.devices,
-                        )
-                        for c in confs
-                    ]
-                )
+                self.boundary_bytes[n] = self.out_bytes(n)
+                self.p2p_s[n] = np.array([2 * p2p_time_s(cluster, float(b), self.devices)
+                                          for b in self.boundary_bytes[n]])
         self.schedule_s = schedule_overhead_s(cluster, 2)
         """What torch's schedule adds per micro-batch on a stage (a measured constant of the device)."""
         self.cache: dict[tuple, list[StageOption]] = {}
         self.solves = 0
         self.chain = StageChain(self, chain) if chain is not None and StageChain.applies(self) else None
+
+    def out_bytes(self, n: str) -> np.ndarray:
+        """Local bytes of operator ``n``'s output under each of its configurations."""
+        if n not in self._out_bytes:
+            d, mesh = self.g.nodes[n], self.G.graph["mesh"]
+            shape, dtype = tuple(d["out_shape"]), str(d.get("out_dtype", "float32"))
+            self._out_bytes[n] = np.array(
+                [float(np.prod(local_shape(shape, c.output, mesh.shape))) * itemsize_of(dtype)
+                 for c in self.G.nodes[n]["configurations"]])
+        return self._out_bytes[n]
 
     def key(self, first: int, last: int, in_flight: int) -> tuple:
         """What a stage's options depend on: with identical blocks, not which blocks (only how many,
@@ -258,6 +267,7 @@ class StageSolver:
         keep = nodes | inputs | ({received} if received else set())
         H = nx.DiGraph()
         H.graph.update(G.graph)
+        H.graph["pipeline_stage"] = (received, sent, k)
         for n in G.nodes:
             if n not in keep:
                 continue
@@ -286,15 +296,49 @@ class StageSolver:
         return H
 
     def _price(self, H: nx.DiGraph, assignment: dict[str, int]) -> tuple[float, float, float]:
-        """(t, d, w) of an assignment on the stage graph ``H``."""
-        total = np.zeros(2)
+        """(t, d, w) of an assignment on the stage graph ``H`` (w: :meth:`memory`'s held bytes)."""
+        total = 0.0
         step = 0.0
         for n, c in assignment.items():
-            total += H.nodes[n]["cost"][c]
+            total += float(H.nodes[n]["cost"][c, 0])
             step += float(H.nodes[n]["step_s"][c])
         for u, v, e in H.edges(data=True):
-            total += e["cost"][assignment[u], assignment[v]]
-        return float(total[0] - step / self.m) + self.schedule_s, step, float(total[1])
+            total += float(e["cost"][assignment[u], assignment[v], 0])
+        held = self._memory(H, assignment).held_bytes
+        return total - step / self.m + self.schedule_s, step, float(held)
+
+    def memory(self, first: int, last: int, in_flight: int, assignment: dict[str, int]) -> StageMemory:
+        """The stage ``[first, last]``'s memory by part under ``assignment``, ``in_flight`` micro-batches
+        kept (:mod:`tensoropt.pipeline.stage_memory`)."""
+        return self._memory(self._stage_graph(first, last, in_flight), assignment)
+
+    def _memory(self, H: nx.DiGraph, assignment: dict[str, int]) -> StageMemory:
+        """:func:`tensoropt.pipeline.stage_memory.stage_memory` of an assignment on ``H``: the stage
+        graph's memory (state + k x saved activations) split into its parts."""
+        received, sent, k = H.graph["pipeline_stage"]
+        total = state = grads = largest_param = largest_out = received_saved = 0.0
+        for n, c in assignment.items():
+            d = H.nodes[n]
+            total += float(d["cost"][c, 1])
+            if n == received or d["kind"] == "input":
+                continue
+            state += float(sum(d[p][c] for p in STATE_PARTS))
+            grads += float(d["grad_bytes"][c])
+            largest_param = max(largest_param, float(d["param_bytes"][c]))
+            largest_out = max(largest_out, float(self.out_bytes(n)[c]))
+        for u, v, e in H.edges(data=True):
+            mem = float(e["cost"][assignment[u], assignment[v], 1])
+            total += mem
+            if u == received:
+                received_saved += mem
+        k = max(int(k), 1)
+        return stage_memory(
+            state, (total - state) / k, k, self.m,
+            received_bytes=float(self.boundary_bytes[received][assignment[received]]) if received else 0.0,
+            received_saved_bytes=received_saved / k,
+            sent_bytes=float(self.boundary_bytes[sent][assignment[sent]]) if sent else 0.0,
+            largest_output_bytes=largest_out, grad_bytes=grads, largest_param_bytes=largest_param,
+            data_parallel=self.devices)
 
 
 def pipelined_frontier(
@@ -366,12 +410,15 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
                        for s, ((a, b), o) in enumerate(zip(pp.point.blocks, pp.options)))
     summary = (f"pipeline {pp.stages} x {mesh.num_devices} ({pp.schedule}, {pp.micro_batches} micro-batches, "
                f"bubble {100 * pp.bubble:.0f} %; {stages}) | {plan_summary(solver.graph, ops)}")
+    stage_rows = pp.stages_json(devices)
+    for row, ((first, last), option), k in zip(stage_rows, zip(pp.point.blocks, pp.options), pp.in_flight):
+        row.update(solver.memory(first, last, k, option.assignment).to_json())
     detail = {
         "bubble_fraction": pp.bubble,
         "stage_mesh": list(mesh.shape),
         "stage_mesh_levels": list(mesh.levels),
         "block_names": list(pp.block_names),
-        "stages": pp.stages_json(devices),
+        "stages": stage_rows,
         "max_stage_time_s": pp.point.max_t,
         "sum_stage_time_s": pp.point.sum_t,
         "step_s": pp.point.max_d,

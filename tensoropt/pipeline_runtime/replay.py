@@ -51,9 +51,12 @@ class _StageFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        stage, saved = ctx.stage, ctx.saved
+        stage, args = ctx.stage, ctx.saved
         ctx.saved = None
-        grads = stage.backward_program(*saved, grad.contiguous())
+        args.append(grad.contiguous())
+        del grad
+        grads = stage.backward_program(args)  # boxed: it empties ``args`` and frees each saved
+        # tensor after its last use, as a joint program would
         n = stage.state_count
         for p, g in zip(stage.trained, grads[:n]):
             if p is None or g is None:
@@ -152,6 +155,8 @@ class ReplayedStage(nn.Module):
             self.mode = ("eager: the traced programs do not follow the plain forward/backward split "
                          f"(forward {fw_in} -> {fw_out}, backward {bw_in} -> {bw_out})")
             return
+        backward.graph.set_codegen(fx.graph._BoxedCodeGen())
+        backward.recompile()
         self.forward_program, self.backward_program = forward, backward
         params = dict(self.inner.named_parameters())
         self.trained = [params[k] if params[k].requires_grad else None for k in self.param_names]

@@ -207,7 +207,9 @@ class PipelineRuntime:
         return scales.repeat_interleave(self.rows // self.m)
 
     def sync_gradients(self) -> None:
-        """Average the stage's gradients over its data-parallel group (one flat all-reduce)."""
+        """Average the stage's gradients over its data-parallel group (one flat all-reduce), copied
+        back into each ``.grad`` in place: one flat copy of the gradients alive at once, not two
+        (:mod:`tensoropt.pipeline.stage_memory` prices it)."""
         if self.dp == 1:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.module.parameters()]
@@ -217,7 +219,8 @@ class PipelineRuntime:
         offset = 0
         for p, g in zip(self.module.parameters(), grads):
             n = g.numel()
-            p.grad = flat[offset:offset + n].view_as(g).clone()
+            g.copy_(flat[offset:offset + n].view_as(g))
+            p.grad = g
             offset += n
 
     def global_losses(self, losses: list[float | None]) -> list[float]:

@@ -11,8 +11,15 @@ stage, parameter bytes and measured peak above its level before the stage was bu
 the optimizer, under the model's names, written after the last step) and ``resume_from`` (a DCP
 checkpoint to start from: any stage count or process count wrote it), ``replay`` (default true: each
 stage's forward and backward replay traced programs; false: eager autograd); ``timeout_s`` (every
-collective's limit; default 120 s); and ``interleave`` (true: the runs are built together and
-stepped in turn, for timing ratios under the same load).
+collective's limit; default 120 s); ``interleave`` (true: the runs are built together and
+stepped in turn, for timing ratios under the same load); and ``tensor_peak`` (true: the second
+step, the stage traced and the optimizer's state made by the first, is measured for its tensor peak,
+:class:`tensoropt.pipeline_runtime.stage_peak.StepPeak`; each rank's ``peak_tensor_bytes``,
+``resident_tensor_bytes``, ``before_bytes`` (alive before the run was built), the ``phase`` the
+peak was reached in and the resident parts go into the metrics; that step's time is left out of
+the median); ``compute_reference`` (true: after each timed step, the stage's own forward and
+backward of every micro-batch run back to back without the schedule, timed: each rank's
+``compute_times_s``, the stages' compute under the same load).
 
 ``total_steps`` (instead of ``steps``): train up to that step, from the step a resumed checkpoint
 reached. With ``job`` (the job's dict, as ``tensoropt run`` passes it when the job sets trainer keys), the
@@ -55,6 +62,14 @@ class PlanRun:
         cuda = torch.cuda.is_available()
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         load_model_code(spec, device)
+        self.before_bytes = 0
+        if config.get("tensor_peak"):  # what other runs of this launch left alive is not this run's
+            import gc
+
+            from tensoropt.pipeline_runtime.stage_peak import live_tensor_bytes
+
+            gc.collect()
+            self.before_bytes = live_tensor_bytes()
         self.peak = PeakMemory(device)  # the level before the stage is built (as the executor's worker)
         self.rt = PipelineRuntime(spec, config["plan"], device, replay=config.get("replay", True))
         self.peak.start()
@@ -74,12 +89,21 @@ class PlanRun:
             self.trainer.start(self.start, self.start + self.steps)
         self.losses: list[float | None] = []
         self.times: list[float] = []
+        self.compute_times: list[float] = []
+        self.tensor_peak: dict | None = None
+        self.measure_step = 1 if config.get("tensor_peak") else None
 
     def step(self) -> None:
         """The run's next step, timed (after a barrier); with trainer keys, clipped, scheduled,
-        logged and checkpointed every ``checkpoint_every`` steps."""
+        logged and checkpointed every ``checkpoint_every`` steps; the one measured for its tensor
+        peak runs under :class:`~tensoropt.pipeline_runtime.stage_peak.StepPeak` (untimed)."""
         dist.barrier()
-        step = self.start + len(self.times)
+        index = len(self.times)
+        step = self.start + index
+        if index == self.measure_step:
+            self.tensor_peak = self._measured_step(step)
+            self.times.append(float("nan"))
+            return
         lr = self.trainer.lr if self.trainer is not None else None
         t0 = time.perf_counter()
         hook = self.trainer.before_update if self.trainer is not None else None
@@ -91,6 +115,59 @@ class PlanRun:
         done = step + 1
         if self.config.get("checkpoint_dir") and every and done % every == 0 and len(self.times) < self.steps:
             save_checkpoint(self.config["checkpoint_dir"], self.rt.module, self.rt.optimizer, done)
+        if self.config.get("compute_reference"):
+            dist.barrier()
+            t0 = time.perf_counter()
+            self._compute_only(self.start + index)
+            self.compute_times.append(time.perf_counter() - t0)
+
+    def _compute_only(self, step: int) -> None:
+        """The stage's own work of ``step`` without the schedule: each micro-batch's forward and
+        backward run back to back on this rank (a random received activation and output gradient
+        where the stage has neighbours), no point-to-point exchange, no optimizer step (the
+        gradients it adds are zeroed by the next step). Timed beside the pipelined steps: the
+        stages' compute under the same load."""
+        rt = self.rt
+        batch = rt.local_batch(step)
+        rows = rt.rows // rt.m
+        for i in range(rt.m):
+            kwargs = {n: batch[n][i * rows:(i + 1) * rows] for n in rt.input_names}
+            args = ()
+            if not rt.is_first:
+                buffer = rt.stage.args_recv_info[0][0].buffer
+                args = (torch.randn_like(buffer).requires_grad_(),)
+            out = rt.stage_module(*args, **kwargs)
+            grad = torch.ones_like(out) if rt.is_last else torch.randn_like(out)
+            torch.autograd.backward(out, grad)
+
+    def _measured_step(self, step: int) -> dict:
+        """Run ``step`` under a tensor peak, each forward and backward of the schedule labelled."""
+        from tensoropt.pipeline_runtime.stage_peak import StepPeak, stage_resident_parts
+
+        rt = self.rt
+        stage = rt.stage
+        parts = stage_resident_parts(rt.module, rt.optimizer, stage)
+        forward, backward = stage.forward_one_chunk, stage.backward_one_chunk
+
+        def labelled(run, kind):
+            def call(chunk, *args, **kwargs):
+                peak.phase = f"{kind}{chunk}"
+                try:
+                    return run(chunk, *args, **kwargs)
+                finally:
+                    peak.phase = f"after {kind}{chunk}"
+            return call
+
+        stage.forward_one_chunk = labelled(forward, "F")
+        stage.backward_one_chunk = labelled(backward, "B")
+        try:
+            with StepPeak() as peak:
+                self.losses.append(rt.train_step(step))
+        finally:
+            del stage.forward_one_chunk, stage.backward_one_chunk
+        return {"peak_tensor_bytes": peak.peak_bytes, "resident_tensor_bytes": peak.resident_bytes,
+                "before_bytes": self.before_bytes,
+                "phase": peak.peak_phase, "resident_parts": parts}
 
     def finish(self) -> dict | None:
         """Write what the run's config asks for; rank 0 returns the metrics (others None)."""
@@ -100,7 +177,8 @@ class PlanRun:
         per_rank = [None] * rt.world
         dist.all_gather_object(per_rank, {
             "rank": rt.rank, "stage": rt.stage_index, "peak_bytes": peak_bytes,
-            "peak_method": self.peak.method,
+            "peak_method": self.peak.method, **(self.tensor_peak or {}),
+            "compute_times_s": self.compute_times,
             "parameter_bytes": sum(p.numel() * p.element_size() for p in rt.module.parameters())})
         if config.get("params_dir") and rt.dp_index == 0:
             out = Path(config["params_dir"])
@@ -115,7 +193,7 @@ class PlanRun:
         if rt.rank != 0:
             return None
         plan = config["plan"]
-        steady = times[1:] or times
+        steady = [t for t in times[1:] if t == t] or times
         return {
             "plan_id": plan.get("id"), "devices": rt.world, "pipeline": plan["pipeline"],
             "first_step": start, "losses": losses, "step_times_s": times,

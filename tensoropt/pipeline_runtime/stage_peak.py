@@ -1,0 +1,92 @@
+"""The tensor peak of one pipelined step on this rank, and what its stage holds between steps.
+
+A stage's memory is measured as the executor's is (:mod:`tensoropt.executor.state.tensor_peak`):
+the most bytes of tensor storage alive at once during one step, whatever the allocator keeps. What
+a step starts with (``resident``: parameters, gradients, the optimizer's moments, the receive
+buffers torch's ``PipelineStage`` allocated once per micro-batch on the first step and keeps) is
+read by walking every live tensor (:func:`live_tensor_bytes`), so nothing the runtime holds is
+left out by an incomplete list; :func:`stage_resident_parts` names the parts of it.
+
+Example:
+    >>> import torch
+    >>> keep = torch.ones(1024)
+    >>> with StepPeak() as peak:
+    ...     a = keep * 2                  # 4 KiB on top of what was alive
+    >>> peak.peak_bytes - peak.resident_bytes
+    4096
+"""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+
+from tensoropt.executor.state.memory import optimizer_state_tensors, storage_bytes
+from tensoropt.executor.state.tensor_peak import TensorPeak
+
+
+def live_tensor_bytes() -> int:
+    """Bytes of every storage a live CPU or CUDA tensor holds now (each storage once; meta and
+    fake tensors have none).
+
+    Example:
+        >>> import torch
+        >>> before = live_tensor_bytes()
+        >>> x = torch.zeros(256)
+        >>> live_tensor_bytes() - before
+        1024
+    """
+    tensors = []
+    for obj in gc.get_objects():
+        if type(obj) in (torch.Tensor, torch.nn.Parameter) and not obj.is_meta:
+            tensors.append(obj)
+    return storage_bytes(tensors)
+
+
+class StepPeak(TensorPeak):
+    """:class:`TensorPeak` started at :func:`live_tensor_bytes` (see the module docstring).
+
+    Attributes:
+        resident_bytes: what was alive when the step started.
+        phase: a label the caller sets as the step goes (``"F3"``: the forward of micro-batch 3);
+            ``peak_phase`` is its value when the peak was reached.
+    """
+
+    def __init__(self):
+        self.resident_bytes = live_tensor_bytes()
+        super().__init__(baseline_bytes=self.resident_bytes)
+        self.phase = ""
+        self.peak_phase = ""
+
+    def _add(self, storage: torch.UntypedStorage) -> None:
+        before = self.peak_bytes
+        super()._add(storage)
+        if self.peak_bytes > before:
+            self.peak_phase = self.phase
+
+
+def stage_resident_parts(module: torch.nn.Module, optimizer: torch.optim.Optimizer, stage) -> dict[str, int]:
+    """What a pipeline rank holds between steps, by part: ``param_bytes``, ``grad_bytes``,
+    ``optimizer_bytes``, and ``recv_buffer_bytes`` (the activations and gradients ``stage``, a
+    ``PipelineStage``, receives into: one buffer per micro-batch each, kept across steps).
+
+    Example:
+        >>> lin = torch.nn.Linear(4, 4)
+        >>> opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+        >>> stage_resident_parts(lin, opt, None)["param_bytes"]
+        80
+    """
+    params = list(module.parameters())
+    buffers = []
+    if stage is not None:
+        for infos in [*stage.args_recv_info.values(), *stage.grad_recv_info.values()]:
+            for info in infos:
+                if getattr(info, "buffer", None) is not None and isinstance(info.buffer, torch.Tensor):
+                    buffers.append(info.buffer)
+    return {
+        "param_bytes": storage_bytes(params),
+        "grad_bytes": storage_bytes(p.grad for p in params if p.grad is not None),
+        "optimizer_bytes": storage_bytes(optimizer_state_tensors(optimizer)),
+        "recv_buffer_bytes": storage_bytes(buffers),
+    }
