@@ -44,6 +44,7 @@ import torch.distributed._functional_collectives as funcol
 import torch.fx as fx
 from torch.distributed.tensor import DeviceMesh, DTensor, Partial, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.utils._pytree import tree_leaves
 
 from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
@@ -76,6 +77,20 @@ class _Lazy:
 
 
 _LAZY = _Lazy()
+
+
+class _Env(dict):
+    """The interpreter's node values; a value deleted at its last use is handed to ``forget`` (which
+    drops what was memoised from it)."""
+
+    def __init__(self, forget):
+        super().__init__()
+        self._forget = forget
+
+    def __delitem__(self, node) -> None:
+        value = self[node]
+        super().__delitem__(node)
+        self._forget(value)
 
 
 def preimage(target: Layout, dim_map: list[int | None], shape: tuple[int, ...],
@@ -143,6 +158,8 @@ class PlanInterpreter(fx.Interpreter):
         self.lazy = lazy
         self.user_to_last_uses = self._last_uses()
         self._memo: dict[tuple, Any] = {}
+        self._memo_keys: dict[int, list[tuple]] = {}
+        """id of a memoised source -> its memo keys (dropped with it, :meth:`_forget`)."""
         self.local = {n.name: packet_name(n) for n in gm.graph.nodes
                       if local and n.op == "call_function" and packet_name(n) in local_ops.LOCAL_PACKETS
                       and n.name in placements and not placements[n.name].options}
@@ -200,7 +217,7 @@ class PlanInterpreter(fx.Interpreter):
     def _forward(self, *args, **kwargs):
         # Views and redistributions are memoised within one forward pass: q, k and v taken from
         # one split must share that split (its backward needs every output's gradient).
-        self._memo = {}
+        self._memo, self._memo_keys = {}, {}
         if self.batch_axes is not None:
             return self._run_local_graph(args)
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
@@ -208,9 +225,9 @@ class PlanInterpreter(fx.Interpreter):
         self._partial_outputs = set()
         try:
             with memory_options.forward_hooks(self):
-                return super().run(*args, **kwargs)
+                return super().run(*args, initial_env=_Env(self._forget), **kwargs)
         finally:
-            self._memo = {}
+            self._memo, self._memo_keys = {}, {}
             for work, _ in self._counts.values():  # a failed forward still matches the collectives
                 if work is not None:
                     work.wait()
@@ -485,7 +502,7 @@ class PlanInterpreter(fx.Interpreter):
             if key not in self._memo:
                 args = (value, *fx.node.map_arg(node.args[1:], self._value))
                 out = self.call_function(node.target, args, dict(node.kwargs))
-                self._memo[key] = (value, self._wrap_plain(out))
+                self._remember(key, value, self._wrap_plain(out))
             value = self._memo[key][1]
         return value
 
@@ -559,8 +576,26 @@ class PlanInterpreter(fx.Interpreter):
         if key not in self._memo:
             moved = explicit_ops.consistent_grad(value).redistribute(self.mesh, to_placements(target))
             moved = explicit_ops.consistent_strides(moved)
-            self._memo[key] = (value, moved)
+            self._remember(key, value, moved)
         return self._memo[key][1]
+
+    def _remember(self, key: tuple, source, out) -> None:
+        """Memoise ``out`` (a view or a redistribution of ``source``) for the rest of this forward pass,
+        or until ``source`` is freed (:meth:`_forget`)."""
+        self._memo[key] = (source, out)
+        self._memo_keys.setdefault(id(source), []).append(key)
+
+    def _forget(self, value) -> None:
+        """``value`` is past its last use: drop the views and redistributions memoised from it, and
+        theirs. The memo held them (and ``value``) to the end of forward: a gathered copy no op saves,
+        and the tensor it was gathered from, stayed alive beside every later activation (the measured
+        tensor peak of a width-256 GPT-2's model-parallel plans was 18-38 % above the memory model's)."""
+        stack = [id(t) for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+        while stack:
+            for key in self._memo_keys.pop(stack.pop(), ()):
+                entry = self._memo.pop(key, None)
+                if entry is not None:
+                    stack += [id(t) for t in tree_leaves(entry[1]) if isinstance(t, torch.Tensor)]
 
     def call_function(self, target, args, kwargs):
         """The op, or its equivalent where DTensor has a strategy only for that
