@@ -184,9 +184,15 @@ def worker(options: dict) -> None:
                 times.setdefault(key, []).extend(s["time_s"] for s in res.steps[1:])
                 peaks.setdefault(key, []).append(res.peak_tensor_bytes)
                 if trackers:
+                    from tensoropt.executor.state.peak_memory import largest_activation_bytes
                     from tensoropt.executor.state.tensor_peak import live_set_table
 
-                    live_sets[key] = live_set_table(trackers[-1].peak_live, top=40)
+                    mib, memory = 2**20, trainer.plan.predicted.get("memory_bytes", 0)
+                    parts = (f"predicted memory_bytes {memory / mib:.2f} MiB, measured (state + saved) "
+                             f"{res.memory_bytes / mib:.2f}, largest activation "
+                             f"{largest_activation_bytes(trainer.ep.graph, trainer.plan) / mib:.2f}, "
+                             f"tensor peak {res.peak_tensor_bytes / mib:.2f}\n")
+                    live_sets[key] = parts + live_set_table(trackers[-1].peak_live, top=40)
 
             systems.append((key, one_round, trainer))
     for r in range(rounds):

@@ -37,6 +37,7 @@ costs about as much as a small operator's compute on a CPU.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -77,6 +78,24 @@ class _Lazy:
 
 
 _LAZY = _Lazy()
+
+
+class _Strong:
+    """A reference called as a ``weakref.ref`` is: the memo's strongly held entries."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self):
+        return self.value
+
+
+def _ids(value) -> list[int]:
+    """Identities a memo entry can be keyed on: ``value``'s (a split's list of outputs is a source too)
+    and each tensor's in it."""
+    return [id(value), *(id(t) for t in tree_leaves(value) if isinstance(t, torch.Tensor) and t is not value)]
 
 
 class _Env(dict):
@@ -503,7 +522,7 @@ class PlanInterpreter(fx.Interpreter):
                 args = (value, *fx.node.map_arg(node.args[1:], self._value))
                 out = self.call_function(node.target, args, dict(node.kwargs))
                 self._remember(key, value, self._wrap_plain(out))
-            value = self._memo[key][1]
+            value = self._memo[key][1]()
         return value
 
     def _lay_out_operands(self, n: fx.Node, config: Configuration):
@@ -573,16 +592,20 @@ class PlanInterpreter(fx.Interpreter):
                 f"partial layout {tuple(target)}, which cannot be produced by redistribution"
             )
         key = ("redistribute", id(value), tuple(target))
-        if key not in self._memo:
+        entry = self._memo.get(key)
+        moved = entry[1]() if entry is not None else None
+        if moved is None:
             moved = explicit_ops.consistent_grad(value).redistribute(self.mesh, to_placements(target))
             moved = explicit_ops.consistent_strides(moved)
-            self._remember(key, value, moved)
-        return self._memo[key][1]
+            self._remember(key, value, moved, weak=True)
+        return moved
 
-    def _remember(self, key: tuple, source, out) -> None:
+    def _remember(self, key: tuple, source, out, weak: bool = False) -> None:
         """Memoise ``out`` (a view or a redistribution of ``source``) for the rest of this forward pass,
-        or until ``source`` is freed (:meth:`_forget`)."""
-        self._memo[key] = (source, out)
+        or until ``source`` is freed (:meth:`_forget`). ``weak``: only while something else holds ``out``
+        (an op that saved it, a later view of it); a redistributed copy no op saved is then freed after
+        its consumer and made again for a later one, as the cost model prices each edge's move."""
+        self._memo[key] = (source, weakref.ref(out) if weak else _Strong(out))
         self._memo_keys.setdefault(id(source), []).append(key)
 
     def _forget(self, value) -> None:
@@ -590,12 +613,12 @@ class PlanInterpreter(fx.Interpreter):
         theirs. The memo held them (and ``value``) to the end of forward: a gathered copy no op saves,
         and the tensor it was gathered from, stayed alive beside every later activation (the measured
         tensor peak of a width-256 GPT-2's model-parallel plans was 18-38 % above the memory model's)."""
-        stack = [id(t) for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+        stack = _ids(value)
         while stack:
             for key in self._memo_keys.pop(stack.pop(), ()):
                 entry = self._memo.pop(key, None)
                 if entry is not None:
-                    stack += [id(t) for t in tree_leaves(entry[1]) if isinstance(t, torch.Tensor)]
+                    stack += _ids(entry[1]())
 
     def call_function(self, target, args, kwargs):
         """The op, or its equivalent where DTensor has a strategy only for that

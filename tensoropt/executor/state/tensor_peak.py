@@ -61,8 +61,8 @@ class TensorPeak(TorchDispatchMode):
         current node; the autograd node in backward is added by itself)."""
         self._made: dict[int, tuple] = {}
         self.peak_live: list[tuple] = []
-        """With ``trace``: ``(bytes, op, shape, label)`` of every storage alive at the peak (those
-        made while the mode was active), largest first."""
+        """With ``trace``: ``(bytes, op, shape, label, data_ptr)`` of every storage alive at the peak
+        (those made while the mode was active), largest first."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -83,7 +83,8 @@ class TensorPeak(TorchDispatchMode):
         self._sizes[key] = nbytes
         self.live_bytes += nbytes
         if self.trace:
-            self._made[key] = (nbytes, str(func), tuple(t.shape) if t is not None else (), self._label())
+            self._made[key] = (nbytes, str(func), tuple(t.shape) if t is not None else (), self._label(),
+                               storage.data_ptr())
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
             if self.trace:
@@ -111,7 +112,7 @@ def live_set_table(rows: list[tuple], top: int = 25) -> str:
     """
     total = sum(r[0] for r in rows)
     lines = [f"live at the peak: {total / 2**20:.2f} MiB in {len(rows)} storages"]
-    for nbytes, op, shape, label in rows[:top]:
+    for nbytes, op, shape, label, *_ in rows[:top]:
         lines.append(f"{nbytes:>10} B  {op}  {shape}  {label}")
     return "\n".join(lines)
 
