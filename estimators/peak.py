@@ -103,7 +103,7 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
                          total_param_bytes: int, runtime_overhead_bytes: int,
                          device_kind: str = "cpu", largest_activation_bytes: int = 0,
                          program_bytes: int = 0, recompute_transient_bytes: int = 0,
-                         grad_bytes: int = 0) -> int:
+                         grad_bytes: int = 0, forward_transient_bytes: int = 0) -> int:
     """Peak bytes of one process: the plan's memory, the optimizer step's excess, the runtime's own.
 
     Args:
@@ -123,6 +123,10 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
             (``zero_grad(set_to_none=True)``; they appear as the saved activations are freed), so the
             activation gradients of the start of backward take their place first; only what exceeds
             them adds to the peak (0: the older sum, every gradient alive beside that transient).
+        forward_transient_bytes: forward's largest communication transient (a partial output and its
+            reduced copy, a gathered operand and gloo's gather buffer;
+            :func:`tensoropt.executor.state.peak_memory.forward_transient_bytes`): in forward the
+            parameter gradients are not alive either, so only what exceeds ``grad_bytes`` adds.
 
     Example:
         >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20)
@@ -134,9 +138,13 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
         1110
         >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20, grad_bytes=30)
         1060
+        >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20, grad_bytes=30,
+        ...                      forward_transient_bytes=100)
+        1120
     """
     transient = optimizer_step_transient_bytes(optimizer, largest_param_bytes, total_param_bytes, device_kind)
     activation_bytes = max(0, int(memory_bytes) - int(state_bytes))
-    backward = max(2 * int(largest_activation_bytes) - int(grad_bytes), 0, int(recompute_transient_bytes))
+    backward = max(2 * int(largest_activation_bytes) - int(grad_bytes), 0, int(recompute_transient_bytes),
+                   int(forward_transient_bytes) - int(grad_bytes))
     return (int(memory_bytes) + max(backward, transient - activation_bytes) + int(runtime_overhead_bytes)
             + int(program_bytes))
