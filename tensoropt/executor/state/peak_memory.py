@@ -263,10 +263,10 @@ def forward_transient_bytes(graph, plan, operands: dict) -> int:
     * a partial output reduced to the configuration's layout: the partial tensor and its reduced
       copy (an out-of-place all-reduce), ``2 x`` the local output (a width-256 GPT-2's in-split head:
       2 x 8 MiB of logits at the measured peak);
-    * an operand gathered from a shard of its producer (``S(d) -> R`` on a mesh axis): the gathered copy,
-      and where ``d != 0`` also the buffer gloo's all-gather fills before the copy is cut out of it
-      (``all_gather_into_tensor`` then ``cat``: 2 x 8 MiB of a BERT's vocabulary-split logits gathered
-      for its loss).
+    * an operand gathered from a shard of its producer (``S(d) -> R``, or ``S(d) -> S(e)``, which gloo,
+      without all-to-all, runs as a gather then a chunk): the gathered copy, and where ``d != 0`` also
+      the buffer gloo's all-gather fills before the copy is cut out of it (``all_gather_into_tensor``
+      then ``cat``: 2 x 8 MiB of a BERT's vocabulary-split logits gathered for its batch-split loss).
 
     ``operands``: node name -> its OpGraph operands (role, index, shape; the trainer's ``operands``).
     Added by :func:`estimators.peak.predicted_peak_bytes` less the parameter gradients (not alive in
@@ -303,13 +303,15 @@ def forward_transient_bytes(graph, plan, operands: dict) -> int:
             target = config.inputs[o["index"]]
             if source is None:
                 continue
-            gathered = [shard_dim(p) for p, t in zip(source.output, target)
-                        if shard_dim(p) is not None and shard_dim(t) is None]
-            if not gathered:
+            axes = [axis for axis, (p, t) in enumerate(zip(source.output, target))
+                    if shard_dim(p) is not None and shard_dim(t) != shard_dim(p)]
+            if not axes:
                 continue
+            gathered = [shard_dim(source.output[axis]) for axis in axes]
+            whole = ["R" if axis in axes else t for axis, t in enumerate(target)]  # S(d) -> S(e): gathered
             dtype = getattr(a.meta.get("val"), "dtype", torch.float32)
             itemsize = torch.empty((), dtype=dtype).element_size()
-            nbytes = math.prod(o["shape"]) * itemsize // _split(target, mesh)
+            nbytes = math.prod(o["shape"]) * itemsize // _split(whole, mesh)
             here = max(here, nbytes * (2 if any(d != 0 for d in gathered) else 1))
         best = max(best, here)
     return best
