@@ -37,7 +37,6 @@ costs about as much as a small operator's compute on a CPU.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -45,7 +44,6 @@ import torch.distributed._functional_collectives as funcol
 import torch.fx as fx
 from torch.distributed.tensor import DeviceMesh, DTensor, Partial, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
-from torch.utils._pytree import tree_leaves
 
 from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
@@ -78,38 +76,6 @@ class _Lazy:
 
 
 _LAZY = _Lazy()
-
-
-class _Strong:
-    """A reference called as a ``weakref.ref`` is: the memo's strongly held entries."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-    def __call__(self):
-        return self.value
-
-
-def _ids(value) -> list[int]:
-    """Identities a memo entry can be keyed on: ``value``'s (a split's list of outputs is a source too)
-    and each tensor's in it."""
-    return [id(value), *(id(t) for t in tree_leaves(value) if isinstance(t, torch.Tensor) and t is not value)]
-
-
-class _Env(dict):
-    """The interpreter's node values; a value deleted at its last use is handed to ``forget`` (which
-    drops what was memoised from it)."""
-
-    def __init__(self, forget):
-        super().__init__()
-        self._forget = forget
-
-    def __delitem__(self, node) -> None:
-        value = self[node]
-        super().__delitem__(node)
-        self._forget(value)
 
 
 def preimage(target: Layout, dim_map: list[int | None], shape: tuple[int, ...],
@@ -177,8 +143,11 @@ class PlanInterpreter(fx.Interpreter):
         self.lazy = lazy
         self.user_to_last_uses = self._last_uses()
         self._memo: dict[tuple, Any] = {}
-        self._memo_keys: dict[int, list[tuple]] = {}
-        """id of a memoised source -> its memo keys (dropped with it, :meth:`_forget`)."""
+        self._memo_roots: dict[fx.Node, list[tuple]] = {}
+        """Node -> the keys of the memo entries made from its value (its views, their layouts): dropped
+        when the node's value is (:meth:`_release_memo`)."""
+        self._root: fx.Node | None = None
+        """The node whose value (or views of it) is being laid out now: who a new memo entry belongs to."""
         self.local = {n.name: packet_name(n) for n in gm.graph.nodes
                       if local and n.op == "call_function" and packet_name(n) in local_ops.LOCAL_PACKETS
                       and n.name in placements and not placements[n.name].options}
@@ -235,8 +204,9 @@ class PlanInterpreter(fx.Interpreter):
 
     def _forward(self, *args, **kwargs):
         # Views and redistributions are memoised within one forward pass: q, k and v taken from
-        # one split must share that split (its backward needs every output's gradient).
-        self._memo, self._memo_keys = {}, {}
+        # one split must share that split (its backward needs every output's gradient). An entry
+        # lives as long as the value it was made from (:meth:`_release_memo`), not to the forward's end.
+        self._memo, self._memo_roots = {}, {}
         if self.batch_axes is not None:
             return self._run_local_graph(args)
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
@@ -244,9 +214,9 @@ class PlanInterpreter(fx.Interpreter):
         self._partial_outputs = set()
         try:
             with memory_options.forward_hooks(self):
-                return super().run(*args, initial_env=_Env(self._forget), **kwargs)
+                return super().run(*args, **kwargs)
         finally:
-            self._memo, self._memo_keys = {}, {}
+            self._memo, self._memo_roots = {}, {}
             for work, _ in self._counts.values():  # a failed forward still matches the collectives
                 if work is not None:
                     work.wait()
@@ -465,6 +435,26 @@ class PlanInterpreter(fx.Interpreter):
         return out
 
     def run_node(self, n: fx.Node) -> Any:
+        out = self._run_node(n)
+        self._release_memo(n)
+        return out
+
+    def _release_memo(self, n: fx.Node) -> None:
+        """Drop the memo entries made from the values whose last use was ``n`` (the loop frees those
+        values next): a redistributed copy and its source would otherwise stay alive until the forward
+        ends, unsaved (the zoo GPT's end of forward held 9 MiB of them beside 41.5 MiB of saved
+        activations; docs/results.md, 2026-11-28). Every consumer of such a value has run by then, so
+        none needs its entry again."""
+        for root in self.user_to_last_uses.get(n, ()):
+            for key in self._memo_roots.pop(root, ()):
+                self._memo.pop(key, None)
+
+    def _remember(self, key: tuple, entry: tuple) -> None:
+        self._memo[key] = entry
+        if self._root is not None:
+            self._memo_roots.setdefault(self._root, []).append(key)
+
+    def _run_node(self, n: fx.Node) -> Any:
         if self.mesh is None or n.op != "call_function":
             return super().run_node(n)
         if n in self.spans and not self._in_block:  # a checkpointed block, run as a whole
@@ -506,7 +496,11 @@ class PlanInterpreter(fx.Interpreter):
         if value is not _LAZY:
             return value
         chain, root = self._chain(a)
-        return self._replay(chain, self.env[root])
+        outer, self._root = self._root, root
+        try:
+            return self._replay(chain, self.env[root])
+        finally:
+            self._root = outer
 
     def _chain(self, a: fx.Node) -> tuple[list[fx.Node], fx.Node]:
         chain = []
@@ -521,8 +515,8 @@ class PlanInterpreter(fx.Interpreter):
             if key not in self._memo:
                 args = (value, *fx.node.map_arg(node.args[1:], self._value))
                 out = self.call_function(node.target, args, dict(node.kwargs))
-                self._remember(key, value, self._wrap_plain(out))
-            value = self._memo[key][1]()
+                self._remember(key, (value, self._wrap_plain(out)))
+            value = self._memo[key][1]
         return value
 
     def _lay_out_operands(self, n: fx.Node, config: Configuration):
@@ -557,7 +551,14 @@ class PlanInterpreter(fx.Interpreter):
         else:
             target = None
         chain, root = self._chain(a)
-        value = self.env[root]
+        outer, self._root = self._root, root
+        try:
+            return self._laid_out(n, chain, self.env[root], operand, target)
+        finally:
+            self._root = outer
+
+    def _laid_out(self, n: fx.Node, chain: list[fx.Node], value, operand: dict, target):
+        """The operand ``value`` (its root's) through the views ``chain``, laid out as ``target``."""
         if target is None or not isinstance(value, torch.Tensor):
             out = self._replay(chain, value)
             if target is None or operand["role"] != "input" or not isinstance(out, DTensor):
@@ -592,33 +593,11 @@ class PlanInterpreter(fx.Interpreter):
                 f"partial layout {tuple(target)}, which cannot be produced by redistribution"
             )
         key = ("redistribute", id(value), tuple(target))
-        entry = self._memo.get(key)
-        moved = entry[1]() if entry is not None else None
-        if moved is None:
+        if key not in self._memo:
             moved = explicit_ops.consistent_grad(value).redistribute(self.mesh, to_placements(target))
             moved = explicit_ops.consistent_strides(moved)
-            self._remember(key, value, moved, weak=True)
-        return moved
-
-    def _remember(self, key: tuple, source, out, weak: bool = False) -> None:
-        """Memoise ``out`` (a view or a redistribution of ``source``) for the rest of this forward pass,
-        or until ``source`` is freed (:meth:`_forget`). ``weak``: only while something else holds ``out``
-        (an op that saved it, a later view of it); a redistributed copy no op saved is then freed after
-        its consumer and made again for a later one, as the cost model prices each edge's move."""
-        self._memo[key] = (source, weakref.ref(out) if weak else _Strong(out))
-        self._memo_keys.setdefault(id(source), []).append(key)
-
-    def _forget(self, value) -> None:
-        """``value`` is past its last use: drop the views and redistributions memoised from it, and
-        theirs. The memo held them (and ``value``) to the end of forward: a gathered copy no op saves,
-        and the tensor it was gathered from, stayed alive beside every later activation (the measured
-        tensor peak of a width-256 GPT-2's model-parallel plans was 18-38 % above the memory model's)."""
-        stack = _ids(value)
-        while stack:
-            for key in self._memo_keys.pop(stack.pop(), ()):
-                entry = self._memo.pop(key, None)
-                if entry is not None:
-                    stack += _ids(entry[1]())
+            self._remember(key, (value, moved))
+        return self._memo[key][1]
 
     def call_function(self, target, args, kwargs):
         """The op, or its equivalent where DTensor has a strategy only for that

@@ -173,7 +173,7 @@ def _checkpointed(compute, n: fx.Node, args, kwargs):
     return out, biases[0]
 
 
-def _gathered(interp, n: fx.Node, before: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _gathered(interp, n: fx.Node, before: set) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(stored, gathered) parameters of ``n``'s zero3 layout; their memo entries are dropped."""
     stored = set()
     for a, o in zip(arg_nodes(n), interp.operands.get(n.name, [])):
@@ -182,10 +182,9 @@ def _gathered(interp, n: fx.Node, before: dict) -> list[tuple[torch.Tensor, torc
             stored.add(id(interp.env[root]))
     pairs = []
     sources = set(stored)
-    for key in [k for k, entry in interp._memo.items() if before.get(k) is not entry]:
-        src, ref = interp._memo[key]
-        moved = ref()
-        if moved is not None and id(src) in sources:
+    for key in [k for k in interp._memo if k not in before]:
+        src, moved = interp._memo[key]
+        if id(src) in sources:
             if key[0] == "redistribute" and id(src) in stored:
                 pairs.append((src, moved))
             sources.add(id(moved))
@@ -202,7 +201,7 @@ def lay_out(interp, n: fx.Node, config: Configuration):
         >>> args, kwargs = lay_out(interpreter, node, config)  # doctest: +SKIP
     """
     recipes: Recipes | None = getattr(interp, "_recipes", None)
-    before = dict(interp._memo)  # an entry made again (its weak copy had died) is this node's
+    before = set(interp._memo)
     args, kwargs = interp._lay_out_operands(n, base_configuration(config))
     if recipes is not None and "zero3" in config.options:
         for stored, gathered in _gathered(interp, n, before):
