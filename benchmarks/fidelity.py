@@ -23,8 +23,15 @@ communication of the plan's operators (``estimators.breakdown.plan_breakdown``, 
 captured op) against ``torch.profiler``'s self CPU time of the replayed step's aten operators
 (forward and backward together) on rank 0, per step.
 
+``--plans dp,lean``: run only those of each model's distinct plans. ``--plan-cache FILE``: the planned
+plans are read from FILE where it exists (no re-planning: the same plans for every launch), else
+written to it. ``--live-set``: rank 0 also prints what is alive at each plan's measured tensor peak
+(the largest storages, the operator and the graph node that made each:
+:attr:`tensoropt.executor.state.tensor_peak.TensorPeak.peak_live`).
+
 Usage (one command): ``.venv/bin/python benchmarks/fidelity.py [--models decoder,encoder,vit,cnn]
-[--steps 4] [--rounds 3] [--ops] [--json out.json]``.
+[--plans dp,fast,lean] [--steps 4] [--rounds 3] [--ops] [--live-set] [--plan-cache plans.json]
+[--json out.json]``.
 """
 
 from __future__ import annotations
@@ -158,6 +165,8 @@ def worker(options: dict) -> None:
     rank = dist.get_rank()
     steps, rounds = options["steps"], options["rounds"]
     systems, times, peaks, predicted_peaks, errors, ops = [], {}, {}, {}, {}, {}
+    live_sets: dict[str, str] = {}
+    trackers = _trace_peaks() if options.get("live_set") else None
     for name, plans in options["plans"].items():
         spec = spec_of(name, steps, MODELS)
         for label in plans["run"]:
@@ -174,6 +183,16 @@ def worker(options: dict) -> None:
                 res = trainer.train(steps, start_step=2 + r * steps)  # step 0 of each call: the tensor peak
                 times.setdefault(key, []).extend(s["time_s"] for s in res.steps[1:])
                 peaks.setdefault(key, []).append(res.peak_tensor_bytes)
+                if trackers:
+                    from tensoropt.executor.state.peak_memory import largest_activation_bytes
+                    from tensoropt.executor.state.tensor_peak import live_set_table
+
+                    mib, memory = 2**20, trainer.plan.predicted.get("memory_bytes", 0)
+                    parts = (f"predicted memory_bytes {memory / mib:.2f} MiB, measured (state + saved) "
+                             f"{res.memory_bytes / mib:.2f}, largest activation "
+                             f"{largest_activation_bytes(trainer.ep.graph, trainer.plan) / mib:.2f}, "
+                             f"tensor peak {res.peak_tensor_bytes / mib:.2f}\n")
+                    live_sets[key] = parts + live_set_table(trackers[-1].peak_live, top=40)
 
             systems.append((key, one_round, trainer))
     for r in range(rounds):
@@ -198,10 +217,37 @@ def worker(options: dict) -> None:
             ops[key] = table
     if rank == 0:
         Path(options["out"]).write_text(json.dumps({"times": times, "peaks": peaks, "ops": ops,
-                                                    "predicted_peaks": predicted_peaks, "errors": errors}))
+                                                    "predicted_peaks": predicted_peaks, "errors": errors,
+                                                    "live_sets": live_sets}))
     systems.clear()
     dist.barrier()
     end_process_group()
+
+
+def _trace_peaks() -> list:
+    """Make every measured step's tensor tracker keep its live set at the peak, each storage labelled
+    with the interpreter's node that made it; returns the list the trackers are appended to."""
+    from tensoropt.executor.program import interpreter
+    from tensoropt.executor.state.tensor_peak import TensorPeak
+    from tensoropt.training import measure
+
+    trackers: list = []
+    current = {"node": ""}
+    run_node = interpreter.PlanInterpreter.run_node
+
+    def labelled(self, n):
+        current["node"] = n.name
+        return run_node(self, n)
+
+    class Traced(TensorPeak):
+        def __init__(self, baseline_bytes: int = 0):
+            super().__init__(baseline_bytes, trace=True)
+            self.where = lambda: current["node"]
+            trackers.append(self)
+
+    interpreter.PlanInterpreter.run_node = labelled
+    measure.TensorPeak = Traced
+    return trackers
 
 
 def distinct_plans(plans: dict) -> list[str]:
@@ -243,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", action="store_true", help="also the per-operator-class breakdown")
     parser.add_argument("--ops-steps", type=int, default=3, help="steps profiled per plan with --ops")
     parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument("--plans", default="dp,fast,lean", help="comma-separated, of dp, fast, lean")
+    parser.add_argument("--plan-cache", default=None,
+                        help="read the planned plans here, else plan and write them")
+    parser.add_argument("--live-set", action="store_true", help="print what is alive at each measured peak")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
     from runtime import _median_ms, _summary, plan_model
@@ -254,21 +304,39 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
         parser.error(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
+    wanted = [p.strip() for p in args.plans.split(",") if p.strip()]
+    if set(wanted) - {"dp", "fast", "lean"}:
+        parser.error(f"--plans: unknown {sorted(set(wanted) - {'dp', 'fast', 'lean'})}; "
+                     "choose from dp, fast, lean")
+    cache = Path(args.plan_cache) if args.plan_cache else None
+    cached = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
     plans, priced = {}, {}
     for name in names:
-        got = plan_model(name, args.cluster, args.compute, margin=0.0, models=MODELS, keep_graph=True)
-        cg = got.pop("cost_graph")
-        got["run"] = distinct_plans(got)
-        plans[name] = {k: v for k, v in got.items() if k in ("dp", "fast", "lean", "run")}
-        for label in got["run"]:
-            assignment = {n: c["label"] for n, c in got[label]["placements"].items()}
-            priced[f"{name}/{label}"] = priced_classes(cg, assignment)
-        print(f"planned {name}: {got['frontier']} frontier plans, runs {got['run']} "
-              f"({time.perf_counter() - start:.0f} s)", flush=True)
+        if name in cached:
+            priced.update(cached[name]["priced"])
+            print(f"plans of {name} read from {cache}", flush=True)
+        else:
+            got = plan_model(name, args.cluster, args.compute, margin=0.0, models=MODELS, keep_graph=True)
+            cg = got.pop("cost_graph")
+            got["run"] = distinct_plans(got)
+            plans[name] = {k: v for k, v in got.items() if k in ("dp", "fast", "lean", "run")}
+            for label in got["run"]:
+                assignment = {n: c["label"] for n, c in got[label]["placements"].items()}
+                priced[f"{name}/{label}"] = priced_classes(cg, assignment)
+            print(f"planned {name}: {got['frontier']} frontier plans, runs {got['run']} "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
+            if cache is not None:
+                cached[name] = {"plans": plans[name], "priced": {k: v for k, v in priced.items()
+                                                                 if k.startswith(name + "/")}}
+                cache.write_text(json.dumps(cached))
+        if name in cached and "plans" in cached[name]:
+            plans[name] = cached[name]["plans"]
+        plans[name] = {**plans[name], "run": [p for p in plans[name]["run"] if p in wanted]}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         res = launch_workers(__file__, {"plans": plans, "steps": args.steps, "rounds": args.rounds,
-                                        "ops": args.ops, "ops_steps": args.ops_steps}, Path(tmp),
+                                        "ops": args.ops, "ops_steps": args.ops_steps,
+                                        "live_set": args.live_set}, Path(tmp),
                              timeout_s=3600)
     load_after = os.getloadavg()
     rows = []
@@ -309,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {c:22} {r['priced'].get(c, 0.0) * 1e3:8.2f} {r['profiled'].get(c, 0.0) * 1e3:8.2f}")
             print(f"  {'total / step':22} {r['priced']['total'] * 1e3:8.2f} "
                   f"{r['profiled']['step (wall, profiled)'] * 1e3:8.2f}")
+    for key, table in res.get("live_sets", {}).items():
+        print(f"\n{key}: rank 0, {table}")
     for key, err in res["errors"].items():
         print(f"FAILED {key}: {err}")
     print(f"load average (1, 5, 15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, after "

@@ -119,7 +119,7 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
                          device_kind: str = "cpu", largest_activation_bytes: int = 0,
                          program_bytes: int = 0, recompute_transient_bytes: int = 0,
                          grad_bytes: int = 0, loss_forward_bytes: int = 0, loss_backward_bytes: int = 0,
-                         micro_batches: int = 1) -> int:
+                         micro_batches: int = 1, forward_transient_bytes: int = 0) -> int:
     """Peak bytes of one process: the plan's memory, the optimizer step's excess, the runtime's own.
 
     Args:
@@ -150,6 +150,10 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
             ``grad_bytes`` taken off), and at its backward's end its fresh gradients sit beside them
             until they are added (both the interpreted and the replayed step hand them over whole):
             one more gradient set, its activations freed by then (:func:`accumulation_bytes`).
+        forward_transient_bytes: forward's largest communication transient (a partial output and its
+            reduced copy, a gathered operand and gloo's gather buffer;
+            :func:`tensoropt.executor.state.peak_memory.forward_transient_bytes`): alive, like the loss's
+            turn, when the parameter gradients are not.
 
     Example:
         >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20)
@@ -171,7 +175,8 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
     transient = optimizer_step_transient_bytes(optimizer, largest_param_bytes, total_param_bytes, device_kind)
     activation_bytes = max(0, int(memory_bytes) - int(state_bytes))
     not_yet = int(grad_bytes) if micro_batches <= 1 else 0  # gradients not alive at the forward/backward turn
-    turn = max(2 * int(largest_activation_bytes), int(loss_backward_bytes), int(loss_forward_bytes)) - not_yet
+    turn = max(2 * int(largest_activation_bytes), int(loss_backward_bytes), int(loss_forward_bytes),
+               int(forward_transient_bytes)) - not_yet
     backward = max(turn, 0, int(recompute_transient_bytes))
     accumulated = accumulation_bytes(micro_batches, grad_bytes, activation_bytes)
     return (int(memory_bytes) + max(backward, transient - activation_bytes, accumulated)

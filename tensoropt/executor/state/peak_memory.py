@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import math
 import resource
 import sys
 from pathlib import Path
@@ -201,7 +202,9 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
                    program_bytes(traced_nodes(trainer), per_node),
                    int(trainer.plan.predicted.get("recompute_transient_bytes", 0)), grad_bytes=sum(sizes),
                    loss_forward_bytes=loss_forward, loss_backward_bytes=loss_backward,
-                   micro_batches=int(getattr(trainer, "micro_batches", 1)))
+                   micro_batches=int(getattr(trainer, "micro_batches", 1)),
+                   forward_transient_bytes=forward_transient_bytes(trainer.ep.graph, trainer.plan,
+                                                                   getattr(trainer, "operands", None) or {}))
 
 
 def traced_nodes(trainer) -> int:
@@ -328,3 +331,74 @@ def _readers(node, plan) -> list:
         else:
             out.append(user)
     return out
+
+
+def _split(layout, mesh: list[int]) -> int:
+    """How many pieces a layout cuts a tensor into (the product of its sharded mesh axes)."""
+    split = 1
+    for axis, placement in enumerate(layout):
+        if str(placement).startswith("S"):
+            split *= mesh[axis]
+    return split
+
+
+def forward_transient_bytes(graph, plan, operands: dict) -> int:
+    """The largest communication transient of forward on one process: at one operator, the tensors a
+    redistribution makes beside the ones the plan keeps (saved activations), both alive at that moment.
+
+    * a partial output reduced to the configuration's layout: the partial tensor and its reduced
+      copy (an out-of-place all-reduce), ``2 x`` the local output (a width-256 GPT-2's in-split head:
+      2 x 8 MiB of logits at the measured peak);
+    * an operand gathered from a shard of its producer (``S(d) -> R``, or ``S(d) -> S(e)``, which gloo,
+      without all-to-all, runs as a gather then a chunk): the gathered copy, and where ``d != 0`` also
+      the buffer gloo's all-gather fills before the copy is cut out of it (``all_gather_into_tensor``
+      then ``cat``: 2 x 8 MiB of a BERT's vocabulary-split logits gathered for its batch-split loss).
+
+    ``operands``: node name -> its OpGraph operands (role, index, shape; the trainer's ``operands``).
+    Added by :func:`estimators.peak.predicted_peak_bytes` less the parameter gradients (not alive in
+    forward).
+
+    Example:
+        >>> # not run here: needs a Trainer on a process group
+        >>> forward_transient_bytes(trainer.ep.graph, trainer.plan, trainer.operands)  # doctest: +SKIP
+        16777216
+    """
+    from tensoropt.configspace.configuration import shard_dim
+    from tensoropt.executor.job.program import arg_nodes
+
+    mesh = list(plan.mesh.shape)
+    roots: dict[str, str] = {}
+    best = 0
+    for node in graph.nodes:
+        config = plan.placements.get(node.name)
+        if config is None:  # a view (or an unplaced op): laid out as the tensor it reads
+            args = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+            roots[node.name] = roots.get(args[0].name, args[0].name) if args else node.name
+            continue
+        roots[node.name] = node.name
+        val = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(val, torch.Tensor):
+            continue
+        here = 0
+        if config.partial_axes:
+            here = 2 * val.numel() * val.element_size() // _split(config.output, mesh)
+        for a, o in zip(arg_nodes(node), operands.get(node.name, [])):
+            if o.get("role") != "input" or o["index"] >= len(config.inputs):
+                continue
+            source = plan.placements.get(roots.get(a.name, a.name))
+            target = config.inputs[o["index"]]
+            if source is None:
+                continue
+            axes = [axis for axis, (p, t) in enumerate(zip(source.output, target))
+                    if shard_dim(p) is not None and shard_dim(t) != shard_dim(p)]
+            if not axes:
+                continue
+            gathered = [shard_dim(source.output[axis]) for axis in axes]
+            whole = ["R" if axis in axes else t for axis, t in enumerate(target)]  # S(d) -> S(e): gathered
+            dtype = getattr(a.meta.get("val"), "dtype", torch.float32)
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            nbytes = math.prod(o["shape"]) * itemsize // _split(whole, mesh)
+            here = max(here, nbytes * (2 if any(d != 0 for d in gathered) else 1))
+        best = max(best, here)
+    return best
+

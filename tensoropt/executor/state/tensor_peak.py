@@ -49,11 +49,20 @@ class TensorPeak(TorchDispatchMode):
         peak_bytes: the largest ``live_bytes`` seen.
     """
 
-    def __init__(self, baseline_bytes: int = 0):
+    def __init__(self, baseline_bytes: int = 0, trace: bool = False):
         super().__init__()
         self.live_bytes = int(baseline_bytes)
         self.peak_bytes = int(baseline_bytes)
         self._sizes: dict[int, int] = {}
+        self.trace = trace
+        """Keep what made each live storage and the live set at the peak (:attr:`peak_live`)."""
+        self.where = None
+        """With ``trace``: a callable returning a label for the storages made now (the interpreter's
+        current node; the autograd node in backward is added by itself)."""
+        self._made: dict[int, tuple] = {}
+        self.peak_live: list[tuple] = []
+        """With ``trace``: ``(bytes, op, shape, label, data_ptr)`` of every storage alive at the peak
+        (those made while the mode was active), largest first."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -63,21 +72,49 @@ class TensorPeak(TorchDispatchMode):
         inputs = {_storage_key(a) for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
         for t in tree_leaves(out):
             if type(t) in _PLAIN and not t.is_meta and _storage_key(t) not in inputs:
-                self._add(t.untyped_storage())
+                self._add(t.untyped_storage(), func, t)
         return out
 
-    def _add(self, storage: torch.UntypedStorage) -> None:
+    def _add(self, storage: torch.UntypedStorage, func=None, t: torch.Tensor | None = None) -> None:
         key = storage._cdata
         if key in self._sizes:
             return
         nbytes = storage.nbytes()
         self._sizes[key] = nbytes
         self.live_bytes += nbytes
-        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        if self.trace:
+            self._made[key] = (nbytes, str(func), tuple(t.shape) if t is not None else (), self._label(),
+                               storage.data_ptr())
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+            if self.trace:
+                self.peak_live = sorted(self._made.values(), key=lambda r: -r[0])
         weakref.finalize(storage, self._free, key)
+
+    def _label(self) -> str:
+        node = torch._C._current_autograd_node()
+        where = self.where() if self.where is not None else ""
+        return f"{where} backward {node.name()}" if node is not None else where
 
     def _free(self, key: int) -> None:
         self.live_bytes -= self._sizes.pop(key, 0)
+        self._made.pop(key, None)
+
+
+def live_set_table(rows: list[tuple], top: int = 25) -> str:
+    """A text table of a :attr:`TensorPeak.peak_live` list: total, then the largest storages.
+
+    Example:
+        >>> print(live_set_table([(2048, "aten.mm.default", (16, 32), "mm_1"), (1024, "aten.t", (8,), "t")]))
+        live at the peak: 0.00 MiB in 2 storages
+              2048 B  aten.mm.default  (16, 32)  mm_1
+              1024 B  aten.t  (8,)  t
+    """
+    total = sum(r[0] for r in rows)
+    lines = [f"live at the peak: {total / 2**20:.2f} MiB in {len(rows)} storages"]
+    for nbytes, op, shape, label, *_ in rows[:top]:
+        lines.append(f"{nbytes:>10} B  {op}  {shape}  {label}")
+    return "\n".join(lines)
 
 
 def _storage_key(t: torch.Tensor) -> int:
