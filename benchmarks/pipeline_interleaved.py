@@ -4,7 +4,8 @@
 mesh (``devices / stages``) and runs :func:`tensoropt.pipeline.search.pipelined_frontier` for 1F1B
 and Interleaved1F1B per stage count, interleaved in one process. One table: per (stages,
 schedule), the plans found, the fastest plan's step time, bubble and memory per device, the
-leanest plan's memory, and the search's wall seconds.
+leanest plan's memory, the search's wall seconds, and how many of its plans the merged frontier
+of both schedules keeps (with their time and memory range).
 
 ``--parity``: one launch of 2 gloo processes trains HF Llama (4 layers) with Interleaved1F1B on 4
 virtual stages at m = 2 and m = 4 (3 steps, fp32), beside the 1-process reference on the same
@@ -34,6 +35,7 @@ def frontier_rows(case: str, devices: int, stage_counts: list[int]) -> list[dict
     from pipeline_stages import stage_graph
 
     import frontier as ft
+    from frontier.pareto import pareto_select
     from tensoropt.pipeline.search import StageSolver, pipelined_frontier
     from tensoropt.planner import (
         AUTO_BOX_MIN_CANDIDATES,
@@ -53,6 +55,7 @@ def frontier_rows(case: str, devices: int, stage_counts: list[int]) -> list[dict
             return thin_to_count(points, PIPELINE_STAGE_PLANS)[0]
 
         solver = StageSolver(G, graph, blocks, m, solve, chain=pipeline_chain_settings())
+        both = []
         for schedule in ("1F1B", "Interleaved1F1B"):
             wall = time.perf_counter()
             found, bound = pipelined_frontier(solver, p, schedule)
@@ -64,6 +67,15 @@ def frontier_rows(case: str, devices: int, stage_counts: list[int]) -> list[dict
                          "fastest_gib": fastest.point.memory_bytes / 2**30,
                          "leanest_gib": min(q.point.memory_bytes for q in found) / 2**30,
                          "wall_s": wall, "cuts": [list(b) for b in fastest.point.blocks]})
+            both += [(schedule, q) for q in found]
+        keep = pareto_select([[q.point.time_s, q.point.memory_bytes] for _, q in both])
+        for r in rows[-2:]:  # how many of each schedule's plans the merged frontier keeps, and where
+            mine = sorted((both[i][1].point for i in keep if both[i][0] == r["schedule"]),
+                          key=lambda q: q.time_s)
+            r["merged"] = len(mine)
+            r["merged_range"] = (f"{mine[0].time_s:.4f}-{mine[-1].time_s:.4f} s, "
+                                 f"{mine[-1].memory_bytes / 2**30:.2f}-{mine[0].memory_bytes / 2**30:.2f} GiB"
+                                 ) if mine else "-"
     return rows
 
 
@@ -116,12 +128,12 @@ def main() -> int:
         rows = frontier_rows(args.case, args.devices, [int(x) for x in args.stages.split(",")])
         print(f"{args.case} on {args.devices} devices ({rows[0]['blocks']} blocks, m = {rows[0]['m']})")
         print("| stages | schedule | plans | fastest step s | its bubble | its memory GiB | leanest GiB | "
-              "search wall s | fastest's cuts |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "search wall s | fastest's cuts | on the merged frontier | their range |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['stages']} | {r['schedule']} | {r['plans']} | {r['fastest_s']:.4f} | "
                   f"{100 * r['bubble']:.1f} % | {r['fastest_gib']:.2f} | {r['leanest_gib']:.2f} | "
-                  f"{r['wall_s']:.1f} | {r['cuts']} |", flush=True)
+                  f"{r['wall_s']:.1f} | {r['cuts']} | {r['merged']} | {r['merged_range']} |", flush=True)
     if args.parity:
         print("| run | largest loss difference (relative) | largest parameter difference (of its scale) |")
         print("|---|---|---|")
