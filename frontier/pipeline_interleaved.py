@@ -32,7 +32,7 @@ ranks already closed, the *open* sums ``(tau_r, D_r, W_r)`` of every rank with c
 where ``step`` adds ``o`` to rank ``s mod p``'s open slot and, at the rank's last chunk, moves the
 slot into the maxima. Every coordinate combines by ``+`` or ``max`` (monotone) and ``T``, ``M`` are
 monotone in every coordinate, so dropping a dominated partial vector loses no frontier point: the
-DP is exact (checked against enumeration in ``tests/frontier/test_pipeline_interleaved.py``). With
+DP is exact (checked against enumeration in ``tests/frontier/test_interleaved_dp.py``). With
 ``epsilon > 0`` each DP state keeps one vector per ``(1 + epsilon)``-box, bound
 ``(1 + epsilon)^(v p) - 1``.
 """
