@@ -468,7 +468,8 @@ class PlannerConfig:
     """Pipeline parallelism (issue 27): off (the default while the stage search is slower than the
     planner's targets at scale, docs/results.md) | auto (pipelined plans beside the others beyond
     one node, or when no plan fits the memory budget) | ``{stages: [2, 4], schedules: [1F1B, GPipe],
-    micro_batches: [8, 16]}`` (every combination that can run; micro_batches optional)."""
+    micro_batches: [8, 16]}`` (every combination that can run; micro_batches optional; schedules
+    among 1F1B, GPipe, Interleaved1F1B: two virtual stages per rank)."""
 
     def __post_init__(self):
         if isinstance(self.epsilon, str) and self.epsilon != "auto":
@@ -518,7 +519,7 @@ def _pipeline(value: Any) -> str | dict:
     schedules = value.get("schedules") or ["1F1B"]
     if not isinstance(schedules, list):
         raise FieldError("pipeline.schedules", f"got {schedules!r}", "a list such as [1F1B, GPipe]")
-    schedules = [_choice(v, "pipeline.schedules", ("1F1B", "GPipe")) for v in schedules]
+    schedules = [_choice(v, "pipeline.schedules", ("1F1B", "GPipe", "Interleaved1F1B")) for v in schedules]
     micro = value.get("micro_batches")
     if micro is not None:
         if not isinstance(micro, list) or not micro:

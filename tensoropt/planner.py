@@ -366,7 +366,7 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
 
     import frontier as ft
     from frontier.pareto import pareto_select
-    from tensoropt.pipeline.schedules import PipelineError
+    from tensoropt.pipeline.schedules import PipelineError, stages_per_rank
     from tensoropt.pipeline.search import StageSolver, pipelined_frontier, to_plan
     from tensoropt.pipeline.stages import find_blocks
 
@@ -408,10 +408,11 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
                 return frontier
             graphs[m] = (job_m, graph_m, blocks, {})
         job_m, graph_m, blocks, solvers = graphs[m]
-        if blocks.count < p:
+        virtual = p * stages_per_rank(schedule)  # Interleaved1F1B: 2 virtual stages per rank
+        if blocks.count < virtual:
             if explicit:
-                raise PlanningError(f"planner.pipeline.stages: {p} stages but the model has "
-                                    f"{blocks.count} blocks "
+                raise PlanningError(f"planner.pipeline.stages: {p} stages ({virtual} virtual stages under "
+                                    f"{schedule}) but the model has {blocks.count} blocks "
                                     f"(embedding, {blocks.container}.*, head)")
             continue
         key = (num_devices // p, m)

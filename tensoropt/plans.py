@@ -209,14 +209,17 @@ class Plan:
 
     pipeline: dict | None = None
     """None, or ``{"stages": p, "schedule": "1F1B", "micro_batches": m, "blocks": [[first, last], ...]}``
-    (issue 27's contract; ``blocks`` index :attr:`pipeline_detail`'s block names)."""
+    (issue 27's contract; ``blocks`` index :attr:`pipeline_detail`'s block names; under
+    ``"Interleaved1F1B"`` ``blocks`` lists the ``2p`` virtual stages in chain order, rank ``r``
+    holding ``r`` and ``r + p``)."""
     pipeline_detail: dict | None = None
     """For a pipelined plan: ``bubble_fraction``, ``stage_mesh``/``stage_mesh_levels`` (each stage's
     mesh; ``ops`` labels are prefixed ``pp<p>:``), ``block_names`` and ``stages`` (per stage its
-    blocks, device range, in-flight micro-batches, time per micro-batch, once-per-step time, memory
-    held, and its parts and tensor peak: ``state_bytes``, ``activation_bytes`` per in-flight
+    blocks, rank, device range, in-flight micro-batches, time per micro-batch, once-per-step time,
+    memory held, and its parts and tensor peak: ``state_bytes``, ``activation_bytes`` per in-flight
     micro-batch, ``buffer_bytes``, ``transient_bytes``, ``peak_bytes``;
-    :mod:`tensoropt.pipeline.stage_memory`)."""
+    :mod:`tensoropt.pipeline.stage_memory`); ``rank_memory_bytes`` and ``virtual_stages_per_rank``
+    (interleaved: a rank's memory is the sum of its virtual stages')."""
 
     @property
     def largest_transient_bytes(self) -> float:

@@ -30,6 +30,13 @@ options are its exact frontiers at the least and the most in-flight count its po
 under the schedule, each plan re-priced at the stage's own ``k_s`` (exact for GPipe, where every
 stage holds ``m``, and for ``p <= 4``; a union of two exact frontiers otherwise). Large models keep
 stage sizes within ``balance`` blocks of the even split (:func:`stage_sizes`).
+
+``Interleaved1F1B`` cuts the chain into ``2 p`` virtual stages (rank ``r`` holds ``r`` and
+``r + p``), each priced as above at its own in-flight count from torch's interleaved order (solved
+exactly at that count: no middle-stage union), and
+:func:`frontier.pipeline_interleaved.interleaved_frontier` combines them per rank:
+``T = (m - 1/2) max_r tau_r + (1/2) sum_s t_s + max_r D_r``, memory ``max_r W_r``, where a rank's
+``tau``, ``D``, ``W`` sum its two virtual stages.
 """
 
 from __future__ import annotations
@@ -45,9 +52,10 @@ from estimators.memory_parts import STATE_PARTS
 from estimators.op_costs import CostModel
 from estimators.pipeline import once_per_step_s, p2p_time_s, schedule_overhead_s
 from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
+from frontier.pipeline_interleaved import interleaved_bubble_fraction, interleaved_frontier
 from tensoropt.configspace.configuration import local_shape
 from tensoropt.pipeline.chain_stages import ChainSettings, StageChain
-from tensoropt.pipeline.schedules import in_flight_micro_batches
+from tensoropt.pipeline.schedules import in_flight_micro_batches, stages_per_rank
 from tensoropt.pipeline.stage_memory import StageMemory, stage_memory
 from tensoropt.pipeline.stages import Blocks, block_order
 
@@ -83,9 +91,35 @@ class PipelinedPlan:
     options: list[StageOption] = field(default_factory=list)
 
     @property
+    def chunks(self) -> int:
+        """Virtual stages per rank (2 for ``Interleaved1F1B``, else 1)."""
+        return len(self.point.blocks) // self.stages
+
+    @property
     def bubble(self) -> float:
-        """Bubble fraction of the step's micro-batch phase (:func:`frontier.pipeline.bubble_fraction`)."""
+        """Bubble fraction of the step's micro-batch phase (:func:`frontier.pipeline.bubble_fraction`,
+        :func:`frontier.pipeline_interleaved.interleaved_bubble_fraction` for interleaved plans)."""
+        if self.chunks > 1:
+            return interleaved_bubble_fraction(self.point.max_t, self.point.sum_t, self.micro_batches,
+                                               self.chunks)
         return bubble_fraction(self.point.max_t, self.point.sum_t, self.micro_batches)
+
+    def rank_memory_bytes(self) -> list[float]:
+        """Memory per device of each pipeline rank: the sum of its virtual stages' (one stage unless
+        interleaved).
+
+        Example:
+            >>> from frontier.pipeline import PipelinePoint
+            >>> p = PipelinedPlan(PipelinePoint(1.0, 5.0, [(0, 0), (1, 1), (2, 2), (3, 3)], [0] * 4), 2,
+            ...                   "Interleaved1F1B", 2, ["e", "l.0", "l.1", "h"], [2, 2, 2, 1],
+            ...                   [StageOption({}, 0.1, 0.0, w) for w in (1.0, 2.0, 3.0, 4.0)])
+            >>> p.rank_memory_bytes()
+            [4.0, 6.0]
+        """
+        out = [0.0] * self.stages
+        for s, o in enumerate(self.options):
+            out[s % self.stages] += o.memory_bytes
+        return out
 
     def pipeline_json(self) -> dict:
         """The plan entry's ``"pipeline"`` (the contract of issue 27, exactly these keys).
@@ -104,15 +138,19 @@ class PipelinedPlan:
         }
 
     def stages_json(self, devices: int) -> list[dict]:
-        """Per stage: its blocks by name, its devices, in-flight count, time, once-per-step time, memory."""
+        """Per (virtual) stage: its blocks by name, its rank and devices, in-flight count, time,
+        once-per-step time, memory (the stage's own; a rank holds ``rank_memory_bytes``)."""
         per = devices // self.stages
+        rank_memory = self.rank_memory_bytes()
         return [
             {
                 "stage": s,
+                "rank": s % self.stages,
+                "rank_memory_bytes": rank_memory[s % self.stages],
                 "blocks": [a, b],
                 "first": self.block_names[a],
                 "last": self.block_names[b],
-                "devices": [s * per, (s + 1) * per - 1],
+                "devices": [(s % self.stages) * per, (s % self.stages + 1) * per - 1],
                 "in_flight": self.in_flight[s],
                 "time_s": o.time_s,
                 "step_s": o.step_s,
@@ -351,6 +389,8 @@ def pipelined_frontier(
     """
     b, m = solver.blocks, solver.m
     in_flight = in_flight_micro_batches(schedule, num_stages, m)
+    if stages_per_rank(schedule) > 1:
+        return _interleaved(solver, num_stages, schedule, in_flight, epsilon)
     middle = in_flight[1:-1]
     sizes = stage_sizes(b.count, num_stages)
 
@@ -369,6 +409,33 @@ def pipelined_frontier(
             others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
             chosen.append(solver.options(first, last, in_flight[s], others)[row])
         plans.append(PipelinedPlan(point, num_stages, schedule, m, list(b.names), in_flight, chosen))
+    return plans, result.bound
+
+
+def _interleaved(solver: StageSolver, num_ranks: int, schedule: str, in_flight: list[int],
+                 epsilon: float) -> tuple[list[PipelinedPlan], float]:
+    """:func:`pipelined_frontier` of an interleaved schedule: ``v p`` virtual stages, each solved
+    at its own in-flight count, combined per rank
+    (:func:`frontier.pipeline_interleaved.interleaved_frontier`)."""
+    b, m = solver.blocks, solver.m
+    chunks = stages_per_rank(schedule)
+    n_virtual = num_ranks * chunks
+    if b.count < n_virtual:
+        return [], 0.0
+    sizes = stage_sizes(b.count, n_virtual)
+
+    def options(s: int, first: int, last: int) -> np.ndarray:
+        if (first > 0 and not b.can_cut(first - 1)) or not b.can_cut(last):
+            return np.zeros((0, 3))
+        opts = solver.options(first, last, in_flight[s])
+        return np.array([[o.time_s, o.step_s, o.memory_bytes] for o in opts]).reshape(-1, 3)
+
+    result = interleaved_frontier(b.count, num_ranks, m, options, chunks, lambda s: sizes, epsilon=epsilon)
+    plans = []
+    for point in result.points:
+        chosen = [solver.options(first, last, in_flight[s])[row]
+                  for s, ((first, last), row) in enumerate(zip(point.blocks, point.options))]
+        plans.append(PipelinedPlan(point, num_ranks, schedule, m, list(b.names), in_flight, chosen))
     return plans, result.bound
 
 
@@ -405,8 +472,8 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
     redistributions = [r for r in redistributions if stage_of.get(r.src) == stage_of.get(r.dst)]
     mesh = G.graph["mesh"]
     per = devices // pp.stages
-    stages = "; ".join(f"{pp.block_names[a]}..{pp.block_names[b]} on {s * per}-{(s + 1) * per - 1}, "
-                       f"{o.memory_bytes / 2**30:.1f} GiB"
+    stages = "; ".join(f"{pp.block_names[a]}..{pp.block_names[b]} on {s % pp.stages * per}-"
+                       f"{(s % pp.stages + 1) * per - 1}, {o.memory_bytes / 2**30:.1f} GiB"
                        for s, ((a, b), o) in enumerate(zip(pp.point.blocks, pp.options)))
     summary = (f"pipeline {pp.stages} x {mesh.num_devices} ({pp.schedule}, {pp.micro_batches} micro-batches, "
                f"bubble {100 * pp.bubble:.0f} %; {stages}) | {plan_summary(solver.graph, ops)}")
@@ -422,6 +489,8 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
         "max_stage_time_s": pp.point.max_t,
         "sum_stage_time_s": pp.point.sum_t,
         "step_s": pp.point.max_d,
+        "virtual_stages_per_rank": pp.chunks,
+        "rank_memory_bytes": pp.rank_memory_bytes(),
     }
     plan = Plan(
         id="",
@@ -459,6 +528,12 @@ def stages_text(plan) -> str:
     pipe, detail = plan.pipeline, plan.pipeline_detail or {}
     lines = [f"pipeline: {pipe['stages']} stages, {pipe['schedule']}, {pipe['micro_batches']} micro-batches, "
              f"bubble {100 * detail.get('bubble_fraction', 0.0):.1f} % of the micro-batch phase"]
+    chunks = len(pipe["blocks"]) // max(1, int(pipe["stages"]))
+    if chunks > 1:
+        memory = detail.get("rank_memory_bytes") or []
+        lines.append(f"  {chunks} virtual stages per rank (rank r holds stages r and r + {pipe['stages']}); "
+                     "memory per rank: "
+                     + ", ".join(f"{r}: {w / 2**30:.2f} GiB" for r, w in enumerate(memory)))
     lines.append("  stage | blocks | devices | in flight | time per micro-batch | once per step | "
                  "memory per device")
     for s in detail.get("stages", []):

@@ -17,6 +17,13 @@ Ranks are laid out stage-major (rank ``s * dp + d`` holds stage ``s`` for data-p
    step (one flat all-reduce);
 4. the job's optimizer (AdamW...) steps the stage's parameters.
 
+``Interleaved1F1B`` plans list ``2 p`` virtual stages in ``blocks``: rank ``r`` of the ``pp``
+dimension builds virtual stages ``r`` and ``r + p`` (two ``PipelineStage`` objects, each replayed)
+and ``ScheduleInterleaved1F1B`` drives both; every stage of a rank is handed the rank's inputs and
+takes only the ones it reads (:class:`OwnInputs`). :attr:`PipelineRuntime.module` is then one
+module holding both stages' parameters under the model's names (:func:`~tensoropt.pipeline_runtime.
+stage_modules.merge_stage_modules`): the optimizer, the gradient sync and the checkpoints see it.
+
 Example:
     >>> # not run here: needs a process group; see tests/pipeline_runtime/
     >>> rt = PipelineRuntime(spec, plan)  # doctest: +SKIP
@@ -27,12 +34,13 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
-from tensoropt.pipeline.schedules import PipelineError, check_pipeline
-from tensoropt.pipeline_runtime.stage_modules import build_stages, load_initial_values
+from tensoropt.pipeline.schedules import PipelineError, check_pipeline, stages_per_rank
+from tensoropt.pipeline_runtime.stage_modules import build_stages, load_initial_values, merge_stage_modules
 
-SCHEDULE_CLASSES = ("1F1B", "GPipe")
-"""Schedules this runtime drives (one stage per rank)."""
+SCHEDULE_CLASSES = ("1F1B", "GPipe", "Interleaved1F1B")
+"""Schedules this runtime drives (``Interleaved1F1B``: two virtual stages per rank)."""
 
 
 def schedule_class(name: str):
@@ -42,9 +50,9 @@ def schedule_class(name: str):
         >>> schedule_class("GPipe").__name__
         'ScheduleGPipe'
     """
-    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-    classes = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}
+    classes = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe, "Interleaved1F1B": ScheduleInterleaved1F1B}
     if name not in classes:
         raise PipelineError(f"plan pipeline.schedule: {name!r} is not run yet; the runtime runs "
                             f"{', '.join(SCHEDULE_CLASSES)}")
@@ -100,33 +108,49 @@ class PipelineRuntime:
         detail = plan.get("pipeline_detail") or {}
         stages = build_stages(spec, pipe, self.rows // self.m, device, detail.get("block_names"))
         self.blocks = stages.blocks
-        self.module = load_initial_values(stages, self.stage_index, device)
-        self.input_names = stages.input_names[self.stage_index]
-        self.is_first, self.is_last = self.stage_index == 0, self.stage_index == self.num_stages - 1
+        self.chunks = stages_per_rank(pipe["schedule"])
+        self.virtual_stages = [self.stage_index + c * self.num_stages for c in range(self.chunks)]
+        """The (virtual) stages this rank runs, in chain order: ``[r]``, or ``[r, r + p]`` interleaved."""
+        total = self.num_stages * self.chunks
+        self.is_first, self.is_last = self.stage_index == 0, self.virtual_stages[-1] == total - 1
         from torch.distributed.pipelining import PipelineStage
 
         from tensoropt.pipeline_runtime.replay import ReplayedStage
 
-        self.stage_module = ReplayedStage(self.module, self.input_names, received=not self.is_first) \
-            if replay else self.module
-        """What the schedule drives: the stage replaying its traced forward and backward programs
-        (:class:`~tensoropt.pipeline_runtime.replay.ReplayedStage`), or ``module`` itself (eager)."""
-        inputs = stages.boundary_meta[self.stage_index - 1] if not self.is_first else None
-        # the last stage's loss described too: with every stage's inputs and outputs given, torch
-        # skips its metadata inference (a forward and backward on uninitialised tensors, whose
-        # gradients a replayed stage would add to its parameters)
-        outputs = stages.boundary_meta[self.stage_index] if not self.is_last else _output_meta(self.module)
-        self.stage = PipelineStage(
-            self.stage_module, self.stage_index, self.num_stages, device,
-            input_args=_like(inputs, device) if inputs is not None else (),
-            output_args=_like(outputs, device),
-            group=self.mesh.get_group("pp"))
+        modules, self.stage_modules, self.stages, names = [], [], [], []
+        for v in self.virtual_stages:
+            module = load_initial_values(stages, v, device)
+            own = stages.input_names[v]
+            wrapped = ReplayedStage(module, own, received=v > 0) if replay else module
+            modules.append(module)
+            self.stage_modules.append(wrapped)
+            names += [n for n in own if n not in names]
+            inputs = stages.boundary_meta[v - 1] if v > 0 else None
+            # the last stage's loss described too: with every stage's inputs and outputs given, torch
+            # skips its metadata inference (a forward and backward on uninitialised tensors, whose
+            # gradients a replayed stage would add to its parameters)
+            outputs = stages.boundary_meta[v] if v < total - 1 else _output_meta(module)
+            driven = OwnInputs(wrapped, own) if self.chunks > 1 else wrapped
+            self.stages.append(PipelineStage(
+                driven, v, total, device,
+                input_args=_like(inputs, device) if inputs is not None else (),
+                output_args=_like(outputs, device),
+                group=self.mesh.get_group("pp")))
+        self.module = modules[0] if self.chunks == 1 else merge_stage_modules(modules)
+        """The rank's parameters under the model's names (its one stage, or its stages merged)."""
+        self.stage_module = self.stage_modules[0]
+        """What the schedule drives (the first of :attr:`stage_modules`): the stage replaying its
+        traced forward and backward programs
+        (:class:`~tensoropt.pipeline_runtime.replay.ReplayedStage`), or the module itself (eager)."""
+        self.stage = self.stages[0]
+        self.input_names = names
         from tensoropt.pipeline_runtime.token_count import label_counter
 
-        self.counter = label_counter(self.module) if self.is_last else None
+        self.counter = label_counter(modules[-1]) if self.is_last else None
         """The last stage's count of its loss's valid labels (None: not a token mean; scale 1/m)."""
-        self.schedule = schedule_class(pipe["schedule"])(
-            self.stage, self.m, loss_fn=_scaled_loss, scale_grads=False)
+        schedule_cls = schedule_class(pipe["schedule"])
+        self.schedule = schedule_cls(self.stages if self.chunks > 1 else self.stage, self.m,
+                                     loss_fn=_scaled_loss, scale_grads=False)
         self.optimizer = spec.make_optimizer(list(self.module.parameters()))
         self.batches = spec.batch_source()
         del stages
@@ -233,6 +257,26 @@ class PipelineRuntime:
         values = torch.tensor([v if v is not None else 0.0 for v in losses], dtype=torch.float64)
         dist.all_reduce(values)
         return (values / self.dp).tolist()
+
+
+class OwnInputs(nn.Module):
+    """A stage handed every input of its rank that passes on only the keyword arguments it reads
+    (the stages of an interleaved rank share the schedule's ``kwargs``).
+
+    Example:
+        >>> class Add(nn.Module):
+        ...     def forward(self, x, bias):
+        ...         return x + bias
+        >>> OwnInputs(Add(), ["bias"])(torch.ones(2), bias=torch.ones(2), labels=torch.zeros(2))
+        tensor([2., 2.])
+    """
+
+    def __init__(self, stage: nn.Module, input_names: list[str]):
+        super().__init__()
+        self.stage, self.input_names = stage, list(input_names)
+
+    def forward(self, *args, **kwargs):
+        return self.stage(*args, **{n: kwargs[n] for n in self.input_names})
 
 
 def _scaled_loss(loss: torch.Tensor, scale_rows: torch.Tensor) -> torch.Tensor:

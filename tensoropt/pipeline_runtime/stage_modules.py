@@ -196,8 +196,13 @@ def build_stages(spec, pipeline: dict, micro_batch_rows: int, device: torch.devi
     ep = export_on_meta(skeleton, meta_inputs(micro), device)
     blocks = find_blocks(build_graph(ep))
     ranges = check_ranges(pipeline, blocks, block_names)
-    if len(ranges) != int(pipeline["stages"]):
-        raise PipelineError(f"plan pipeline: {pipeline['stages']} stages but {len(ranges)} block ranges")
+    from tensoropt.pipeline.schedules import stages_per_rank
+
+    chunks = stages_per_rank(pipeline.get("schedule", "1F1B"))
+    if len(ranges) != int(pipeline["stages"]) * chunks:
+        raise PipelineError(f"plan pipeline: {pipeline['stages']} stages under {pipeline.get('schedule')} "
+                            f"need {int(pipeline['stages']) * chunks} block ranges (virtual stages), "
+                            f"got {len(ranges)}")
     modules, names, metas = cut_stages(ep.module(), blocks, ranges)
     return StageModules(modules, names, metas, blocks, skeleton)
 
@@ -233,6 +238,39 @@ def load_initial_values(stages: StageModules, which: int, device: torch.device) 
         if p.is_meta:
             raise PipelineError(f"parameter {key!r} of stage {which} got no initial value")
     return module
+
+
+def merge_stage_modules(modules: list[nn.Module]) -> nn.Module:
+    """One module holding every parameter and buffer of ``modules`` (the stages of one rank) under
+    the model's own names: the same tensors, so the optimizer, the gradient sync and checkpoints
+    see both stages as one (an interleaved rank's).
+
+    Example:
+        >>> a, b = nn.Module(), nn.Module()
+        >>> a.blocks = nn.ModuleList([nn.Linear(2, 2)])
+        >>> b.head = nn.Linear(2, 1)
+        >>> merged = merge_stage_modules([a, b])
+        >>> sorted(merged.state_dict()), merged.head.weight is b.head.weight
+        (['blocks.0.bias', 'blocks.0.weight', 'head.bias', 'head.weight'], True)
+    """
+    merged = nn.Module()
+    for module in modules:
+        for key, value in module.named_parameters():
+            _set(_owner_path(merged, key), key.rpartition(".")[2], value)
+        for key, value in module.named_buffers():
+            if key not in dict(merged.named_buffers()):
+                _set(_owner_path(merged, key), key.rpartition(".")[2], value, buffer=True)
+    return merged
+
+
+def _owner_path(root: nn.Module, key: str) -> nn.Module:
+    """The module owning ``key`` under ``root``, creating empty modules along the path."""
+    owner = root
+    for part in key.split(".")[:-1]:
+        if part not in owner._modules:
+            owner._modules[part] = nn.Module()
+        owner = owner._modules[part]
+    return owner
 
 
 def _set(module: nn.Module, key: str, value: torch.Tensor, buffer: bool = False) -> None:

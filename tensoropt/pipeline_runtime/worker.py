@@ -176,7 +176,8 @@ class PlanRun:
         losses = rt.global_losses(self.losses)
         per_rank = [None] * rt.world
         dist.all_gather_object(per_rank, {
-            "rank": rt.rank, "stage": rt.stage_index, "peak_bytes": peak_bytes,
+            "rank": rt.rank, "stage": rt.stage_index, "virtual_stages": rt.virtual_stages,
+            "peak_bytes": peak_bytes,
             "peak_method": self.peak.method, **(self.tensor_peak or {}),
             "compute_times_s": self.compute_times,
             "parameter_bytes": sum(p.numel() * p.element_size() for p in rt.module.parameters())})
