@@ -160,6 +160,8 @@ def run_block(interp, span: BlockSpan, lazy_marker: Any) -> Any:
         try:
             for n in span.nodes:
                 env[n] = interp.run_node(n)
+                for used in interp.user_to_last_uses.get(n, ()):  # freed as the interpreter's loop frees:
+                    env.pop(used, None)  # the rerun holds what autograd saves, not the whole block
         finally:
             interp._in_block = False
             interp.env, interp._memo = saved_env, saved_memo
