@@ -65,6 +65,12 @@ def main() -> int:
                   f"{text(un_fast, seconds)} | {text(lean, gib)} / {text(un_lean, gib)} | "
                   f"{search.get('stage_solves', 0)} | {f.get('timing_s', {}).get('pipeline', 0):.1f} | "
                   f"{100 * (f.get('epsilon_bound') or 0):.2g} % |")
+            cpu = search.get("cpu_s")
+            if cpu:  # this process's CPU seconds per part of the search (the machine is shared)
+                chain = (search.get("stage_chain") or {}).get("cpu_s") or {}
+                print("    pipeline search CPU s: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+                      + ("; of the stage frontiers: " + ", ".join(f"{k} {v:.1f}" for k, v in chain.items())
+                         if chain else ""))
             for p in piped[:3]:
                 print(f"    {p['id']}: {p['time_s']:.3f} s, {p['memory_bytes'] / GIB:.1f} GiB: "
                       f"{p['summary'][:200]}")

@@ -5,10 +5,11 @@ parameters, gradients, optimizer state and saved activations. A process's real p
 (``measured.peak_bytes``, :mod:`tensoropt.executor.state.peak_memory`) adds two terms:
 
     peak_bytes = state_bytes + max(activation_bytes + backward_transient_bytes,
-                                   optimizer_step_transient_bytes)
+                                   optimizer_step_transient_bytes, fresh_gradient_bytes)
                + runtime_overhead_bytes + program_bytes
              = memory_bytes + max(backward_transient_bytes,
-                                  optimizer_step_transient_bytes - activation_bytes)
+                                  optimizer_step_transient_bytes - activation_bytes,
+                                  fresh_gradient_bytes - activation_bytes)
                + runtime_overhead_bytes + program_bytes
 
 where ``state_bytes`` is the parameters, gradients and optimizer state, ``activation_bytes =
@@ -16,16 +17,30 @@ memory_bytes - state_bytes`` the saved activations (freed by the time the optimi
 step's temporaries and the activations peak at different moments), ``backward_transient_bytes``
 the gradients of activations alive at once when backward starts: twice the largest local
 activation (cross entropy's backward holds the gradient of the log-probabilities and of the
-logits beside the saved log-probabilities; COSTS.md: a peak, the largest one, added once), less
+logits beside the saved log-probabilities; COSTS.md: a peak, the largest one, added once), or the
+loss's own turn where larger (below), less
 the parameter gradients ``memory_bytes`` counts, which are not alive yet at that moment (the
-loop zeroes them to None; they appear as backward frees the saved activations): measured on
+loop zeroes them to None; they appear as backward frees the saved activations; with several
+micro-batches the accumulated ones are alive, and nothing is taken off): measured on
 width-256 GPT-2 and BERT data-parallel plans, the tensor peak is ``memory_bytes`` itself (66.0
 against 66.15 MiB), where the unreduced term put it 12-29 % above (docs/results.md, fidelity),
-:func:`optimizer_step_transient_bytes` the step's temporaries, ``runtime_overhead_bytes`` the
+:func:`optimizer_step_transient_bytes` the step's temporaries, ``fresh_gradient_bytes`` a
+later micro-batch's gradients beside the accumulated ones at its backward's end (0 for one
+micro-batch; the last term is :func:`accumulation_bytes`), ``runtime_overhead_bytes`` the
 device profile's per-process constant and ``program_bytes`` (:func:`program_bytes`) its
 ``bytes_per_program_node`` times the replayed program's node count as traced (``tensoropt
 calibrate --memory`` measures both).
 
+* The forward/backward turn (:func:`tensoropt.executor.state.peak_memory.loss_turn_bytes`, from the
+  graph). When the loss is computed, the logits it reads are alive though nothing saves them (cross
+  entropy saves its log-probabilities, new), with the copy the plan lays them out in for the loss;
+  its backward then holds the gradient of the log-probabilities and of the logits at once beside every
+  saved activation. Both are candidates for the turn's transient beside twice the largest activation.
+  (The interpreted step held every redistributed copy and its source until the forward's end: 9 MiB
+  more on the zoo GPT, measured; it now frees them with their source, as the replayed program does.)
+* Micro-batches (``micro_batches > 1``): the gradients accumulated by the earlier micro-batches are
+  alive at a later one's turn, and its fresh gradients beside them at its backward's end
+  (:func:`accumulation_bytes`).
 * The optimizer step's temporaries. torch.optim's single-tensor AdamW (what a CPU tensor gets: the
   foreach path is the default on CUDA only) computes ``(exp_avg_sq.sqrt() / bias_correction2_sqrt)``
   per parameter: two parameter-sized temporaries alive at once, so the step peaks at twice the
@@ -103,7 +118,8 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
                          total_param_bytes: int, runtime_overhead_bytes: int,
                          device_kind: str = "cpu", largest_activation_bytes: int = 0,
                          program_bytes: int = 0, recompute_transient_bytes: int = 0,
-                         grad_bytes: int = 0) -> int:
+                         grad_bytes: int = 0, loss_forward_bytes: int = 0, loss_backward_bytes: int = 0,
+                         micro_batches: int = 1) -> int:
     """Peak bytes of one process: the plan's memory, the optimizer step's excess, the runtime's own.
 
     Args:
@@ -123,6 +139,17 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
             (``zero_grad(set_to_none=True)``; they appear as the saved activations are freed), so the
             activation gradients of the start of backward take their place first; only what exceeds
             them adds to the peak (0: the older sum, every gradient alive beside that transient).
+        loss_forward_bytes: what is alive at the forward's end beyond the saved activations: the loss's
+            unsaved operands (the logits) and the copy the plan lays them out in for the loss
+            (:func:`loss_turn_bytes`).
+        loss_backward_bytes: what the loss's backward holds at once beside the saved activations (cross
+            entropy: the gradient of the log-probabilities and of the logits; :func:`loss_turn_bytes`):
+            backward's transient is the larger of it and twice the largest activation.
+        micro_batches: the plan's micro-batches per step. Above 1 the gradients accumulated by the
+            earlier micro-batches are alive when a later one's forward ends and its backward starts (no
+            ``grad_bytes`` taken off), and at its backward's end its fresh gradients sit beside them
+            until they are added (both the interpreted and the replayed step hand them over whole):
+            one more gradient set, its activations freed by then (:func:`accumulation_bytes`).
 
     Example:
         >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20)
@@ -134,12 +161,40 @@ def predicted_peak_bytes(memory_bytes: float, state_bytes: int, optimizer: str, 
         1110
         >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20, grad_bytes=30)
         1060
+        >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20, grad_bytes=30,
+        ...                      micro_batches=4)
+        1090
+        >>> predicted_peak_bytes(1000, 700, "sgd", 100, 300, 50, largest_activation_bytes=20,
+        ...                      loss_forward_bytes=45, loss_backward_bytes=30)
+        1095
     """
     transient = optimizer_step_transient_bytes(optimizer, largest_param_bytes, total_param_bytes, device_kind)
     activation_bytes = max(0, int(memory_bytes) - int(state_bytes))
-    backward = max(2 * int(largest_activation_bytes) - int(grad_bytes), 0, int(recompute_transient_bytes))
-    return (int(memory_bytes) + max(backward, transient - activation_bytes) + int(runtime_overhead_bytes)
-            + int(program_bytes))
+    not_yet = int(grad_bytes) if micro_batches <= 1 else 0  # gradients not alive at the forward/backward turn
+    turn = max(2 * int(largest_activation_bytes), int(loss_backward_bytes), int(loss_forward_bytes)) - not_yet
+    backward = max(turn, 0, int(recompute_transient_bytes))
+    accumulated = accumulation_bytes(micro_batches, grad_bytes, activation_bytes)
+    return (int(memory_bytes) + max(backward, transient - activation_bytes, accumulated)
+            + int(runtime_overhead_bytes) + int(program_bytes))
+
+
+def accumulation_bytes(micro_batches: int, grad_bytes: int, activation_bytes: int) -> int:
+    """Above the plan's memory at the end of a later micro-batch's backward: its fresh gradients beside
+    the accumulated ones (one gradient set more), its saved activations freed by then; 0 for one
+    micro-batch (gradients are then made into ``.grad`` directly: nothing accumulates).
+
+    The executor hands a micro-batch's gradients over whole: the interpreted step sets ``.grad`` to
+    None, runs backward, then adds the new gradient into the held one; the replayed program returns
+    every gradient, added to ``.grad`` after the call (:mod:`tensoropt.parallel.runtime`). A plan
+    whose state outweighs its activations peaks here.
+
+    Example:
+        >>> accumulation_bytes(4, grad_bytes=300, activation_bytes=100), accumulation_bytes(1, 300, 100)
+        (200, 0)
+    """
+    if micro_batches <= 1:
+        return 0
+    return max(0, int(grad_bytes) - int(activation_bytes))
 
 
 def recompute_excess_bytes(layers: list[dict], redistributions: list[dict] = ()) -> float:

@@ -390,12 +390,16 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         return points
 
     plans, configurations, tried, solves, used = [], {}, [], 0, {}
+    cpu = {"captures": 0.0, "cost_graphs": 0.0, "stages_and_dp": 0.0, "plans": 0.0}
+    """This process's CPU seconds per part of the search (a shared machine: wall time is not the work)."""
     for p, schedule, m in candidates:
         if progress is not None:
             progress(f"{_devices(num_devices)}: pipeline of {p} stages, {m} micro-batches ({schedule})", 1.0)
         if m not in graphs:
+            start = time.process_time()
             job_m = micro_batch_job(job, m)
             graph_m = capture_job(job_m) if m > 1 else graph
+            cpu["captures"] += time.process_time() - start
             try:
                 blocks = find_blocks(graph_m)
             except PipelineError as e:
@@ -412,7 +416,9 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
             continue
         key = (num_devices // p, m)
         if key not in solvers:
+            start = time.process_time()
             G = job_cost_graph(graph_m, job_m, cluster, num_devices // p)
+            cpu["cost_graphs"] += time.process_time() - start
             # the sweep pays on deep models (70B: 3 x the shared memo), not on a few blocks (8B with 4
             # layers: 1.3 x slower; docs/results.md, benchmarks/pipeline_stages.py)
             chain = pipeline_chain_settings() if blocks.count > CHAIN_MIN_BLOCKS else None
@@ -420,17 +426,24 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         solver = solvers[key]
         solver.solve = solve  # this device count's (its bound and memo)
         before = solver.solves
+        base = ((solver.chain.eliminations, solver.chain.steps, dict(solver.chain.cpu_s))
+                if solver.chain is not None else None)
+        start = time.process_time()
         found, _ = pipelined_frontier(solver, p, schedule)
+        cpu["stages_and_dp"] += time.process_time() - start
         solves += solver.solves - before
         if solver.chain is not None:
             stage_bound = max(stage_bound, solver.chain.bound)
-            used[id(solver)] = solver.chain
+            # the chain was perhaps used by an earlier device count (same stage mesh): count this one's
+            used.setdefault(id(solver), (solver.chain, base))
         tried.append([p, schedule, m])
+        start = time.process_time()
         for pp in found:
             plan, configs = to_plan(pp, solver, num_devices, batch)
             plans.append(plan)
             for n, c in configs.items():
                 configurations.setdefault(n, {}).update(c)
+        cpu["plans"] += time.process_time() - start
     unpiped = frontier.plans
     merged = unpiped + plans
     keep = pareto_select([[q.time_s, q.memory_bytes] for q in merged]) if merged else []
@@ -442,10 +455,13 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
     frontier.plans = merged
     # the DP across stages is exact: a stage option within 1 + b in t, d and w keeps T and M within it
     frontier.epsilon_bound = max(frontier.epsilon_bound or 0.0, stage_bound)
-    sweeps = ({"eliminations": sum(c.eliminations for c in used.values()),
-               "sweep_steps": sum(c.steps for c in used.values())} if used else None)
+    sweeps = ({"eliminations": sum(c.eliminations - b[0] for c, b in used.values()),
+               "sweep_steps": sum(c.steps - b[1] for c, b in used.values()),
+               "cpu_s": {part: sum(c.cpu_s[part] - b[2][part] for c, b in used.values())
+                         for part in ("eliminations", "sweeps", "finish")}} if used else None)
     frontier.pipeline_search = {
         "candidates": tried, "stage_solves": solves, "stage_bound": stage_bound, "stage_chain": sweeps,
+        "cpu_s": cpu,
         "unpipelined_fastest_s": min((q.time_s for q in unpiped), default=None),
         "unpipelined_leanest_bytes": min((q.memory_bytes for q in unpiped), default=None),
         "pipelined_plans": sum(1 for q in merged if q.pipeline),

@@ -37,7 +37,7 @@ the plot's download button both use it). Files are written atomically (:func:`wr
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,6 +118,18 @@ class Layer:
         """Inverse of :meth:`to_json` (plan files without the memory parts read them as 0)."""
         return Layer(**{k: data[k] for k in Layer.__dataclass_fields__ if k in data})
 
+
+
+def largest_transient_of_rows(rows: Iterable[dict]) -> float:
+    """The largest transient of a plan's rows (a row's ``buffer_bytes`` or ``recompute_chain_bytes``,
+    0 where absent): what a plan's peak adds once to its memory. Rows as frontier.json writes them.
+
+    Example:
+        >>> largest_transient_of_rows([{"buffer_bytes": 3}, {"recompute_chain_bytes": 5}, {}])
+        5.0
+    """
+    return float(max((max(r.get("buffer_bytes", 0.0), r.get("recompute_chain_bytes", 0.0)) for r in rows),
+                     default=0.0))
 
 _LAYER_PARTS = frozenset((*MEMORY_PARTS, *TRANSIENT_PARTS))
 """The memory fields of a :class:`Layer` (:mod:`estimators.memory_parts`), left out of its JSON when 0."""
@@ -215,7 +227,7 @@ class Plan:
             >>> Plan("d1-p0", 1.0, 16, {}, layers=rows).largest_transient_bytes
             5.0
         """
-        return float(max((max(x.buffer_bytes, x.recompute_chain_bytes) for x in self.layers), default=0.0))
+        return largest_transient_of_rows(layer.__dict__ for layer in self.layers)
 
     @property
     def peak_memory_bytes(self) -> float:

@@ -83,6 +83,7 @@ def run(args) -> int:
             from tensoropt.commands.run_pipelined import run_pipelined
 
             # the plan's micro-batches are the schedule's, not the trainer's accumulation
+            _check_training_keys(args, spec, None)  # no_decay words, the TensorBoard directory
             return run_pipelined(args, spec, plan, _nproc(args, plan, nnodes),
                                  trainer_keys(job, {"micro_batches": 1}), _executor(args, job))
         entry["plan"] = plan

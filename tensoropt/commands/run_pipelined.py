@@ -3,10 +3,12 @@
 ``tensoropt run`` hands a pipelined plan here (``commands/run.py`` dispatches on
 ``plan["pipeline"]``). Each stage's forward and backward replay programs traced once
 (:mod:`tensoropt.pipeline_runtime.replay`), data parallel inside each stage; the plan's intra-stage
-layouts (tensor splits, memory options) and
-the job's trainer keys are not run yet, and are refused or reported here before any worker
-starts. ``--checkpoint-dir DIR`` resumes from DIR when it holds a pipelined run's checkpoint (any
-stage count wrote it) and writes one there after the last step.
+layouts (tensor splits, memory options) are not run yet. The job's trainer keys (optimizer groups,
+learning-rate schedule, clipping, metrics, validation, export) run through
+:class:`tensoropt.pipeline_runtime.trainer.StageTrainer`; ``--elastic`` is refused here before any
+worker starts. ``--checkpoint-dir DIR`` resumes from DIR's newest
+pipelined checkpoint (any stage count wrote it) up to the job's steps, and writes one there every
+``--checkpoint-every`` steps and after the last.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from tensoropt.commands import CommandError
 
-UNSUPPORTED_FLAGS = (("elastic", "--elastic"), ("checkpoint_every", "--checkpoint-every"))
+UNSUPPORTED_FLAGS = (("elastic", "--elastic"),)
 """``tensoropt run`` options a pipelined plan does not take yet (attribute, flag)."""
 
 
@@ -25,19 +27,21 @@ def pipelined_problems(args, trainer_keys: list[str], executor: dict) -> list[st
 
     Example:
         >>> import argparse
-        >>> problems = pipelined_problems(argparse.Namespace(elastic=False, checkpoint_every=0), [],
+        >>> problems = pipelined_problems(argparse.Namespace(elastic=False), ["validation", "lr_scheduler"],
         ...                               {"mode": "replay", "compile": "inductor"})
-        >>> problems[0].split(" (")[0]
-        '--compile inductor: the pipelined runtime does not compile its stages'
+        >>> [p.split(" (")[0].split(":")[0] for p in problems]
+        ['--compile inductor']
     """
+    from tensoropt.pipeline_runtime.trainer import UNSUPPORTED_KEYS
+
     problems = [f"{flag}: not run with a pipelined plan yet" for attr, flag in UNSUPPORTED_FLAGS
                 if getattr(args, attr, None)]
     if executor.get("compile", "none") != "none":
         problems.append(f"--compile {executor['compile']}: the pipelined runtime does not compile its stages "
                         "(their traced programs replay uncompiled)")
-    if trainer_keys:
-        problems.append(f"trainer keys {', '.join(trainer_keys)}: the pipelined runtime runs the job's "
-                        "optimizer at a constant learning rate only; drop them for a pipelined plan")
+    for key in (k for k in trainer_keys if k in UNSUPPORTED_KEYS):
+        problems.append(f"trainer key {key}: not run with a pipelined plan yet (drop it, or select a plan "
+                        "without a pipeline)")
     return problems
 
 
@@ -82,20 +86,26 @@ def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], e
         raise CommandError(f"plan {plan.get('id')} is pipelined: " + "; ".join(problems))
     pipe = plan["pipeline"]
     check_stages(args.job, spec, plan)
-    entry = {"spec": spec.to_json(), "plan": plan, "steps": spec.steps}
+    entry = {"spec": spec.to_json(), "plan": plan, "total_steps": spec.steps, "steps": spec.steps}
     if args.metrics:
         entry["metrics"] = str(Path(args.metrics).resolve())
+    if trainer_keys:
+        out_dir = Path(args.metrics).resolve().parent if args.metrics else Path("out") / Path(args.job).stem
+        out_dir.mkdir(parents=True, exist_ok=True)
+        entry.update(job=spec.job, out_dir=str(out_dir.resolve()))
     if args.checkpoint_dir:
-        from tensoropt.pipeline_runtime.checkpoint import STEP_FILE
+        from tensoropt.pipeline_runtime.checkpoint import latest_pipelined_checkpoint
 
         ckpt = Path(args.checkpoint_dir).resolve()
         entry["checkpoint_dir"] = str(ckpt)
-        if (ckpt / STEP_FILE).is_file():
+        entry["checkpoint_every"] = int(getattr(args, "checkpoint_every", 0) or 0)
+        if latest_pipelined_checkpoint(ckpt) is not None:
             entry["resume_from"] = str(ckpt)
     print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc} process(es), "
           f"plan {plan.get('id')}: "
           f"{pipe['stages']} stages, {pipe['schedule']}, {pipe['micro_batches']} micro-batches, blocks "
-          f"{pipe['blocks']} (eager stages, data parallel inside each stage)", flush=True)
+          f"{pipe['blocks']} (replayed stages, data parallel inside each stage)"
+          + (f"; trainer keys: {', '.join(trainer_keys)}" if trainer_keys else ""), flush=True)
     config = {"runs": [entry]}
     if args.timeout_s:
         config["timeout_s"] = args.timeout_s

@@ -8,6 +8,10 @@ stage write the same keys and DCP keeps one. Loading builds the same state dict 
 layout (the optimizer state created by a zero-learning-rate step, as DCP loads only into state
 that exists) and reads every key it holds. ``STEP_FILE`` records the steps done.
 
+Each checkpoint is a folder ``step-<n>`` under the run's checkpoint directory, its ``STEP_FILE``
+written last: a run killed while writing leaves an incomplete folder that
+:func:`latest_pipelined_checkpoint` skips, and the one before it stands.
+
 Example:
     >>> # not run here: collective over the run's process group
     >>> save_checkpoint("ckpt", module, optimizer, 4)  # doctest: +SKIP
@@ -36,14 +40,39 @@ def _state(module, optimizer) -> dict:
     return {"model": model_sd, "optim": optim_sd}
 
 
-def save_checkpoint(path: str | Path, module, optimizer, step: int) -> Path:
-    """Write this rank's stage and optimizer state to the DCP directory ``path`` (collective).
+CHECKPOINT_PREFIX = "step-"
+"""A checkpoint's folder name: ``step-<steps done>``."""
+
+
+def latest_pipelined_checkpoint(directory: str | Path | None) -> Path | None:
+    """The newest complete checkpoint under ``directory`` (a ``step-<n>`` folder holding
+    ``STEP_FILE``), or ``directory`` itself when it holds one; None when there is none.
+
+    Example:
+        >>> import tempfile; d = Path(tempfile.mkdtemp())
+        >>> (d / "step-2").mkdir(); (d / "step-4").mkdir()
+        >>> _ = (d / "step-2" / STEP_FILE).write_text('{"step": 2}')
+        >>> latest_pipelined_checkpoint(d).name, latest_pipelined_checkpoint(d / "nothing")
+        ('step-2', None)
+    """
+    if directory is None or not Path(directory).is_dir():
+        return None
+    directory = Path(directory)
+    if (directory / STEP_FILE).is_file():
+        return directory
+    done = [p for p in directory.glob(CHECKPOINT_PREFIX + "*") if (p / STEP_FILE).is_file()]
+    return max(done, key=lambda p: int(p.name.removeprefix(CHECKPOINT_PREFIX)), default=None)
+
+
+def save_checkpoint(directory: str | Path, module, optimizer, step: int) -> Path:
+    """Write this rank's stage and optimizer state to ``directory/step-<step>`` (collective);
+    returns that folder.
 
     Example:
         >>> # not run here: collective
         >>> save_checkpoint("ckpt", module, optimizer, 4)  # doctest: +SKIP
     """
-    path = Path(path)
+    path = Path(directory) / f"{CHECKPOINT_PREFIX}{step}"
     if dist.get_rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
     dist.barrier()
@@ -55,17 +84,20 @@ def save_checkpoint(path: str | Path, module, optimizer, step: int) -> Path:
 
 
 def load_checkpoint(path: str | Path, module, optimizer) -> int:
-    """Load ``path`` into this rank's stage and optimizer (collective); returns the steps done.
+    """Load the newest checkpoint under ``path`` (:func:`latest_pipelined_checkpoint`) into this
+    rank's stage and optimizer (collective); returns the steps done.
 
     Example:
         >>> # not run here: collective
         >>> load_checkpoint("ckpt", module, optimizer)  # doctest: +SKIP
         4
     """
-    path = Path(path)
+    found = latest_pipelined_checkpoint(path)
+    if found is None:
+        raise FileNotFoundError(f"resume_from {path}: no complete checkpoint ({CHECKPOINT_PREFIX}<n>/"
+                                f"{STEP_FILE}); not a pipelined run's checkpoint directory")
+    path = found
     step_file = path / STEP_FILE
-    if not step_file.is_file():
-        raise FileNotFoundError(f"resume_from {path}: no {STEP_FILE}; not a pipelined run's checkpoint")
     _create_optimizer_state(module, optimizer)
     state = _state(module, optimizer)
     dcp.load(state, checkpoint_id=str(path))

@@ -131,8 +131,9 @@ class PipelineRuntime:
         self.batches = spec.batch_source()
         del stages
 
-    def local_batch(self, step: int) -> dict[str, torch.Tensor]:
-        """This replica's rows of ``step``'s global batch, by input name.
+    def local_batch(self, step: int, source=None) -> dict[str, torch.Tensor]:
+        """This replica's rows of ``step``'s global batch, by input name (of ``source``, a batch
+        source of the spec's inputs such as a held-out set's; default the run's training data).
 
         Example:
             >>> # not run here: needs a process group
@@ -143,12 +144,29 @@ class PipelineRuntime:
         shapes = [(self.spec.global_batch_size, *s.shape) for s in self.spec.inputs]
         regions = [((first, self.rows), *((0, n) for n in shape[1:])) for shape in shapes]
         names = self.spec.input_names or tuple(f"input{i}" for i in range(len(shapes)))
-        values = self.batches.local(step, regions)
+        values = (source if source is not None else self.batches).local(step, regions)
         return {n: v.to(self.device) for n, v in zip(names, values)}
 
-    def train_step(self, step: int) -> float | None:
+    def eval_loss(self, step: int, source) -> float | None:
+        """The forward-only loss of ``source``'s batch ``step`` (the schedule's ``eval``: every
+        micro-batch forward through the stages, nothing kept for backward); the last stage returns
+        this replica's loss, scaled as a training step's, the others None.
+
+        Example:
+            >>> # not run here: needs a process group
+            >>> rt.eval_loss(0, held_out_source)  # doctest: +SKIP
+        """
+        kwargs = {n: v for n, v in self.local_batch(step, source).items() if n in self.input_names}
+        losses: list[torch.Tensor] = []
+        target = self.loss_scale_rows(kwargs) if self.is_last else None
+        with torch.no_grad():
+            self.schedule.eval(target=target, losses=losses, return_outputs=False, **kwargs)
+        return float(sum(loss.detach() for loss in losses)) if self.is_last else None
+
+    def train_step(self, step: int, before_update=None) -> float | None:
         """One optimizer step over ``step``'s batch; the last stage returns this replica's loss
-        (the mean of its micro-batches' losses), the others None."""
+        (the mean of its micro-batches' losses), the others None. ``before_update()`` runs between
+        the gradient sync and the optimizer step (the trainer's clipping)."""
         batch = self.local_batch(step)
         kwargs = {n: batch[n] for n in self.input_names}
         self.optimizer.zero_grad(set_to_none=False)
@@ -156,6 +174,8 @@ class PipelineRuntime:
         target = self.loss_scale_rows(kwargs) if self.is_last else None
         self.schedule.step(target=target, losses=losses, return_outputs=False, **kwargs)
         self.sync_gradients()
+        if before_update is not None:
+            before_update()
         self.optimizer.step()
         if self.is_last:
             return float(sum(loss.detach() for loss in losses))

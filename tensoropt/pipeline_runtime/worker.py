@@ -14,6 +14,12 @@ stage's forward and backward replay traced programs; false: eager autograd); ``t
 collective's limit; default 120 s); and ``interleave`` (true: the runs are built together and
 stepped in turn, for timing ratios under the same load).
 
+``total_steps`` (instead of ``steps``): train up to that step, from the step a resumed checkpoint
+reached. With ``job`` (the job's dict, as ``tensoropt run`` passes it when the job sets trainer keys), the
+run trains with them (:class:`tensoropt.pipeline_runtime.trainer.StageTrainer`: optimizer groups,
+learning-rate schedule, clipping across stages, ``metrics.jsonl`` under ``out_dir``, the exported
+model) and ``checkpoint_every`` N writes a checkpoint every N steps besides the last.
+
 Example:
     >>> # not run here: started by `tensoropt run` (tensoropt.launch.launch_module)
     >>> main(["run.json"])  # doctest: +SKIP
@@ -53,18 +59,38 @@ class PlanRun:
         self.rt = PipelineRuntime(spec, config["plan"], device, replay=config.get("replay", True))
         self.peak.start()
         self.start = 0
+        self.steps = int(config["steps"])
+        self.trainer = None
+        if config.get("job"):
+            from tensoropt.config import Job
+            from tensoropt.pipeline_runtime.trainer import StageTrainer
+
+            self.trainer = StageTrainer(self.rt, Job.from_dict(config["job"]), config.get("out_dir", "."))
         if config.get("resume_from"):
             self.start = load_checkpoint(config["resume_from"], self.rt.module, self.rt.optimizer)
-        self.steps = int(config["steps"])
+        if config.get("total_steps") is not None:  # run to that step from wherever it resumed
+            self.steps = max(0, int(config["total_steps"]) - self.start)
+        if self.trainer is not None:
+            self.trainer.start(self.start, self.start + self.steps)
         self.losses: list[float | None] = []
         self.times: list[float] = []
 
     def step(self) -> None:
-        """The run's next step, timed (after a barrier)."""
+        """The run's next step, timed (after a barrier); with trainer keys, clipped, scheduled,
+        logged and checkpointed every ``checkpoint_every`` steps."""
         dist.barrier()
+        step = self.start + len(self.times)
+        lr = self.trainer.lr if self.trainer is not None else None
         t0 = time.perf_counter()
-        self.losses.append(self.rt.train_step(self.start + len(self.times)))
+        hook = self.trainer.before_update if self.trainer is not None else None
+        self.losses.append(self.rt.train_step(step, before_update=hook))
         self.times.append(time.perf_counter() - t0)
+        if self.trainer is not None:
+            self.trainer.after_step(step, self.losses[-1], lr, self.times[-1])
+        every = int(self.config.get("checkpoint_every") or 0)
+        done = step + 1
+        if self.config.get("checkpoint_dir") and every and done % every == 0 and len(self.times) < self.steps:
+            save_checkpoint(self.config["checkpoint_dir"], self.rt.module, self.rt.optimizer, done)
 
     def finish(self) -> dict | None:
         """Write what the run's config asks for; rank 0 returns the metrics (others None)."""
@@ -83,6 +109,8 @@ class PlanRun:
                        out / f"stage-{rt.stage_index}.pt")
         if config.get("checkpoint_dir"):
             save_checkpoint(config["checkpoint_dir"], rt.module, rt.optimizer, start + steps)
+        if self.trainer is not None:
+            self.trainer.finish()
         dist.barrier()
         if rt.rank != 0:
             return None
@@ -95,6 +123,7 @@ class PlanRun:
             "measured": {"time_s": statistics.median(steady) if steady else None, "ranks": per_rank},
             "predicted_stages": [{"stage": st["stage"], "memory_bytes": st["memory_bytes"]}
                                  for st in (plan.get("pipeline_detail") or {}).get("stages", [])],
+            "records": self.trainer.records if self.trainer is not None else None,
             "runtime": "stages run by torch.distributed.pipelining, data parallel inside each stage",
             "stage_mode": getattr(rt.stage_module, "mode", "eager"),
         }

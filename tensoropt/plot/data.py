@@ -35,7 +35,8 @@ class PlotPoint:
         memory_bytes: estimated peak memory per device.
         throughput: samples per second (global batch / step time), None if the batch is unknown.
         summary: one line on how the plan splits the model.
-        fits: True if ``memory_bytes`` is within the budget (True when there is no budget).
+        fits: True if ``peak_memory_bytes`` is within the budget (True when there is no budget): the
+            budget is checked against the peak, as the selector and the planner check it.
         layers: the plan's per-layer rows (dicts with node, op, module, config, compute_s,
             comm_s, memory_bytes), as in frontier.json.
         micro_batches: micro-batches per step (gradient accumulation; 1 in older files).
@@ -54,6 +55,9 @@ class PlotPoint:
     micro_batches: int = 1
     tokens_per_s_per_device: float | None = None
     mfu: float | None = None
+    peak_memory_bytes: float | None = None
+    """``memory_bytes`` plus the plan's largest transient (a recompute chain's rebuilt tensors, a
+    communication buffer, one chunk of a chunked loss): :attr:`tensoropt.plans.Plan.peak_memory_bytes`."""
 
     @property
     def memory_gib(self) -> float:
@@ -120,7 +124,7 @@ def page_points(frontier_json: dict, budget_bytes: int | None) -> list[PlotPoint
         >>> page_points(fj, budget_bytes=2 * GIB)[0].fits
         False
     """
-    from tensoropt.plans import unpack_frontier_json
+    from tensoropt.plans import largest_transient_of_rows, unpack_frontier_json
 
     batch = global_batch_size(frontier_json)
     frontiers = frontier_json.get("frontiers")
@@ -134,6 +138,7 @@ def page_points(frontier_json: dict, budget_bytes: int | None) -> list[PlotPoint
             where = f"frontiers[{i}].plans[{j}]"
             time_s = _number(plan, "time_s", where)
             memory_bytes = _number(plan, "memory_bytes", where)
+            peak_bytes = memory_bytes + largest_transient_of_rows(plan.get("layers", []))
             if "id" not in plan:
                 raise ValueError(f"frontier.json: {where}.id is missing")
             points.append(
@@ -144,11 +149,12 @@ def page_points(frontier_json: dict, budget_bytes: int | None) -> list[PlotPoint
                     memory_bytes=float(memory_bytes),
                     throughput=_throughput(plan, batch, time_s),
                     summary=str(plan.get("summary", "")),
-                    fits=budget_bytes is None or memory_bytes <= budget_bytes,
+                    fits=budget_bytes is None or peak_bytes <= budget_bytes,
                     layers=list(plan.get("layers", [])),
                     micro_batches=int(plan.get("micro_batches", 1)),
                     tokens_per_s_per_device=_optional(plan, "tokens_per_s_per_device", where),
                     mfu=_optional(plan, "mfu", where),
+                    peak_memory_bytes=peak_bytes,
                 )
             )
     return points

@@ -11,7 +11,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from tensoropt.cli import main
-from tensoropt.plans import plan_file_text
+from tensoropt.plans import largest_transient_of_rows, plan_file_text
 from tensoropt.plot import pareto_html
 from tensoropt.plot.data import GIB, memory_unit, page_points
 from tensoropt.plot.details import embedded_ids, page_payload
@@ -42,8 +42,26 @@ def test_points_follow_the_file(frontier_json):
         assert point.devices == devices
         assert point.memory_gib == pytest.approx(plan["memory_bytes"] / GIB)
         assert point.throughput == pytest.approx(64 / plan["time_s"])
-        assert point.fits == (plan["memory_bytes"] <= budget)
+        peak = plan["memory_bytes"] + largest_transient_of_rows(plan.get("layers", []))
+        assert point.peak_memory_bytes == pytest.approx(peak)
+        assert point.fits == (peak <= budget)
     assert {p.fits for p in points} == {True, False}, "the fixture needs plans on both sides of the budget"
+
+
+def test_a_plan_fits_by_its_peak_not_its_memory():
+    """The budget is checked against memory + the largest transient, as `select` checks it: a plan
+    whose memory fits but whose recompute transient does not is drawn over budget."""
+    row = {"node": "fc", "op": "aten.linear.default", "module": "fc", "config": "r", "compute_s": 0.0,
+           "comm_s": 0.0, "memory_bytes": 0}
+    plans = [{"id": "d1-p0", "time_s": 1.0, "memory_bytes": 1.5 * GIB,
+              "layers": [{**row, "recompute_chain_bytes": 1.0 * GIB}]},
+             {"id": "d1-p1", "time_s": 2.0, "memory_bytes": 1.5 * GIB,
+              "layers": [{**row, "buffer_bytes": 0.25 * GIB}]}]
+    points = page_points({"job": {}, "frontiers": [{"devices": 1, "plans": plans}]}, budget_bytes=2 * GIB)
+    assert [p.fits for p in points] == [False, True]
+    assert points[0].peak_memory_bytes == 2.5 * GIB
+    hover = pareto_figure(points, 2 * GIB, None)["data"][0]["customdata"][0][-1]
+    assert "peak  2.5 GiB" in hover
 
 
 def test_malformed_plan_names_the_field(frontier_json):

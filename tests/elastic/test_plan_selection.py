@@ -37,3 +37,36 @@ def test_the_job_budget_decides(frontier_file):
 def test_nothing_to_select_from(tmp_path):
     with pytest.raises(ElasticPlanError, match="no frontier file .* and no job to plan"):
         select_for_world_size(2, tmp_path / "missing.json")
+
+
+PIPELINED_JOB = {"model": {"name": "gpt", "kwargs": {"layers": 2, "width": 32, "heads": 2, "seq_len": 8,
+                                                     "vocab_size": 64, "dropout": 0.0, "tie_weights": False}},
+                 "cluster": "cpu-local", "devices": [2],
+                 "training": {"global_batch_size": 8, "optimizer": "adamw", "learning_rate": 0.01, "seed": 0},
+                 "planner": {"pipeline": {"stages": [2], "schedules": ["1F1B"], "micro_batches": [2, 4]}}}
+"""The tiny zoo GPT (untied head) planned with pipelined plans beside the others."""
+
+
+@pytest.mark.timeout(300)
+def test_pipelined_plans_are_not_restarted_elastically(tmp_path):
+    """An elastic (or resumed) start runs its plan through the executor's worker, which does not
+    drive pipeline stages: selection leaves pipelined plans out and says so, rather than crash at
+    the start."""
+    from tensoropt.config import Job
+    from tensoropt.planner import plan_job
+
+    path = tmp_path / "frontier.json"
+    plan_job(Job.from_dict(PIPELINED_JOB)).write(path)
+    frontier = load_frontier_file(path).frontier(2)
+    staged = [p for p in frontier.plans if p.pipeline]
+    plain = [p for p in frontier.plans if not p.pipeline]
+    assert staged and plain, "the test needs pipelined and other plans on the 2-device frontier"
+    plan, line = select_for_world_size(2, path)
+    assert plan["pipeline"] is None and plan["id"] in {p.id for p in plain}
+    assert "pipelined plans skipped" in line and staged[0].id in line
+    leanest_plain = min(p.peak_memory_bytes for p in plain)
+    leanest_staged = min(p.peak_memory_bytes for p in staged)
+    assert leanest_staged < leanest_plain, "the test needs a pipelined plan leaner than every other"
+    job = {**PIPELINED_JOB, "memory_budget": int((leanest_staged + leanest_plain) / 2)}
+    with pytest.raises(ElasticPlanError, match="pipelined plans d2-p.* were not considered"):
+        select_for_world_size(2, path, job)

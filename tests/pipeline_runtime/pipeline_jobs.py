@@ -54,3 +54,20 @@ def plan(plan_id: str, devices: int, schedule: str, blocks: list[list[int]], mic
     return {"id": plan_id, "devices": devices,
             "pipeline": {"stages": len(blocks), "schedule": schedule, "micro_batches": micro_batches,
                          "blocks": blocks}}
+
+
+def plan_pipelined(job: dict, out: Path) -> tuple[Path, Path]:
+    """Write ``job`` as ``out/job.yaml``, plan it (its ``planner.pipeline``) and write the first
+    pipelined plan of its frontier as ``out/plan.json``; returns both paths (what ``tensoropt run
+    JOB --plan PLAN`` takes)."""
+    from tensoropt.planner import plan_job
+    from tensoropt.plans import plan_file_text
+
+    job_path = out / "job.yaml"
+    job_path.write_text(yaml.safe_dump(job))
+    frontier = plan_job(Job.from_dict(job)).to_json()
+    pipelined = [p["id"] for f in frontier["frontiers"] for p in f["plans"] if p.get("pipeline")]
+    assert pipelined, "the planner listed no pipelined plan"
+    plan_path = out / "plan.json"
+    plan_path.write_text(plan_file_text(frontier, pipelined[0]))
+    return job_path, plan_path

@@ -7,14 +7,12 @@ import json
 
 import pytest
 import yaml
-from pipeline_jobs import GPT
+from pipeline_jobs import GPT, plan_pipelined
 
 from tensoropt.cli import main
 from tensoropt.config import Job
 from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.pipeline_runtime.reference import reference_run
-from tensoropt.planner import plan_job
-from tensoropt.plans import plan_file_text
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -25,14 +23,7 @@ JOB = {**GPT, "training": {**GPT["training"], "steps": 3},
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory):
     out = tmp_path_factory.mktemp("run-pipelined")
-    job_path = out / "job.yaml"
-    job_path.write_text(yaml.safe_dump(JOB))
-    frontier = plan_job(Job.from_dict(JOB)).to_json()
-    pipelined = [p["id"] for f in frontier["frontiers"] for p in f["plans"] if p.get("pipeline")]
-    assert pipelined, "the planner listed no pipelined plan"
-    plan_path = out / "plan.json"
-    plan_path.write_text(plan_file_text(frontier, pipelined[0]))
-    return out, job_path, plan_path
+    return (out, *plan_pipelined(JOB, out))
 
 
 def test_run_trains_a_pipelined_plan_as_one_process_would(planned, capsys):

@@ -14,9 +14,12 @@ from tensoropt.training.optimizer import build_optimizer
 from tensoropt.training.schedule import make_scheduler
 
 
-def reference(job: Job, micro_batches: int, steps: int) -> list[dict]:
+def reference(job: Job, micro_batches: int, steps: int, final_state: dict | None = None) -> list[dict]:
     """Every step's loss (mean over micro-batches), learning rate and pre-clipping gradient norm
-    (``torch.nn.utils.clip_grad_norm_``) of the job trained in one process."""
+    (``torch.nn.utils.clip_grad_norm_``) of the job trained in one process; ``final_state``, when
+    given, receives the trained model's ``state_dict()``. With ``validation``, the records of the
+    steps it validates after also hold ``val_loss``: the mean loss of ``validation.steps`` held-out
+    global batches, forward only."""
     job = resolve_job(job)
     spec = TrainSpec.from_job(job)
     model = spec.build_model()  # the executor's seeded initial weights, whole
@@ -42,4 +45,21 @@ def reference(job: Job, micro_batches: int, steps: int) -> list[dict]:
         sched.step()
         opt.zero_grad()
         out.append({"step": step + 1, "loss": loss, "lr": lr, "grad_norm": norm})
+        every = job.validation.every if job.validation is not None else 0
+        if every and ((step + 1) % every == 0 or step + 1 == steps):
+            out[-1]["val_loss"] = _held_out_loss(model, job)
+    if final_state is not None:
+        final_state.update({k: v.detach().clone() for k, v in model.state_dict().items()})
     return out
+
+
+def _held_out_loss(model: torch.nn.Module, job: Job) -> float:
+    """The mean forward-only loss of ``validation.steps`` held-out global batches."""
+    held_out = GlobalBatches(job, job.validation.data)
+    total = 0.0
+    with torch.no_grad():
+        for i in range(job.validation.steps):
+            batch = held_out(i)
+            value = model(*[batch[n] for n in held_out.names])
+            total += float(value.loss if hasattr(value, "loss") else value)
+    return total / job.validation.steps

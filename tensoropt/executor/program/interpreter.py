@@ -143,6 +143,11 @@ class PlanInterpreter(fx.Interpreter):
         self.lazy = lazy
         self.user_to_last_uses = self._last_uses()
         self._memo: dict[tuple, Any] = {}
+        self._memo_roots: dict[fx.Node, list[tuple]] = {}
+        """Node -> the keys of the memo entries made from its value (its views, their layouts): dropped
+        when the node's value is (:meth:`_release_memo`)."""
+        self._root: fx.Node | None = None
+        """The node whose value (or views of it) is being laid out now: who a new memo entry belongs to."""
         self.local = {n.name: packet_name(n) for n in gm.graph.nodes
                       if local and n.op == "call_function" and packet_name(n) in local_ops.LOCAL_PACKETS
                       and n.name in placements and not placements[n.name].options}
@@ -199,8 +204,9 @@ class PlanInterpreter(fx.Interpreter):
 
     def _forward(self, *args, **kwargs):
         # Views and redistributions are memoised within one forward pass: q, k and v taken from
-        # one split must share that split (its backward needs every output's gradient).
-        self._memo = {}
+        # one split must share that split (its backward needs every output's gradient). An entry
+        # lives as long as the value it was made from (:meth:`_release_memo`), not to the forward's end.
+        self._memo, self._memo_roots = {}, {}
         if self.batch_axes is not None:
             return self._run_local_graph(args)
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
@@ -210,7 +216,7 @@ class PlanInterpreter(fx.Interpreter):
             with memory_options.forward_hooks(self):
                 return super().run(*args, **kwargs)
         finally:
-            self._memo = {}
+            self._memo, self._memo_roots = {}, {}
             for work, _ in self._counts.values():  # a failed forward still matches the collectives
                 if work is not None:
                     work.wait()
@@ -429,6 +435,26 @@ class PlanInterpreter(fx.Interpreter):
         return out
 
     def run_node(self, n: fx.Node) -> Any:
+        out = self._run_node(n)
+        self._release_memo(n)
+        return out
+
+    def _release_memo(self, n: fx.Node) -> None:
+        """Drop the memo entries made from the values whose last use was ``n`` (the loop frees those
+        values next): a redistributed copy and its source would otherwise stay alive until the forward
+        ends, unsaved (the zoo GPT's end of forward held 9 MiB of them beside 41.5 MiB of saved
+        activations; docs/results.md, 2026-11-28). Every consumer of such a value has run by then, so
+        none needs its entry again."""
+        for root in self.user_to_last_uses.get(n, ()):
+            for key in self._memo_roots.pop(root, ()):
+                self._memo.pop(key, None)
+
+    def _remember(self, key: tuple, entry: tuple) -> None:
+        self._memo[key] = entry
+        if self._root is not None:
+            self._memo_roots.setdefault(self._root, []).append(key)
+
+    def _run_node(self, n: fx.Node) -> Any:
         if self.mesh is None or n.op != "call_function":
             return super().run_node(n)
         if n in self.spans and not self._in_block:  # a checkpointed block, run as a whole
@@ -470,7 +496,11 @@ class PlanInterpreter(fx.Interpreter):
         if value is not _LAZY:
             return value
         chain, root = self._chain(a)
-        return self._replay(chain, self.env[root])
+        outer, self._root = self._root, root
+        try:
+            return self._replay(chain, self.env[root])
+        finally:
+            self._root = outer
 
     def _chain(self, a: fx.Node) -> tuple[list[fx.Node], fx.Node]:
         chain = []
@@ -485,7 +515,7 @@ class PlanInterpreter(fx.Interpreter):
             if key not in self._memo:
                 args = (value, *fx.node.map_arg(node.args[1:], self._value))
                 out = self.call_function(node.target, args, dict(node.kwargs))
-                self._memo[key] = (value, self._wrap_plain(out))
+                self._remember(key, (value, self._wrap_plain(out)))
             value = self._memo[key][1]
         return value
 
@@ -521,7 +551,14 @@ class PlanInterpreter(fx.Interpreter):
         else:
             target = None
         chain, root = self._chain(a)
-        value = self.env[root]
+        outer, self._root = self._root, root
+        try:
+            return self._laid_out(n, chain, self.env[root], operand, target)
+        finally:
+            self._root = outer
+
+    def _laid_out(self, n: fx.Node, chain: list[fx.Node], value, operand: dict, target):
+        """The operand ``value`` (its root's) through the views ``chain``, laid out as ``target``."""
         if target is None or not isinstance(value, torch.Tensor):
             out = self._replay(chain, value)
             if target is None or operand["role"] != "input" or not isinstance(out, DTensor):
@@ -559,7 +596,7 @@ class PlanInterpreter(fx.Interpreter):
         if key not in self._memo:
             moved = explicit_ops.consistent_grad(value).redistribute(self.mesh, to_placements(target))
             moved = explicit_ops.consistent_strides(moved)
-            self._memo[key] = (value, moved)
+            self._remember(key, (value, moved))
         return self._memo[key][1]
 
     def call_function(self, target, args, kwargs):

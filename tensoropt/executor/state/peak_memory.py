@@ -160,8 +160,10 @@ def load_model_code(spec, device: torch.device) -> None:
 def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
     """The memory model's peak for this process of ``trainer``'s run (None without a predicted memory).
 
-    The plan's predicted ``memory_bytes``, plus backward's activation gradients (twice the largest
-    local operator output, :func:`largest_activation_bytes`) or the optimizer step's temporaries
+    The plan's predicted ``memory_bytes``, plus the forward/backward turn's transient (twice the largest
+    local operator output, :func:`largest_activation_bytes`, or the loss's logits and their gradients,
+    :func:`loss_turn_bytes`; with several micro-batches the accumulated gradients are alive there, and
+    a micro-batch's fresh gradients beside them at its backward's end) or the optimizer step's temporaries
     beyond the saved activations (the largest and the total local tensor the optimizer steps on
     this rank) or the plan's largest recompute transient (``recompute_transient_bytes`` of
     :class:`tensoropt.executor.job.plan.ExecPlan`, from plan.json's rows), whichever is larger, and the
@@ -193,10 +195,13 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
         device = load_cluster(job["cluster"]).device
         overhead, per_node = device.runtime_overhead_bytes, device.bytes_per_program_node
     kind = "gpu" if trainer.device.type == "cuda" else "cpu"
+    loss_forward, loss_backward = loss_turn_bytes(trainer.ep.graph, trainer.plan)
     return formula(memory_bytes, trainer.state_bytes(), trainer.spec.optimizer, max(sizes), sum(sizes),
                    overhead, kind, largest_activation_bytes(trainer.ep.graph, trainer.plan),
                    program_bytes(traced_nodes(trainer), per_node),
-                   int(trainer.plan.predicted.get("recompute_transient_bytes", 0)), grad_bytes=sum(sizes))
+                   int(trainer.plan.predicted.get("recompute_transient_bytes", 0)), grad_bytes=sum(sizes),
+                   loss_forward_bytes=loss_forward, loss_backward_bytes=loss_backward,
+                   micro_batches=int(getattr(trainer, "micro_batches", 1)))
 
 
 def traced_nodes(trainer) -> int:
@@ -242,3 +247,84 @@ def largest_activation_bytes(graph, plan) -> int:
             continue
         best = max(best, val.numel() * val.element_size() // split)
     return best
+
+
+_LOSSES = {"cross_entropy_loss"}
+"""Losses whose backward holds two tensors of its input's size at once (the gradient of the
+log-probabilities and of the logits; the log-probabilities themselves are saved, counted)."""
+
+
+def _split(layout, mesh: list[int]) -> int:
+    """How many pieces a layout (one placement string per mesh axis) cuts a tensor into."""
+    out = 1
+    for axis, placement in enumerate(layout or ()):
+        if str(placement).startswith("S"):
+            out *= mesh[axis]
+    return out
+
+
+def _nbytes(node) -> int:
+    val = node.meta.get("val")
+    return val.numel() * val.element_size() if isinstance(val, torch.Tensor) else 0
+
+
+def loss_turn_bytes(graph, plan) -> tuple[int, int]:
+    """(forward, backward): what the loss adds to the saved activations at the forward/backward turn, on
+    one process, from ``graph`` and ``plan``.
+
+    For each cross entropy the plan does not run chunked (a ``chunked_loss`` never holds the logits:
+    its chunk is its recompute transient): its logits operand, reached through the unplaced views
+    between it and the node that computes it, at that node's output layout.
+
+    * forward: the logits, which nothing saves when every reader of them is a loss (cross entropy
+      saves its log-probabilities, new, counted with the activations), plus the copy laid out for
+      the loss where its input layout is another (both alive while the loss computes);
+    * backward: the gradient of the log-probabilities and of the logits at the loss's input layout,
+      alive at once (the log-probabilities are saved, counted); where the loss's layout is another
+      than the logits', the logits' gradient laid back beside the first.
+
+    Example:
+        >>> # not run here: needs a Trainer's exported graph and plan
+        >>> loss_turn_bytes(trainer.ep.graph, trainer.plan)  # doctest: +SKIP
+        (4194304, 8388608)
+    """
+    from tensoropt.executor.job.program import packet_name
+    from tensoropt.executor.ops.chunked_loss import is_chunked
+
+    mesh = list(plan.mesh.shape)
+    forward = backward = 0
+    for node in graph.nodes:
+        config = plan.placements.get(node.name)
+        if node.op != "call_function" or packet_name(node) not in _LOSSES or config is None \
+                or is_chunked(config) or not node.args or not hasattr(node.args[0], "meta"):
+            continue
+        producer = node.args[0]
+        while producer.op == "call_function" and producer.name not in plan.placements and \
+                producer.all_input_nodes:
+            producer = producer.all_input_nodes[0]
+        made = plan.placements.get(producer.name)
+        made_layout = tuple(made.output) if made is not None else ()
+        loss_layout = tuple(config.inputs[0]) if config.inputs else made_layout
+        whole = _nbytes(node.args[0])
+        at_producer, at_loss = whole // _split(made_layout, mesh), whole // _split(loss_layout, mesh)
+        moved = made_layout != loss_layout
+        readers = _readers(producer, plan)
+        unsaved = at_producer if readers and all(packet_name(r) in _LOSSES for r in readers) else 0
+        forward = max(forward, unsaved + (at_loss if moved else 0))
+        backward = max(backward, at_loss + (max(at_loss, at_producer) if moved else at_loss))
+    return forward, backward
+
+
+def _readers(node, plan) -> list:
+    """The placed nodes that read ``node``'s value, through unplaced nodes (views) between."""
+    out, todo, seen = [], list(node.users), set()
+    while todo:
+        user = todo.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if user.op == "call_function" and user.name not in plan.placements:
+            todo.extend(user.users)
+        else:
+            out.append(user)
+    return out

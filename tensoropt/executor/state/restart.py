@@ -107,17 +107,48 @@ def select_for_world_size(world_size: int, frontier: str | Path | None = None, j
         start = time.perf_counter()
         ff_n = plan_job(dataclasses.replace(job_obj, devices=[world_size]), progress)
         source = f"planned on the spot ({had}; {time.perf_counter() - start:.1f} s)"
+    ff_n, skipped = without_pipelined_plans(ff_n)
+    if not any(f.plans for f in ff_n.frontiers):
+        raise ElasticPlanError(
+            f"world size {world_size}: every plan of the frontier is pipelined ({', '.join(skipped)}), and "
+            "pipelined plans do not restart elastically yet; plan with planner.pipeline: off, or run a "
+            "pipelined plan without --elastic (tensoropt run --plan plan.json --checkpoint-dir DIR)")
     try:
         chosen = select(ff_n, memory_budget_bytes=job_obj.memory_budget, devices=world_size,
                         rule=job_obj.select, max_time_s=job_obj.max_time_s)
     except NoFeasiblePlan as e:
-        raise ElasticPlanError(f"world size {world_size}: {e}") from None
+        extra = (f" (pipelined plans {', '.join(skipped)} were not considered: they do not restart "
+                 "elastically yet)") if skipped else ""
+        raise ElasticPlanError(f"world size {world_size}: {e}{extra}") from None
     budget = format_size(job_obj.memory_budget) if job_obj.memory_budget is not None else "no budget"
     plan = json.loads(plan_file_text(ff_n.to_json(), chosen.plan.id))
     summary = chosen.plan.summary or "no summary"
     line = (f"world size {world_size}: plan {chosen.plan.id} ({summary}) {source} "
             f"(rule {job_obj.select}, budget {budget})")
+    if skipped:
+        line += f"; pipelined plans skipped (not restarted elastically yet): {', '.join(skipped)}"
     return plan, line
+
+
+def without_pipelined_plans(frontier_file):
+    """``frontier_file`` without its pipelined plans (an elastic restart runs a plan through the
+    executor's worker, which does not drive pipeline stages), and the ids left out.
+
+    Example:
+        >>> from tensoropt.plans import Frontier, FrontierFile, Mesh, Plan
+        >>> staged = Plan("d2-p1", 0.4, 512, {}, pipeline={"stages": 2, "schedule": "1F1B",
+        ...                                                 "micro_batches": 2, "blocks": [[0, 0], [1, 1]]})
+        >>> ff = FrontierFile({}, [Frontier(2, Mesh((2,), ("gpu",)), [Plan("d2-p0", 0.5, 1024, {}), staged])])
+        >>> kept, skipped = without_pipelined_plans(ff)
+        >>> [p.id for p in kept.frontiers[0].plans], skipped
+        (['d2-p0'], ['d2-p1'])
+    """
+    skipped = [p.id for f in frontier_file.frontiers for p in f.plans if p.pipeline]
+    if not skipped:
+        return frontier_file, []
+    frontiers = [dataclasses.replace(f, plans=[p for p in f.plans if not p.pipeline])
+                 for f in frontier_file.frontiers]
+    return dataclasses.replace(frontier_file, frontiers=frontiers), skipped
 
 
 def resolve_plan(select_options: dict) -> dict:

@@ -1,0 +1,224 @@
+"""The job's trainer keys on a pipelined run: optimizer groups, learning-rate schedule, clipping
+across stages, metrics lines, periodic checkpoints and the exported model.
+
+What :mod:`tensoropt.training.loop` does for a plan run through ``tensoropt.parallelize``, done
+for a rank holding one stage of a pipelined plan:
+
+* ``optimizer`` (``no_decay`` groups, betas, eps, momentum): the stage's parameters, by the
+  model's own names (:func:`tensoropt.training.optimizer.build_optimizer`);
+* ``lr_scheduler``: ``LambdaLR`` of the same formula (:mod:`tensoropt.training.schedule`), counted
+  from the step the run starts at (a resumed run continues the rate the checkpoint's step had);
+* ``training.max_grad_norm``: the total norm over *every* stage's gradients, as
+  ``torch.nn.utils.clip_grad_norm_`` computes it over the whole model: each stage's sum of squares,
+  summed over the pipeline group after the data-parallel average (replicas hold equal gradients);
+  every stage scales its gradients by ``max_norm / (norm + 1e-6)`` when that is below 1;
+* ``metrics``: rank 0 writes ``metrics.jsonl`` (the contract's keys,
+  :data:`tensoropt.training.metrics.METRIC_KEYS`) every ``log_every`` steps and the progress line;
+  the step's loss is the last stage's, averaged over the replicas (one all-reduce of one number);
+* ``validation``: every ``every`` steps (and after the last) the forward-only loss of ``steps``
+  held-out global batches (the schedule's ``eval``), in ``validation.jsonl`` beside the metrics;
+* ``checkpoint.export``: the consolidated model, gathered stage by stage to rank 0 and written by
+  :func:`tensoropt.parallel.save.save_model` (``config.json`` beside it for an HF model).
+
+Example:
+    >>> # not run here: needs the process group of a pipelined run (tests/pipeline_runtime)
+    >>> trainer = StageTrainer(runtime, job)  # doctest: +SKIP
+    >>> trainer.start(first_step=30, total_steps=60)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from tensoropt.config import Job, effective_optimizer
+from tensoropt.training.optimizer import build_optimizer
+from tensoropt.training.schedule import schedule_function
+
+UNSUPPORTED_KEYS: tuple[str, ...] = ()
+"""Trainer keys a pipelined run does not honour yet (refused before any worker starts)."""
+
+
+def clip_across_stages(parameters, max_norm: float, group=None) -> float:
+    """The total 2-norm of the gradients of every stage (``group``: the pipeline group; None: this
+    process holds the whole model), and every gradient scaled by ``max_norm / (norm + 1e-6)`` when
+    that is below 1, as ``torch.nn.utils.clip_grad_norm_`` does on one process; returns the norm
+    before clipping.
+
+    Example:
+        >>> w = torch.nn.Parameter(torch.zeros(2)); w.grad = torch.tensor([3.0, 4.0])
+        >>> clip_across_stages([w], 1.0), [round(float(g), 4) for g in w.grad]
+        (5.0, [0.6, 0.8])
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    squares = torch.zeros((), dtype=torch.float64)
+    for g in grads:
+        squares += float(torch.linalg.vector_norm(g.detach(), 2)) ** 2
+    if group is not None and dist.get_world_size(group) > 1:
+        dist.all_reduce(squares, group=group)
+    norm = math.sqrt(float(squares))
+    coefficient = max_norm / (norm + 1e-6)
+    if coefficient < 1.0:
+        for g in grads:
+            g.detach().mul_(coefficient)
+    return norm
+
+
+class StageTrainer:
+    """The trainer keys of ``job`` on this rank's stage of ``runtime`` (see the module docstring).
+
+    Build it before loading a checkpoint (it replaces the runtime's optimizer by the job's groups),
+    then :meth:`start` at the first step, :meth:`before_update` inside each step (clipping), and
+    :meth:`after_step` after it (scheduler, metrics).
+
+    Args:
+        runtime: the rank's :class:`tensoropt.pipeline_runtime.runtime.PipelineRuntime`.
+        job: the job (its ``optimizer``, ``lr_scheduler``, ``training.max_grad_norm``, ``metrics``
+            and ``checkpoint.export``).
+        out_dir: where ``metrics.jsonl`` goes unless ``metrics.jsonl`` says.
+    """
+
+    def __init__(self, runtime, job: Job, out_dir: str | Path = "."):
+        self.rt, self.job, self.total = runtime, job, 0
+        self.out_dir = Path(out_dir)
+        self.section = effective_optimizer(job)
+        runtime.optimizer = build_optimizer(runtime.module.named_parameters(), self.section)
+        self.max_norm = job.training.max_grad_norm or math.inf
+        self.scheduler = None
+        self.grad_norm: float | None = None
+        self.log = self.bar = self.val_log = None
+        self.records: list[dict] = []
+        self.held_out = None
+        if job.validation is not None:
+            from tensoropt.training.loop import GlobalBatches
+
+            self.held_out = GlobalBatches(job, job.validation.data).source
+
+    def start(self, first_step: int, total_steps: int) -> None:
+        """Create the schedule at ``first_step`` (after a resume) of a run of ``total_steps`` (the
+        default decay length is the rest of the run) and, on rank 0, the metrics sinks."""
+        from tensoropt.training.loop import _step_flops
+        from tensoropt.training.metrics import VALIDATION_KEYS, MetricsLogger, ProgressLine, TensorBoardWriter
+
+        self.total = int(total_steps)
+        optimizer = self.rt.optimizer
+        for group in optimizer.param_groups:  # the peak rate: a checkpoint holds the scheduled one
+            group["lr"] = self.section.lr
+            group.pop("initial_lr", None)
+        s = self.job.lr_scheduler
+        f = schedule_function(warmup_steps=s.warmup_steps, decay=s.decay, decay_steps=s.decay_steps,
+                              min_lr_ratio=s.min_lr_ratio, total_steps=self.total)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: f(k + first_step))
+        self.flops, self.peak_flops = _step_flops(self.job, self.rt.plan, self.rt.world)
+        if self.rt.rank == 0:
+            metrics = self.job.metrics
+            tb = TensorBoardWriter(metrics.tensorboard) if metrics.tensorboard else None
+            jsonl = Path(metrics.jsonl) if metrics.jsonl else self.out_dir / "metrics.jsonl"
+            self.log = MetricsLogger(jsonl, tensorboard=tb)
+            self.bar = ProgressLine(self.total)
+            if self.held_out is not None:
+                self.val_log = MetricsLogger(jsonl.with_name("validation.jsonl"), keys=VALIDATION_KEYS,
+                                             tensorboard=tb, prefix="val/")
+
+    @property
+    def lr(self) -> float:
+        """The rate the next update uses."""
+        return float(self.rt.optimizer.param_groups[0]["lr"])
+
+    def before_update(self) -> None:
+        """Between the gradient sync and the optimizer step: the norm over every stage, clipped."""
+        self.grad_norm = clip_across_stages(self.rt.module.parameters(), self.max_norm,
+                                            self.rt.mesh.get_group("pp"))
+
+    def after_step(self, step: int, local_loss: float | None, lr: float, time_s: float) -> dict:
+        """Advance the schedule; on rank 0 log ``step``'s record (``step`` counted from 0); validate
+        when ``validation.every`` says."""
+        from tensoropt.job_model import tokens_per_sample
+        from tensoropt.training.loop import _peak_bytes
+        from tensoropt.training.metrics import step_record
+
+        self.scheduler.step()
+        loss = self.rt.global_losses([local_loss])[0]
+        batch = self.job.training.global_batch_size
+        tokens = tokens_per_sample(self.job)
+        record = step_record(step=step + 1, loss=loss, lr=lr, grad_norm=self.grad_norm, time_s=time_s,
+                             samples=batch, tokens=batch * tokens if tokens else None, flops=self.flops,
+                             peak_flops=self.peak_flops, devices=self.rt.world,
+                             peak_bytes=_peak_bytes(self.rt.device))
+        self.records.append(record)
+        if self.log is not None and ((step + 1) % self.job.metrics.log_every == 0 or step + 1 == self.total):
+            self.log.log(record)
+            self.bar.update(step + 1, loss=loss, lr=lr)
+        every = self.job.validation.every if self.held_out is not None else 0
+        if every and ((step + 1) % every == 0 or step + 1 == self.total):
+            self.validate(step + 1)
+        return record
+
+    def validate(self, step: int) -> float:
+        """The mean forward-only loss of ``validation.steps`` held-out global batches after ``step``
+        updates (logged by rank 0 in ``validation.jsonl``)."""
+        import time
+
+        start = time.perf_counter()
+        batches = self.job.validation.steps
+        local = [self.rt.eval_loss(i, self.held_out) for i in range(batches)]
+        loss = sum(self.rt.global_losses(local)) / batches
+        if self.val_log is not None:
+            self.val_log.log({"step": step, "loss": loss, "time_s": time.perf_counter() - start})
+        return loss
+
+    def finish(self) -> None:
+        """Export the consolidated model when ``checkpoint.export`` says (collective); close the sinks."""
+        try:
+            if self.job.checkpoint.export:
+                export_stages(self.rt, self.job, self.job.checkpoint.export)
+        finally:
+            for sink in (self.log, self.val_log, self.bar):
+                if sink is not None:
+                    sink.close()
+
+
+def export_stages(runtime, job: Job, directory: str | Path) -> Path:
+    """Write the whole model of a pipelined run as ``directory/model.safetensors`` (collective).
+
+    Each stage's first replica sends its stage's state (the model's own names) to rank 0, which
+    writes them in one file with :func:`tensoropt.parallel.save.save_model`: the keys of the user's
+    model's ``state_dict()``, in its order (a job wrapper's ``model.`` prefix dropped, as
+    ``tensoropt.parallelize``'s export does; non-persistent buffers left out).
+
+    Example:
+        >>> # not run here: collective over a pipelined run's processes
+        >>> export_stages(runtime, job, "out/model")  # doctest: +SKIP
+    """
+    from tensoropt.parallel.save import save_model
+    from tensoropt.training.loop import _job_model
+
+    mine = ({k: v.detach().cpu() for k, v in runtime.module.state_dict().items()}
+            if runtime.dp_index == 0 else {})
+    parts = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(mine, parts, dst=0)
+    user = _job_model(job)
+    if dist.get_rank() == 0:
+        names = list(user.state_dict())
+        gathered = {}
+        for part in parts:
+            for key, value in part.items():
+                gathered[_user_key(key, names)] = value
+        # the user's keys in the user's order; a stage's copies of non-persistent buffers (a causal
+        # mask) are not in the model's state_dict and stay out of the file
+        state = {k: gathered[k] for k in names if k in gathered}
+    else:
+        state = {}
+    shim = types.SimpleNamespace(state_dict=lambda: state, config=getattr(user, "config", None))
+    return save_model(shim, directory)
+
+
+def _user_key(key: str, names: list[str]) -> str:
+    """``key`` of a stage module as the user's model names it (a wrapper's ``model.`` dropped)."""
+    if key not in names and key.startswith("model.") and key.removeprefix("model.") in names:
+        return key.removeprefix("model.")
+    return key

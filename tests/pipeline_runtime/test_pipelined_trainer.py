@@ -1,0 +1,116 @@
+"""A pipelined plan trained with the trainer keys through ``tensoropt run`` (issues 25 and 27).
+
+The tiny zoo GPT (untied head: 4 pipeline blocks), planned with ``planner.pipeline`` (2 stages,
+1F1B, 2 micro-batches) and run by ``tensoropt run --plan`` on 2 gloo processes with momentum SGD in
+``no_decay`` groups, warmup + cosine, clipping that really clips (``max_grad_norm`` below the norms),
+``metrics.jsonl`` every step and ``checkpoint.export``. The run stops at step 4 (``--steps 4``,
+checkpoints every 2 steps) and a second ``tensoropt run`` resumes from step 4 to the job's 6 steps.
+Every step's loss, learning rate and pre-clipping gradient norm must equal the plain 1-process loop's
+(``torch.nn.utils.clip_grad_norm_`` on the whole model) within 1e-5, and the exported model its final
+parameters. A pipelined HF Llama run's validation losses equal the 1-process model's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import yaml
+from pipeline_jobs import GPT, plan, plan_pipelined
+
+from tensoropt.cli import main
+from tensoropt.config import Job
+from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.launch import LaunchOptions, launch_module
+from tensoropt.training.metrics import METRIC_KEYS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+from trainer_reference import reference  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(900)]
+
+STEPS, FIRST, MAX_NORM, TOL = 6, 4, 0.3, 1e-5
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _job(tmp: Path) -> dict:
+    training = {k: v for k, v in GPT["training"].items() if k not in ("optimizer", "learning_rate")}
+    return {**GPT,
+            "training": {**training, "steps": STEPS, "max_grad_norm": MAX_NORM},
+            "optimizer": {"name": "momentum", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01,
+                          "no_decay": ["bias", "ln"]},
+            "lr_scheduler": {"warmup_steps": 2, "decay": "cosine", "decay_steps": 4, "min_lr_ratio": 0.1},
+            "metrics": {"log_every": 1, "jsonl": str(tmp / "metrics.jsonl")},
+            "checkpoint": {"export": str(tmp / "export")},
+            "planner": {"pipeline": {"stages": [2], "schedules": ["1F1B"], "micro_batches": [2]}}}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pipelined-trainer")
+    job = _job(tmp)
+    job_path, plan_path = plan_pipelined(job, tmp)
+    common = ["run", str(job_path), "--plan", str(plan_path), "--checkpoint-dir", str(tmp / "ckpt"),
+              "--checkpoint-every", "2", "--timeout-s", "300"]
+    codes = [main([*common, "--steps", str(FIRST)]), main(common)]
+    return tmp, job, codes
+
+
+def test_losses_rates_and_norms_equal_the_plain_loop(trained):
+    tmp, job, codes = trained
+    assert codes == [0, 0]
+    lines = (tmp / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert all(list(r) == list(METRIC_KEYS) for r in records)
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1)), "steps 1-4, then 5-6 resumed"
+    expected = reference(Job.from_dict(job), 2, STEPS)
+    errors = []
+    for got, want in zip(records, expected):
+        for key in ("loss", "lr", "grad_norm"):
+            if abs(got[key] - want[key]) > TOL * abs(want[key]):
+                errors.append(f"step {want['step']} {key}: {got[key]} against {want[key]}")
+    assert not errors, "\n".join(errors)
+    assert any(r["grad_norm"] > MAX_NORM for r in expected), "the test's clipping clips nothing"
+    assert sorted(p.name for p in (tmp / "ckpt").glob("step-*")) == ["step-2", "step-4", "step-6"]
+
+
+def test_the_exported_model_is_the_trained_one(trained):
+    tmp, job, _ = trained
+    final: dict = {}
+    reference(Job.from_dict(job), 2, STEPS, final_state=final)
+    exported = safetensors.torch.load_file(str(tmp / "export" / "model.safetensors"))
+    assert set(exported) == set(final)
+    for key, want in final.items():
+        diff, scale = float((exported[key] - want).abs().max()), float(want.abs().max()) or 1.0
+        assert diff <= TOL * scale, f"{key} differs by {diff:.3g} (scale {scale:.3g})"
+
+
+LLAMA_VALIDATION = {"validation": {"data": {"factory": "tensoropt.training.data:random_tokens",
+                                             "kwargs": {"num_samples": 16, "seq_len": 32, "vocab_size": 256,
+                                                        "seed": 7}},
+                                    "every": 2, "steps": 2}}
+
+
+def test_validation_of_a_pipelined_run_equals_the_plain_loop(tmp_path):
+    """HF Llama (4 layers; its loss a token mean), pp=2 1F1B, 4 steps validated every 2: the
+    held-out losses (the schedule's forward-only ``eval``) equal the 1-process model's."""
+    data = yaml.safe_load((REPO / "configs/jobs/hf-llama.yaml").read_text())
+    data["model"]["kwargs"]["num_hidden_layers"] = 4
+    data["training"] = {**data["training"], "optimizer": "momentum", "learning_rate": 0.05, "steps": 4}
+    data.update(devices=[2], metrics={"log_every": 1, "jsonl": str(tmp_path / "metrics.jsonl")},
+                **LLAMA_VALIDATION)
+    job = Job.from_dict(data)
+    run = {"spec": TrainSpec.from_job(job).to_json(), "plan": plan("llama-val", 2, "1F1B", [[0, 2], [3, 5]]),
+           "steps": 4, "job": job.to_dict(), "out_dir": str(tmp_path)}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"runs": [run], "timeout_s": 120}))
+    code = launch_module("tensoropt.pipeline_runtime.worker", [str(path)], LaunchOptions(2, timeout_s=400))
+    assert code == 0
+    logged = [json.loads(line) for line in (tmp_path / "validation.jsonl").read_text().splitlines()]
+    expected = [r for r in reference(job, 2, 4) if "val_loss" in r]
+    assert [r["step"] for r in logged] == [r["step"] for r in expected] == [2, 4]
+    for got, want in zip(logged, expected):
+        assert abs(got["loss"] - want["val_loss"]) <= TOL * abs(want["val_loss"]), (got, want)
