@@ -21,6 +21,10 @@ processes, in a launch of its own (no other plan's memory alive), and the table 
 Usage (one command; about 10 minutes on 2 loaded cores)::
 
     .venv/bin/python benchmarks/block_peak.py [--steps 3] [--models llama gpt2 gpt] [--json OUT]
+        [--precision fp32|bf16-mixed] [--zero3] [--mode replay|interpret]
+
+``--precision bf16-mixed --zero3``: the same in bf16 mixed precision with zero3 wherever offered (in
+the plain plan too, so the block option is the only difference).
 """
 
 from __future__ import annotations
@@ -57,51 +61,64 @@ OPTIONS = ["block_recompute", "block_selective"]
 VARIANTS = {"plain": "", "block_recompute": ",block_recompute", "block_selective": ",block_selective"}
 
 
-def _job(name: str):
+def _job(name: str, precision: str = "fp32", zero3: bool = False):
     from tensoropt.config import Job
 
+    options = ["zero3", *OPTIONS] if zero3 else OPTIONS
     return Job.from_dict({"model": MODELS[name], "cluster": "cpu-local", "devices": [2],
                           "training": {"global_batch_size": 8, "optimizer": "momentum", "learning_rate": 0.01,
-                                       "precision": "fp32", "memory_options": OPTIONS, "seed": 0}})
+                                       "precision": precision, "memory_options": options, "seed": 0}})
 
 
-def plans(name: str) -> tuple:
-    """(job, {variant: plan.json dict}) of one model: one split, plain and under each block option."""
+def _with(cg, assignment: dict, suffix: str) -> dict:
+    """``assignment`` with each node's configuration + ``suffix`` where the node offers it."""
+    out = {}
+    for n, i in assignment.items():
+        labels = cg.nodes[n]["configs"]
+        out[n] = labels.index(labels[i] + suffix) if suffix and labels[i] + suffix in labels else i
+    return out
+
+
+def plans(name: str, precision: str = "fp32", zero3: bool = False) -> tuple:
+    """(job, {variant: plan.json dict}) of one model: one split, plain and under each block option
+    (``zero3``: every variant with zero3 wherever offered, the plain one too)."""
     import frontier
     from estimators.breakdown import plan_breakdown
     from tensoropt.planner import capture_job, job_cost_graph, load_job_cluster
 
-    job = _job(name)
+    job = _job(name, precision, zero3)
     cg = job_cost_graph(capture_job(job), job, load_job_cluster(job), 2)
     fastest = frontier.solve(cg)[0].assignment
     plain = {}
     for n, i in fastest.items():
         labels = cg.nodes[n]["configs"]
-        split = ",".join(t for t in labels[i].split(",") if t not in OPTIONS)
+        split = ",".join(t for t in labels[i].split(",") if t not in OPTIONS and t != "zero3")
         plain[n] = labels.index("batch=2") if "batch=2" in labels else labels.index(split)
+    if zero3:
+        plain = _with(cg, plain, ",zero3")
     out = {}
     for variant, suffix in VARIANTS.items():
-        a = {n: (cg.nodes[n]["configs"].index(cg.nodes[n]["configs"][i] + suffix)
-                 if suffix and cg.nodes[n]["configs"][i] + suffix in cg.nodes[n]["configs"] else i)
-             for n, i in plain.items()}
+        a = _with(cg, plain, suffix)
         b = plan_breakdown(cg, a)
         out[variant] = {"id": variant, "devices": 2, "mesh": cg.graph["mesh"].to_json(), "job": job.to_dict(),
                         "time_s": b["time_s"], "memory_bytes": b["memory_bytes"], "layers": b["layers"],
+                        "redistributions": b["redistributions"],
                         "placements": {n: cg.nodes[n]["configurations"][a[n]].to_json() for n in cg}}
     return job, out
 
 
-def measure(steps: int, models: list[str]) -> list[dict]:
+def measure(steps: int, models: list[str], precision: str = "fp32", zero3: bool = False,
+            mode: str = "replay") -> list[dict]:
     """One row per (model, variant)."""
     from tensoropt.executor.job.spec import TrainSpec
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="block-peak-") as tmp:
         for name in models:
-            job, docs = plans(name)
+            job, docs = plans(name, precision, zero3)
             spec = TrainSpec.from_job(job, steps=steps)
             for variant, doc in docs.items():
-                m = _run(spec, doc, 2, steps, Path(tmp), name)
+                m = _run(spec, doc, 2, steps, Path(tmp), name, mode)
                 transient = max((r.get("recompute_chain_bytes", 0.0) for r in doc["layers"]), default=0.0)
                 rows.append({"model": name, "plan": variant, "predicted_memory": doc["memory_bytes"],
                              "memory": m["measured"]["memory_bytes"], "transient": transient,
@@ -136,10 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--models", nargs="+", choices=tuple(MODELS), default=list(MODELS))
+    parser.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32")
+    parser.add_argument("--zero3", action="store_true", help="zero3 wherever offered, in every variant")
+    parser.add_argument("--mode", choices=("replay", "interpret"), default="replay")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
-    rows = measure(args.steps, args.models)
+    rows = measure(args.steps, args.models, args.precision, args.zero3, args.mode)
     print(table(rows))
     print(f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
     if args.json:

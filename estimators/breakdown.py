@@ -172,6 +172,9 @@ def _node_row(cg: nx.DiGraph, n: str, d: dict, i: int) -> tuple:
         row = {"node": n, "op": str(d.get("op", "")), "module": str(d.get("module", "")),
                "kind": kind, "config": str(d["configs"][i]), "compute_s": compute,
                "comm_s": comm, "memory_bytes": mem, **_memory_parts(d, i, mem)}
+        if d.get("block") and any(t in ("block_recompute", "block_selective")
+                                  for t in row["config"].split(",")):
+            row["block"] = str(d["block"])  # the checkpointed block it is in (estimators.peak groups by it)
     return compute, comm, mem, buf, row
 
 
@@ -211,6 +214,16 @@ def _activation_bytes(d: dict, i: int) -> float:
     """Saved activations of configuration ``i`` of a node (its memory less parameters and state)."""
     memory = float(d["memory_bytes"][i]) if "memory_bytes" in d else 0.0
     return memory - sum(float(d[k][i]) for k in STATE_PARTS if k in d)
+
+
+def _kept_by_block(cg: nx.DiGraph, n: str, i: int) -> bool:
+    """Whether node ``n`` under configuration ``i`` keeps its output through its block's checkpoint
+    (a matmul-class operator or attention under ``block_selective``)."""
+    from estimators.block_options import keeps_output
+
+    tokens = str(cg.nodes[n]["configs"][i]).split(",")
+    option = next((t for t in tokens if t in ("block_recompute", "block_selective")), None)
+    return keeps_output(cg.nodes[n].get("kind", ""), option)
 
 
 def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> dict[str, float]:
@@ -262,7 +275,9 @@ def recompute_chains(cg: nx.DiGraph, idx: dict[str, int], edge_order: list) -> d
         else:
             rebuilt = float(d["recompute_bytes"][idx[n]]) if "recompute_bytes" in d else 0.0
         totals[find(n)] = totals.get(find(n), 0.0) + rebuilt
-    for u, v, e, *_ in edge_order:  # and what the edges inside it charge
-        if u in plain and v in plain and keys[u] == keys[v] and "memory_bytes" in e:
+    for u, v, e, *_ in edge_order:  # and what the edges inside it charge (not for an output the
+        # selective checkpoint keeps: it is in the plan's memory, not rebuilt)
+        if u in plain and v in plain and keys[u] == keys[v] and "memory_bytes" in e \
+                and not _kept_by_block(cg, u, idx[u]):
             totals[find(u)] += float(e["memory_bytes"][plain[u], plain[v]])
     return {n: totals[find(n)] for n in parent}

@@ -200,3 +200,67 @@ def accumulation_bytes(micro_batches: int, grad_bytes: int, activation_bytes: in
     if micro_batches <= 1:
         return 0
     return max(0, int(grad_bytes) - int(activation_bytes))
+
+
+def recompute_excess_bytes(layers: list[dict], redistributions: list[dict] = ()) -> float:
+    """What a recompute transient adds to the plan's memory at its moment in backward (plan.json's rows).
+
+    ``memory_bytes`` counts every gradient and every saved activation at once; when backward reaches
+    a checkpointed block (or a recompute chain, or a ``chunked_loss`` chunk) and rebuilds its
+    activations, the gradients of the operators at or before it in forward order are not made yet
+    (the loop sets them to None) and the activations saved for the operators after it are freed
+    already (their backward ran). For each chain (the rows of one ``block``, else one row), with
+    ``last`` its last row's position in forward order (the rows' order)::
+
+        excess = chain bytes - sum(grad_bytes of rows <= last) - sum(activation_bytes of rows > last)
+                 - sum(memory_bytes of saved-activation edges into rows > last)
+
+    and the result is the largest excess (negative where the transient fits in what is not alive yet:
+    backward's other transients then set the peak; :func:`predicted_peak_bytes` takes the larger).
+    Measured (tests/executor/test_block_peak.py, docs/results.md "Whole-block checkpointing: the
+    tensor peak"): an HF Llama's blocks under ``block_selective`` peak at the first block backward
+    reaches (every block's kept outputs alive, few gradients yet), under ``block_recompute`` at the
+    last (every gradient made, one block input left).
+
+    Args:
+        layers: plan.json's ``layers`` rows, in forward order (``recompute_chain_bytes``,
+            ``grad_bytes``, ``activation_bytes``, ``block`` where the row's node is in one).
+        redistributions: plan.json's ``redistributions`` rows (``dst``, ``memory_bytes``).
+
+    Example:
+        >>> rows = [{"node": "a", "grad_bytes": 10, "activation_bytes": 5},
+        ...         {"node": "b", "block": "h.0", "recompute_chain_bytes": 40, "grad_bytes": 10},
+        ...         {"node": "c", "block": "h.0", "recompute_chain_bytes": 40, "grad_bytes": 10},
+        ...         {"node": "d", "grad_bytes": 10, "activation_bytes": 8}]
+        >>> recompute_excess_bytes(rows, [{"dst": "d", "memory_bytes": 2}])  # 40 - 30 - 8 - 2
+        0.0
+    """
+    position = {row.get("node"): i for i, row in enumerate(layers)}
+    grads_upto, acts_after = [], []
+    total = 0.0
+    for row in layers:
+        total += float(row.get("grad_bytes") or 0)
+        grads_upto.append(total)
+    after = 0.0
+    for row in reversed(layers):
+        acts_after.append(after)
+        after += float(row.get("activation_bytes") or 0)
+    acts_after.reverse()
+    edges_into = [0.0] * (len(layers) + 1)
+    for e in redistributions:
+        i = position.get(e.get("dst"))
+        if i is not None:
+            edges_into[i] += float(e.get("memory_bytes") or 0)
+    edges_after = [0.0] * (len(layers) + 1)
+    for i in range(len(layers) - 1, -1, -1):
+        edges_after[i] = edges_after[i + 1] + edges_into[i]
+    chains: dict[str, tuple[float, int]] = {}
+    for i, row in enumerate(layers):
+        chain = float(row.get("recompute_chain_bytes") or 0)
+        if chain > 0:
+            key = str(row.get("block") or row.get("node"))
+            chains[key] = (chain, i)  # the chain's last row wins
+    if not chains:
+        return 0.0
+    return max(chain - grads_upto[last] - acts_after[last] - edges_after[last + 1]
+               for chain, last in chains.values())

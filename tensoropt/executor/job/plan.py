@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from estimators.peak import recompute_excess_bytes
 from tensoropt.configspace.configuration import Configuration, Mesh
 
 
@@ -18,8 +19,10 @@ class ExecPlan:
         mesh: the device mesh the layouts refer to.
         placements: node name -> configuration of that node.
         predicted: the planner's predicted ``time_s`` and ``memory_bytes`` (may be empty), and
-            ``recompute_transient_bytes`` where its operator rows rebuild something in backward (the
-            largest recompute chain: a checkpointed block's activations, one chunk of a loss).
+            ``recompute_transient_bytes`` where its operator rows rebuild something in backward (what
+            the largest recompute chain, a checkpointed block's activations or one chunk of a loss,
+            adds to ``memory_bytes`` at its moment in backward:
+            :func:`estimators.peak.recompute_excess_bytes`).
         graph: the fingerprint of the graph the plan was made for (plan.json's ``graph``;
             None for a hand-written plan or one written before fingerprints).
     """
@@ -55,10 +58,11 @@ class ExecPlan:
         mesh = Mesh.from_json(mesh_data)
         placements = {name: Configuration.from_json(c) for name, c in data["placements"].items()}
         predicted = {k: float(data[k]) for k in ("time_s", "memory_bytes") if data.get(k) is not None}
-        chains = [float(row.get("recompute_chain_bytes") or 0) for row in data.get("layers") or []
-                  if isinstance(row, dict)]
-        if any(chains):  # the largest recompute transient (a checkpointed block's activations, a loss chunk)
-            predicted["recompute_transient_bytes"] = max(chains)
+        rows = [row for row in data.get("layers") or [] if isinstance(row, dict)]
+        if any(float(row.get("recompute_chain_bytes") or 0) for row in rows):  # a recompute transient
+            # (a checkpointed block's activations, a loss chunk) beyond what is not alive at its moment
+            edges = [e for e in data.get("redistributions") or [] if isinstance(e, dict)]
+            predicted["recompute_transient_bytes"] = recompute_excess_bytes(rows, edges)
         plan_id = str(data.get("id", data.get("plan_id", "plan")))
         if "devices" in data and int(data["devices"]) != mesh.num_devices:
             raise ValueError(

@@ -15,8 +15,13 @@ environment with the values the rest of the graph reads; the nodes of the span a
   of torchtitan's op-level policy: the outputs of the matmul-class ops and of attention
   (:data:`SAVED_OPS`) are saved, the rest recomputed.
 
-The rerun in backward uses its own redistribution memo (dropped afterwards) and the same ops in
-the same order, so it replays under ``make_fx`` (the replay mode's trace) as in eager mode.
+The span's function returns only the values the outside reads (a lazy view the outside reads: its
+computed root); the rest of what it computes dies when it returns, apart from what the checkpoint
+keeps. Forward and the rerun in backward each run with a redistribution memo of their own (dropped
+when the span ends: the views it made die with it) and make the same ops in the same order, so the
+rerun replays under ``make_fx`` (the replay mode's trace) as in eager mode. The interpreter's loop
+skips the span's other nodes, and so the frees at them: :func:`run_block` drops the outside values
+last read inside the span itself (the checkpoint holds what its rerun needs).
 
 Example:
     >>> spans = block_spans(graph_module.graph, placements, checkpoint_modules=None)  # doctest: +SKIP
@@ -72,7 +77,9 @@ class BlockSpan:
         """Nodes outside the span that it reads (lazy views outside: their values are markers)."""
         needed: set[fx.Node] = set()
         for n in reversed(nodes):  # read outside, directly or through a lazy view the outside reads
-            if any(u not in inside or u in needed for u in n.users):
+            # (only a lazy view passes the need on: a computed node the outside reads is returned
+            # itself, its operands stay inside and are freed when the span's function returns)
+            if any(u not in inside or (u in needed and u.name in lazy) for u in n.users):
                 needed.add(n)
                 if n.name in lazy and isinstance(n.args[0], fx.Node):
                     needed.add(n.args[0])
@@ -144,25 +151,20 @@ def run_block(interp, span: BlockSpan, lazy_marker: Any) -> Any:
     """
     outer = interp.env
     values = [outer[a] for a in span.inputs]
-    calls = [0]
 
     def fn(*args):
-        calls[0] += 1
-        recompute = calls[0] > 1
         saved_env, saved_memo = interp.env, interp._memo
         env = dict(zip(span.inputs, args))
-        interp.env = env
-        if recompute:  # a rerun in backward: its own memo, dropped afterwards
-            interp._memo = {}
+        interp.env, interp._memo = env, {}  # the block's own memo: its views die with it (see the module doc)
         interp._in_block = True
         try:
             for n in span.nodes:
                 env[n] = interp.run_node(n)
+                for used in interp.user_to_last_uses.get(n, ()):  # freed as the interpreter's loop frees:
+                    env.pop(used, None)  # the rerun holds what autograd saves, not the whole block
         finally:
             interp._in_block = False
-            interp.env = saved_env
-            if recompute:
-                interp._memo = saved_memo
+            interp.env, interp._memo = saved_env, saved_memo
         return tuple(env[n] for n in span.returned)
 
     kwargs, contexts = {}, []
@@ -182,6 +184,11 @@ def run_block(interp, span: BlockSpan, lazy_marker: Any) -> Any:
         outer[n] = lazy_marker
     for n in span.nodes[1:]:  # the rest of the span is done: the interpreter's loop skips them
         outer.setdefault(n, None)
+    inside = set(span.nodes)
+    for n in span.nodes[1:]:  # and so frees nothing at them: drop the outside values last read there
+        for used in interp.user_to_last_uses.get(n, ()):  # (the checkpoint keeps what its rerun needs)
+            if used not in inside:
+                outer.pop(used, None)
     first = span.nodes[0]
     return outer.pop(first) if first in outer else None
 
