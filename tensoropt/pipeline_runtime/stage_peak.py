@@ -59,9 +59,9 @@ class StepPeak(TensorPeak):
         self.phase = ""
         self.peak_phase = ""
 
-    def _add(self, storage: torch.UntypedStorage) -> None:
+    def _add(self, storage: torch.UntypedStorage, func=None, t: torch.Tensor | None = None) -> None:
         before = self.peak_bytes
-        super()._add(storage)
+        super()._add(storage, func, t)
         if self.peak_bytes > before:
             self.peak_phase = self.phase
 
