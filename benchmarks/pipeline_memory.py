@@ -26,8 +26,8 @@ from pathlib import Path
 
 def pipelined_plans(job, nproc: int, stages: int, schedule: str, m: int, dp: bool = False) -> list[dict]:
     """The fastest and the leanest plan of the exact pipelined frontier of one (p, schedule, m)
-    (:func:`tensoropt.pipeline.candidate.candidate_plans`), as plan entries."""
-    from tensoropt.pipeline.candidate import candidate_plans
+    (:func:`tensoropt.pipeline_candidate.candidate_plans`), as plan entries."""
+    from tensoropt.pipeline_candidate import candidate_plans
 
     found = candidate_plans(job, nproc, stages, schedule, m, data_parallel_stages=dp)
     return [p.to_json() for p in (found[:1] + found[1:][-1:])]

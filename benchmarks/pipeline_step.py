@@ -5,7 +5,7 @@
     python benchmarks/pipeline_step.py JOB.yaml --stages 2 --schedules 1F1B --micro-batches 2 4 8 ...
 
 Without FRONTIER.json, the fastest plan of each (``--stages``, schedule, m) pipelined frontier is
-planned here (:func:`tensoropt.pipeline.candidate.candidate_plans`: every m, not only those on the
+planned here (:func:`tensoropt.pipeline_candidate.candidate_plans`: every m, not only those on the
 merged frontier).
 
 Every plan of FRONTIER.json whose ``"pipeline"`` is set, for ``--nproc`` devices, is trained by the
@@ -83,7 +83,7 @@ def main() -> None:
         plans = [json.loads(plan_file_text(frontier, p["id"])) for f in frontier["frontiers"]
                  if f["devices"] == args.nproc for p in f["plans"] if p.get("pipeline")]
     else:
-        from tensoropt.pipeline.candidate import candidate_plans
+        from tensoropt.pipeline_candidate import candidate_plans
 
         plans = [candidate_plans(job, args.nproc, args.stages, s, m)[0].to_json()
                  for s in args.schedules for m in args.micro_batches

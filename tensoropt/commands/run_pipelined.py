@@ -5,7 +5,7 @@
 (:mod:`tensoropt.pipeline_runtime.replay`), data parallel inside each stage; the plan's intra-stage
 layouts (tensor splits, memory options) are not run yet. The job's trainer keys (optimizer groups,
 learning-rate schedule, clipping, metrics, validation, export) run through
-:class:`tensoropt.pipeline_runtime.trainer.StageTrainer`; ``--elastic`` is refused here before any
+:class:`tensoropt.training.pipelined.StageTrainer`; ``--elastic`` is refused here before any
 worker starts. ``--checkpoint-dir DIR`` resumes from DIR's newest
 pipelined checkpoint (any stage count wrote it) up to the job's steps, and writes one there every
 ``--checkpoint-every`` steps and after the last.
@@ -32,7 +32,7 @@ def pipelined_problems(args, trainer_keys: list[str], executor: dict) -> list[st
         >>> [p.split(" (")[0].split(":")[0] for p in problems]
         ['--compile inductor']
     """
-    from tensoropt.pipeline_runtime.trainer import UNSUPPORTED_KEYS
+    from tensoropt.training.pipelined import UNSUPPORTED_KEYS
 
     problems = [f"{flag}: not run with a pipelined plan yet" for attr, flag in UNSUPPORTED_FLAGS
                 if getattr(args, attr, None)]
@@ -109,7 +109,7 @@ def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], e
     config = {"runs": [entry]}
     if args.timeout_s:
         config["timeout_s"] = args.timeout_s
-    rc = launch_run("tensoropt.pipeline_runtime.worker", config, args, nproc, spec)
+    rc = launch_run("tensoropt.training.pipelined", config, args, nproc, spec)
     if rc != 0:
         return rc
     if args.metrics and Path(args.metrics).is_file():

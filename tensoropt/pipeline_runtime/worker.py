@@ -23,7 +23,8 @@ backward of every micro-batch run back to back without the schedule, timed: each
 
 ``total_steps`` (instead of ``steps``): train up to that step, from the step a resumed checkpoint
 reached. With ``job`` (the job's dict, as ``tensoropt run`` passes it when the job sets trainer keys), the
-run trains with them (:class:`tensoropt.pipeline_runtime.trainer.StageTrainer`: optimizer groups,
+run trains with them (the ``trainer_factory`` :func:`main` is given:
+:class:`tensoropt.training.pipelined.StageTrainer`, whose module starts this worker: optimizer groups,
 learning-rate schedule, clipping across stages, ``metrics.jsonl`` under ``out_dir``, the exported
 model) and ``checkpoint_every`` N writes a checkpoint every N steps besides the last.
 
@@ -52,7 +53,7 @@ class PlanRun:
     """One run of RUN.json on this rank: its runtime built (and resumed), then :meth:`step` per step,
     then :meth:`finish` (parameters, checkpoint, rank 0's metrics)."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, trainer_factory=None):
         from tensoropt.executor.job.spec import TrainSpec
         from tensoropt.executor.state.peak_memory import PeakMemory, load_model_code
 
@@ -77,10 +78,12 @@ class PlanRun:
         self.steps = int(config["steps"])
         self.trainer = None
         if config.get("job"):
+            if trainer_factory is None:
+                raise ValueError("RUN.json sets 'job' (the trainer keys): run it with "
+                                 "`python -m tensoropt.training.pipelined RUN.json`, which adds the trainer")
             from tensoropt.config import Job
-            from tensoropt.pipeline_runtime.trainer import StageTrainer
 
-            self.trainer = StageTrainer(self.rt, Job.from_dict(config["job"]), config.get("out_dir", "."))
+            self.trainer = trainer_factory(self.rt, Job.from_dict(config["job"]), config.get("out_dir", "."))
         if config.get("resume_from"):
             self.start = load_checkpoint(config["resume_from"], self.rt.module, self.rt.optimizer)
         if config.get("total_steps") is not None:  # run to that step from wherever it resumed
@@ -208,18 +211,18 @@ class PlanRun:
         }
 
 
-def run(config: dict) -> dict | None:
+def run(config: dict, trainer_factory=None) -> dict | None:
     """Train ``config``'s plan on this rank; rank 0 returns the metrics (others None)."""
-    plan_run = PlanRun(config)
+    plan_run = PlanRun(config, trainer_factory)
     for _ in range(plan_run.steps):
         plan_run.step()
     return plan_run.finish()
 
 
-def run_interleaved(configs: list[dict]) -> list[dict | None]:
+def run_interleaved(configs: list[dict], trainer_factory=None) -> list[dict | None]:
     """Build every run, then step them in turn (step 0 of each, step 1 of each...): timing ratios
     under the same machine load. Peak memory then mixes the runs: measure it one run per launch."""
-    runs = [PlanRun(c) for c in configs]
+    runs = [PlanRun(c, trainer_factory) for c in configs]
     for i in range(max(r.steps for r in runs)):
         for r in runs:
             if i < r.steps:
@@ -237,7 +240,7 @@ def _report(entry: dict, metrics: dict | None) -> None:
         Path(entry["metrics"]).write_text(json.dumps(metrics, indent=1))
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], trainer_factory=None) -> int:
     """Join the process group (gloo on CPU, NCCL on CUDA; every collective under ``timeout_s``), run,
     write the metrics (rank 0), leave the group."""
     config = json.loads(Path(argv[0]).read_text())
@@ -249,11 +252,11 @@ def main(argv: list[str]) -> int:
     dist.init_process_group(backend, timeout=timedelta(seconds=float(config.get("timeout_s", 120))))
     try:
         if config.get("interleave"):
-            for entry, metrics in zip(config["runs"], run_interleaved(config["runs"])):
+            for entry, metrics in zip(config["runs"], run_interleaved(config["runs"], trainer_factory)):
                 _report(entry, metrics)
         else:
             for entry in config["runs"]:
-                _report(entry, run(entry))
+                _report(entry, run(entry, trainer_factory))
     finally:
         import gc
 

@@ -22,6 +22,7 @@ LAYERS = {
     # planning and selection: plan/frontier files, the planner, the selector
     "tensoropt.plans": 3, "tensoropt.summary": 3, "tensoropt.solver_size": 3, "tensoropt.planner": 3,
     "tensoropt.selector": 3, "tensoropt.tables": 3, "tensoropt.baselines": 3, "tensoropt.pipeline": 3,
+    "tensoropt.pipeline_candidate": 3,  # one pipeline's frontier through the planner (benchmarks, tests)
     # execution: the DTensor executor and its checkpoints
     "tensoropt.checkpoint": 4, "tensoropt.executor": 4,
     # pipelined plans' runtime: stage modules on torch.distributed.pipelining, over the executor's pieces

@@ -107,7 +107,7 @@ def test_validation_of_a_pipelined_run_equals_the_plain_loop(tmp_path):
            "steps": 4, "job": job.to_dict(), "out_dir": str(tmp_path)}
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"runs": [run], "timeout_s": 120}))
-    code = launch_module("tensoropt.pipeline_runtime.worker", [str(path)], LaunchOptions(2, timeout_s=400))
+    code = launch_module("tensoropt.training.pipelined", [str(path)], LaunchOptions(2, timeout_s=400))
     assert code == 0
     logged = [json.loads(line) for line in (tmp_path / "validation.jsonl").read_text().splitlines()]
     expected = [r for r in reference(job, 2, 4) if "val_loss" in r]

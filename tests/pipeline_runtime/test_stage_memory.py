@@ -1,7 +1,7 @@
 """Each pipeline stage's predicted tensor peak against the measured one (2 gloo processes).
 
 The zoo GPT (2 layers x 128, seq 64, untied head, AdamW) is planned as ``tensoropt plan`` plans
-a pipeline (:func:`tensoropt.pipeline.candidate.candidate_plans`: the stages' memory by part,
+a pipeline (:func:`tensoropt.pipeline_candidate.candidate_plans`: the stages' memory by part,
 :mod:`tensoropt.pipeline.stage_memory`) with 1F1B (4 micro-batches: stage 0 keeps 2 in flight,
 stage 1 one) and GPipe (2 micro-batches, both kept everywhere), and trained 3 steps by the
 pipelined runtime, the second step measured for each rank's tensor peak (the worker's
@@ -19,7 +19,7 @@ import pytest
 from tensoropt.config import Job
 from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.launch import LaunchOptions, launch_module
-from tensoropt.pipeline.candidate import candidate_plans
+from tensoropt.pipeline_candidate import candidate_plans
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -1,5 +1,7 @@
 """The job's trainer keys on a pipelined run: optimizer groups, learning-rate schedule, clipping
-across stages, metrics lines, periodic checkpoints and the exported model.
+across stages, metrics lines, validation and the exported model; and the worker that runs them:
+``python -m tensoropt.training.pipelined RUN.json`` (the pipelined worker,
+:mod:`tensoropt.pipeline_runtime.worker`, with this module's :class:`StageTrainer`).
 
 What :mod:`tensoropt.training.loop` does for a plan run through ``tensoropt.parallelize``, done
 for a rank holding one stage of a pipelined plan:
@@ -222,3 +224,20 @@ def _user_key(key: str, names: list[str]) -> str:
     if key not in names and key.startswith("model.") and key.removeprefix("model.") in names:
         return key.removeprefix("model.")
     return key
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tensoropt.training.pipelined RUN.json`` under torchrun: the pipelined worker
+    (:func:`tensoropt.pipeline_runtime.worker.main`) with :class:`StageTrainer` for runs that set
+    ``job``."""
+    import sys
+
+    from tensoropt.pipeline_runtime.worker import main as worker_main
+
+    return worker_main(sys.argv[1:] if argv is None else argv, trainer_factory=StageTrainer)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
