@@ -31,6 +31,8 @@ Example:
 from __future__ import annotations
 
 import math
+import sys
+import time
 import types
 from pathlib import Path
 
@@ -38,6 +40,15 @@ import torch
 import torch.distributed as dist
 
 from tensoropt.config import Job, effective_optimizer
+from tensoropt.job_model import tokens_per_sample
+from tensoropt.training.loop import GlobalBatches, _job_model, _peak_bytes, _step_flops
+from tensoropt.training.metrics import (
+    VALIDATION_KEYS,
+    MetricsLogger,
+    ProgressLine,
+    TensorBoardWriter,
+    step_record,
+)
 from tensoropt.training.optimizer import build_optimizer
 from tensoropt.training.schedule import schedule_function
 
@@ -96,16 +107,11 @@ class StageTrainer:
         self.records: list[dict] = []
         self.held_out = None
         if job.validation is not None:
-            from tensoropt.training.loop import GlobalBatches
-
             self.held_out = GlobalBatches(job, job.validation.data).source
 
     def start(self, first_step: int, total_steps: int) -> None:
         """Create the schedule at ``first_step`` (after a resume) of a run of ``total_steps`` (the
         default decay length is the rest of the run) and, on rank 0, the metrics sinks."""
-        from tensoropt.training.loop import _step_flops
-        from tensoropt.training.metrics import VALIDATION_KEYS, MetricsLogger, ProgressLine, TensorBoardWriter
-
         self.total = int(total_steps)
         optimizer = self.rt.optimizer
         for group in optimizer.param_groups:  # the peak rate: a checkpoint holds the scheduled one
@@ -116,6 +122,7 @@ class StageTrainer:
                               min_lr_ratio=s.min_lr_ratio, total_steps=self.total)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: f(k + first_step))
         self.flops, self.peak_flops = _step_flops(self.job, self.rt.plan, self.rt.world)
+        self.tokens = tokens_per_sample(self.job)  # per sample, for tokens_per_s (None: no token inputs)
         if self.rt.rank == 0:
             metrics = self.job.metrics
             tb = TensorBoardWriter(metrics.tensorboard) if metrics.tensorboard else None
@@ -139,14 +146,10 @@ class StageTrainer:
     def after_step(self, step: int, local_loss: float | None, lr: float, time_s: float) -> dict:
         """Advance the schedule; on rank 0 log ``step``'s record (``step`` counted from 0); validate
         when ``validation.every`` says."""
-        from tensoropt.job_model import tokens_per_sample
-        from tensoropt.training.loop import _peak_bytes
-        from tensoropt.training.metrics import step_record
-
         self.scheduler.step()
         loss = self.rt.global_losses([local_loss])[0]
         batch = self.job.training.global_batch_size
-        tokens = tokens_per_sample(self.job)
+        tokens = self.tokens
         record = step_record(step=step + 1, loss=loss, lr=lr, grad_norm=self.grad_norm, time_s=time_s,
                              samples=batch, tokens=batch * tokens if tokens else None, flops=self.flops,
                              peak_flops=self.peak_flops, devices=self.rt.world,
@@ -163,8 +166,6 @@ class StageTrainer:
     def validate(self, step: int) -> float:
         """The mean forward-only loss of ``validation.steps`` held-out global batches after ``step``
         updates (logged by rank 0 in ``validation.jsonl``)."""
-        import time
-
         start = time.perf_counter()
         batches = self.job.validation.steps
         local = [self.rt.eval_loss(i, self.held_out) for i in range(batches)]
@@ -197,8 +198,6 @@ def export_stages(runtime, job: Job, directory: str | Path) -> Path:
         >>> export_stages(runtime, job, "out/model")  # doctest: +SKIP
     """
     from tensoropt.parallel.save import save_model
-    from tensoropt.training.loop import _job_model
-
     mine = ({k: v.detach().cpu() for k, v in runtime.module.state_dict().items()}
             if runtime.dp_index == 0 else {})
     parts = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
@@ -230,14 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m tensoropt.training.pipelined RUN.json`` under torchrun: the pipelined worker
     (:func:`tensoropt.pipeline_runtime.worker.main`) with :class:`StageTrainer` for runs that set
     ``job``."""
-    import sys
-
     from tensoropt.pipeline_runtime.worker import main as worker_main
 
     return worker_main(sys.argv[1:] if argv is None else argv, trainer_factory=StageTrainer)
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())
