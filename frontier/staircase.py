@@ -141,6 +141,11 @@ def _merge(bx, by, cstart, clen, cdx, cdy, ncopies):
             xmax = max(xmax, bx[cstart[c] + m - 1] + cdx[c])
     if total == 0:
         return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    if ncopies == 1:  # one staircase, shifted: nothing to merge
+        b0 = cstart[0]
+        m = clen[0]
+        return (bx[b0:b0 + m] + cdx[0], by[b0:b0 + m] + cdy[0], np.zeros(m, dtype=np.int64),
+                np.arange(b0, b0 + m))
     nb = min(max(_SLICES_PER_POINT * (clen.max() + ncopies), 64), _MAX_SLICES)
     inv_w = (nb - 1) / (xmax - xmin) if xmax > xmin else 0.0
     # per slice, one row (one cache line): least y, its x, its candidate id (first found),
@@ -240,6 +245,28 @@ def _sum_group(cost, row_off, start, start_off, groups, m, x, k_last, px, py, pr
         nt = hi - lo
         if nt == 0:
             return 0, px, py, prow
+        if nt == 1:  # one shift: the staircase moves, no merge (the same points, the same order)
+            dx = cost[row_off[t] + lo, 0]
+            dy = cost[row_off[t] + lo, 1]
+            for j in range(n):
+                px[j] = px[j] + dx
+                py[j] = py[j] + dy
+                prow[j, t] = lo
+            continue
+        if n == 1:  # T_t's staircase shifted by the one point
+            dx = px[0]
+            dy = py[0]
+            px = _grow_f(px, nt)
+            py = _grow_f(py, nt)
+            prow = _grow_f(prow, nt)
+            for j in range(nt - 1, -1, -1):
+                px[j] = cost[row_off[t] + lo + j, 0] + dx
+                py[j] = cost[row_off[t] + lo + j, 1] + dy
+                for u in range(t):
+                    prow[j, u] = prow[0, u]
+                prow[j, t] = lo + j
+            n = nt
+            continue
         # copies of the longer staircase shifted by each point of the shorter one
         bx = np.empty(n + nt)
         by = np.empty(n + nt)
@@ -292,12 +319,12 @@ def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
     py = np.empty(16)
     prow = np.empty((16, m), dtype=np.int64)
     k_last = m - 1 if m > 1 else 1
+    pstart = np.zeros(width + 1, dtype=np.int64)
+    allx = np.empty(16)
+    ally = np.empty(16)
+    allrow = np.empty((16, m), dtype=np.int64)
     for o in range(o_lo, o_hi):
         # the staircases P_s of the first tables, for every value s of the dropped variable
-        pstart = np.zeros(width + 1, dtype=np.int64)
-        allx = np.empty(16)
-        ally = np.empty(16)
-        allrow = np.empty((16, m), dtype=np.int64)
         for s in range(width):
             x = o * width + s
             n, px, py, prow = _sum_group(cost, row_off, start, start_off, groups, m, x, k_last, px, py, prow)
@@ -309,6 +336,8 @@ def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
             ally[base : base + n] = py[:n]
             allrow[base : base + n] = prow[:n]
             pstart[s + 1] = base + n
+        if pstart[width] == 0:
+            continue  # no plan in this output group
         # copies for the union: P_s alone (one table), or P_s (+) T_last as shifted copies
         if m == 1:
             ncopies = width
@@ -333,6 +362,8 @@ def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
                     ncopies += min(nt, np_s)
                     if np_s < nt:
                         nbase += nt
+            if ncopies == 0:
+                continue
             bx = np.empty(nbase)
             by = np.empty(nbase)
             bx[: pstart[width]] = allx[: pstart[width]]
