@@ -309,7 +309,7 @@ def _sum_group(cost, row_off, start, start_off, groups, m, x, k_last, px, py, pr
 
 
 @njit(cache=True, nogil=True)
-def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
+def _sum_union(cost, row_off, start, start_off, groups, m, live, o_lo, o_hi, width):
     out_cost = np.empty((1024, 2))
     out_group = np.empty(1024, dtype=np.int64)
     out_rows = np.empty((1024, m), dtype=np.int64)
@@ -327,6 +327,9 @@ def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
         # the staircases P_s of the first tables, for every value s of the dropped variable
         for s in range(width):
             x = o * width + s
+            if not live[x]:  # some table has no row here: no candidate
+                pstart[s + 1] = pstart[s]
+                continue
             n, px, py, prow = _sum_group(cost, row_off, start, start_off, groups, m, x, k_last, px, py, prow)
             base = pstart[s]
             allx = _grow_f(allx, base + n)
@@ -440,7 +443,7 @@ def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
     return out_cost[:total], out_group[:total], out_rows[:total], out_vals[:total]
 
 
-def sum_union_2d(costs, starts, groups, n_out: int, width: int, work: float = 0.0):
+def sum_union_2d(costs, starts, groups, n_out: int, width: int, work: float = 0.0, live=None):
     """Exact grouped sum-and-union of K = 2 tables (the combine kernel, compiled).
 
     Args:
@@ -450,6 +453,8 @@ def sum_union_2d(costs, starts, groups, n_out: int, width: int, work: float = 0.
         n_out: number of output groups ``o``; width: values ``s`` of the dropped variable (1 if none).
         work: the number of candidates (sums) if known; at least ``PARALLEL_MIN_CANDIDATES``
             spreads the output groups over the cores.
+        live: per joint configuration ``x``, whether every table has a row there (None: computed);
+            the others are skipped without a call.
 
     Returns:
         (cost, group, rows, vals): kept points ordered by (group, objective 0); ``rows[:, i]`` is
@@ -468,7 +473,11 @@ def sum_union_2d(costs, starts, groups, n_out: int, width: int, work: float = 0.
     start = np.concatenate([np.asarray(s, dtype=np.int64) for s in starts])
     start_off = np.r_[0, np.cumsum([len(s) for s in starts])[:-1]].astype(np.int64)
     group = np.ascontiguousarray(np.stack([np.asarray(g, dtype=np.int64) for g in groups]))
-    args = (cost, row_off, start, start_off, group, m)
+    if live is None:
+        live = np.ones(group.shape[1], dtype=np.bool_)
+        for t in range(m):
+            live &= np.diff(np.asarray(starts[t]))[group[t]] > 0
+    args = (cost, row_off, start, start_off, group, m, np.ascontiguousarray(live, dtype=np.bool_))
     threads = min(_threads(), n_out) if work >= PARALLEL_MIN_CANDIDATES else 1
     if threads <= 1:
         return _sum_union(*args, 0, int(n_out), int(width))
