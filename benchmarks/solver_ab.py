@@ -33,9 +33,12 @@ def solve_all(path: str) -> list[dict]:
         >>> solve_all("/tmp/graphs.pkl")  # doctest: +SKIP
         [{'name': 'recompute, zero1-3', 'cpu_s': 2.1, 'plans': 1381, 'bound': 0.0025}, ...]
     """
+    import importlib
     import pickle
 
-    from block_solve import solve_once
+    import frontier  # first: block_solve puts this checkout at the front of sys.path
+
+    solve_once = importlib.import_module("block_solve").solve_once
 
     with open(path, "rb") as f:
         graphs = pickle.load(f)
@@ -43,7 +46,7 @@ def solve_all(path: str) -> list[dict]:
     out = []
     for name, G in graphs.items():
         cpu, _, plans, bound = solve_once(G)
-        out.append({"name": name, "cpu_s": cpu, "plans": plans, "bound": bound})
+        out.append({"name": name, "cpu_s": cpu, "plans": plans, "bound": bound, "code": frontier.__file__})
     return out
 
 
@@ -66,7 +69,8 @@ def main() -> int:
             out = subprocess.run([sys.executable, __file__, args.graphs, "--before", args.before, "--child"],
                                  env=env, check=True, capture_output=True, text=True).stdout
             runs[version].append(json.loads(out.strip().splitlines()[-1]))
-    print(f"load after: {os.getloadavg()[0]:.1f}")
+    print(f"load after: {os.getloadavg()[0]:.1f}; solvers: " +
+          ", ".join(f"{v} {r[0][0]['code']}" for v, r in runs.items()))
     print("| version | graph | solve CPU s (rounds) | least | x first graph | plans | bound |")
     print("|---|---|---|---|---|---|---|")
     for version, rounds in runs.items():
