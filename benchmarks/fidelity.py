@@ -167,6 +167,7 @@ def worker(options: dict) -> None:
     systems, times, peaks, predicted_peaks, errors, ops = [], {}, {}, {}, {}, {}
     live_sets: dict[str, str] = {}
     sum_form_peaks: dict[str, int | None] = {}
+    peak_moments: dict[str, str] = {}
     trackers = _trace_peaks() if options.get("live_set") else None
     for name, plans in options["plans"].items():
         spec = spec_of(name, steps, MODELS)
@@ -177,6 +178,7 @@ def worker(options: dict) -> None:
                 trainer.train(2, start_step=0)  # warm-up: traces the program
                 predicted_peaks[key] = predicted_peak_bytes(trainer, runtime=False)
                 sum_form_peaks[key] = _sum_form_peak(trainer)
+                peak_moments[key] = _peak_moment(trainer)
             except Exception as err:  # noqa: BLE001 - a failing plan is reported, the others still run
                 errors[key] = f"{type(err).__name__}: {str(err)[:300]}"
                 continue
@@ -221,10 +223,23 @@ def worker(options: dict) -> None:
         Path(options["out"]).write_text(json.dumps({"times": times, "peaks": peaks, "ops": ops,
                                                     "predicted_peaks": predicted_peaks, "errors": errors,
                                                     "sum_form_peaks": sum_form_peaks,
+                                                    "peak_moments": peak_moments,
                                                     "live_sets": live_sets}))
     systems.clear()
     dist.barrier()
     end_process_group()
+
+
+def _peak_moment(trainer) -> str:
+    """The moment of the step where the step-order prediction peaks (``forward <node>``, ``turn``,
+    ``backward <node>``, ``end of backward``, ``optimizer step``; ``-`` without the plan's rows)."""
+    from tensoropt.peak_transients import plan_peak_moments
+
+    if not trainer.plan.layers:
+        return "-"
+    moments = plan_peak_moments(trainer.ep.graph, trainer.plan, getattr(trainer, "operands", None) or {},
+                                trainer.spec.optimizer, "gpu" if trainer.device.type == "cuda" else "cpu")
+    return max(moments, key=lambda m: m[1])[0]
 
 
 def _sum_form_peak(trainer) -> int | None:
@@ -289,10 +304,10 @@ def add_rows(name: str, plans: dict) -> None:
     roofline cost graph (memory does not depend on the compute timings; a cached plan's labels)."""
     from runtime import spec_of
 
-    from estimators.breakdown import plan_breakdown
     from tensoropt.capture import capture
     from tensoropt.cost_graph import cost_graph
     from tensoropt.executor.job.data import synthetic_batch
+    from tensoropt.summary import plan_layers
 
     todo = [label for label in plans["run"] if "layers" not in plans[label]]
     if not todo:
@@ -303,8 +318,11 @@ def add_rows(name: str, plans: dict) -> None:
     cg = cost_graph(graph, "cpu-local", NPROC, batch_size=spec.global_batch_size, optimizer="adamw",
                     compute_mode="roofline", batch_norm_stats="synchronized")
     for label in todo:
-        b = plan_breakdown(cg, {n: c["label"] for n, c in plans[label]["placements"].items()})
-        plans[label]["layers"], plans[label]["redistributions"] = b["layers"], b["redistributions"]
+        placements = plans[label]["placements"]
+        assignment = {n: cg.nodes[n]["configs"].index(c["label"]) for n, c in placements.items()}
+        layers, moves = plan_layers(cg, graph, assignment)  # as plan.json writes them
+        plans[label]["layers"] = [layer.to_json() for layer in layers]
+        plans[label]["redistributions"] = [move.to_json() for move in moves]
 
 
 def _err(predicted: float | None, measured: float | None) -> float | None:
@@ -384,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
     rows = []
     print(f"\n{'plan':14} {'pred ms':>8} {'meas ms':>8} {'time err':>8} {'pred peak MiB':>13} "
-          f"{'meas peak MiB':>13} {'peak err':>8} {'sum form':>9} {'its err':>8}  placements")
+          f"{'meas peak MiB':>13} {'peak err':>8} {'sum form':>9} {'its err':>8}  "
+          f"{'predicted peak moment':24}  placements")
     for name in plans:
         for label in plans[name]["run"]:
             key = f"{name}/{label}"
@@ -397,14 +416,14 @@ def main(argv: list[str] | None = None) -> int:
                    "time_error": _err(pred_ms, meas_ms), "predicted_peak_tensor_bytes": pred_peak,
                    "peak_tensor_bytes": meas_peak, "peak_error": _err(pred_peak, meas_peak),
                    "sum_form_peak_bytes": sum_peak, "sum_form_peak_error": _err(sum_peak, meas_peak),
+                   "peak_moment": res.get("peak_moments", {}).get(key, "-"),
                    "summary": _summary(plans[name][label]), "priced": priced.get(key),
                    "profiled": res["ops"].get(key)}
             rows.append(row)
             te, pe = row["time_error"], row["peak_error"]
             print(f"{key:14} {pred_ms:8.1f} {meas_ms:8.1f} {_pct(te):>8} {_mib(pred_peak):>13} "
                   f"{_mib(meas_peak):>13} {_pct(pe):>8} {_mib(sum_peak):>9} "
-                  f"{_pct(row['sum_form_peak_error']):>8}"
-                  f"  {row['summary']}")
+                  f"{_pct(row['sum_form_peak_error']):>8}  {row['peak_moment']:24}  {row['summary']}")
     print("\nper family: median |time error|, worst |peak error|")
     for name in plans:
         te = [abs(r["time_error"]) for r in rows if r["model"] == name and r["time_error"] is not None]

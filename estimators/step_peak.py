@@ -64,7 +64,9 @@ def step_peak_moments(layers: Iterable[Mapping], redistributions: Iterable[Mappi
     Args:
         layers: the plan's operator rows in forward order (``node``, ``param_bytes``, ``grad_bytes``,
             ``optimizer_bytes``, ``activation_bytes``, ``grad_sync_bytes``).
-        redistributions: its edge rows (``dst``, ``memory_bytes``: activations saved on the edge).
+        redistributions: edge rows (``dst``, ``memory_bytes``: activations saved on the edge) whose memory
+            the rows do not hold (:func:`estimators.breakdown.plan_breakdown`'s rows; plan.json's
+            ``layers`` count their saved operands already: pass none with them).
         forward_transients / backward_transients: node -> bytes alive only at that row's forward /
             backward (absent: 0).
         turn_bytes: what the loss adds at the forward/backward turn beside every saved activation.

@@ -40,7 +40,7 @@ import torch
 
 from estimators.chunked_loss import CHUNKED_LOSS
 from estimators.peak import optimizer_step_transient_bytes, recompute_excess_bytes
-from estimators.step_peak import step_peak_bytes
+from estimators.step_peak import step_peak_moments
 from tensoropt.capture.fxroles import tensor_args
 from tensoropt.configspace.configuration import Configuration, Mesh, shard_dim
 
@@ -243,13 +243,29 @@ def forward_transients(graph, plan, operands: dict) -> dict[str, int]:
 
 def plan_tensor_peak_bytes(graph, plan, operands: dict, optimizer: str, device_kind: str = "cpu") -> int:
     """The tensor peak of one process of ``plan`` (a :class:`StepPlan` or an ExecPlan with rows), walked
-    in step order (see the module doc). ``operands``: node -> its OpGraph operands.
+    in step order (see the module doc): the largest of :func:`plan_peak_moments`. ``operands``: node ->
+    its OpGraph operands.
 
     Example:
         >>> # not run here: needs a plan's rows and its graph
         >>> plan_tensor_peak_bytes(trainer.ep.graph, trainer.plan, trainer.operands,
         ...                        "adamw")  # doctest: +SKIP
         32288768
+    """
+    return int(max(b for _, b in plan_peak_moments(graph, plan, operands, optimizer, device_kind)))
+
+
+def plan_peak_moments(graph, plan, operands: dict, optimizer: str,
+                      device_kind: str = "cpu") -> list[tuple[str, float]]:
+    """Every moment of ``plan``'s step with the bytes alive then
+    (:func:`estimators.step_peak.step_peak_moments` with the graph's transients; a recompute transient
+    as ``"recompute"``).
+
+    Example:
+        >>> # not run here: needs a plan's rows and its graph
+        >>> max(plan_peak_moments(trainer.ep.graph, trainer.plan, trainer.operands, "adamw"),
+        ...     key=lambda m: m[1])  # doctest: +SKIP
+        ('end of backward', 32288768.0)
     """
     rows = [dict(r) for r in plan.layers]
     for r in rows:
@@ -258,14 +274,13 @@ def plan_tensor_peak_bytes(graph, plan, operands: dict, optimizer: str, device_k
             r["grad_sync_bytes"] = float(r.get("grad_bytes") or 0)  # all-reduced in buckets
     params = [float(r.get("param_bytes") or 0) for r in rows] or [0.0]
     loss_forward, loss_backward = loss_turn_bytes(graph, plan)
-    peak = step_peak_bytes(rows, plan.redistributions,
-                           forward_transients=forward_transients(graph, plan, operands),
-                           backward_transients=backward_transients(graph, plan),
-                           turn_bytes=max(loss_forward, loss_backward),
-                           optimizer_transient_bytes=optimizer_step_transient_bytes(
-                               optimizer, int(max(params)), int(sum(params)), device_kind))
+    moments = step_peak_moments(rows,  # plan.json's rows hold their saved operands (its edges' memory)
+                                forward_transients=forward_transients(graph, plan, operands),
+                                backward_transients=backward_transients(graph, plan),
+                                turn_bytes=max(loss_forward, loss_backward),
+                                optimizer_transient_bytes=optimizer_step_transient_bytes(
+                                    optimizer, int(max(params)), int(sum(params)), device_kind))
     if any(float(r.get("recompute_chain_bytes") or 0) for r in rows):  # a checkpointed block rebuilt
-        memory = sum(float(r.get("memory_bytes") or 0) for r in rows) + \
-            sum(float(e.get("memory_bytes") or 0) for e in plan.redistributions)
-        peak = max(peak, memory + recompute_excess_bytes(rows, list(plan.redistributions)))
-    return int(peak)
+        memory = sum(float(r.get("memory_bytes") or 0) for r in rows)
+        moments.append(("recompute", memory + recompute_excess_bytes(rows, list(plan.redistributions))))
+    return moments
