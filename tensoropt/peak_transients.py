@@ -274,13 +274,28 @@ def plan_peak_moments(graph, plan, operands: dict, optimizer: str,
             r["grad_sync_bytes"] = float(r.get("grad_bytes") or 0)  # all-reduced in buckets
     params = [float(r.get("param_bytes") or 0) for r in rows] or [0.0]
     loss_forward, loss_backward = loss_turn_bytes(graph, plan)
-    moments = step_peak_moments(rows,  # plan.json's rows hold their saved operands (its edges' memory)
+    edges = _edges_outside_rows(plan, rows)
+    moments = step_peak_moments(rows, edges,
                                 forward_transients=forward_transients(graph, plan, operands),
                                 backward_transients=backward_transients(graph, plan),
                                 turn_bytes=max(loss_forward, loss_backward),
                                 optimizer_transient_bytes=optimizer_step_transient_bytes(
                                     optimizer, int(max(params)), int(sum(params)), device_kind))
     if any(float(r.get("recompute_chain_bytes") or 0) for r in rows):  # a checkpointed block rebuilt
-        memory = sum(float(r.get("memory_bytes") or 0) for r in rows)
+        memory = sum(float(r.get("memory_bytes") or 0) for r in (*rows, *edges))
         moments.append(("recompute", memory + recompute_excess_bytes(rows, list(plan.redistributions))))
     return moments
+
+
+def _edges_outside_rows(plan, rows: list[dict]) -> tuple:
+    """``plan.redistributions`` where the rows leave their memory out (rows as
+    :func:`estimators.breakdown.plan_breakdown` gives them: the rows and the edges add up to the plan's
+    ``memory_bytes``), else none (plan.json's rows, :func:`tensoropt.summary.plan_layers`, hold their
+    saved operands: the rows alone add up to it)."""
+    memory = getattr(plan, "predicted", {}).get("memory_bytes")
+    edges = tuple(plan.redistributions)
+    if memory is None or not edges:
+        return ()
+    in_rows = sum(float(r.get("memory_bytes") or 0) for r in rows)
+    on_edges = sum(float(e.get("memory_bytes") or 0) for e in edges)
+    return edges if abs(in_rows + on_edges - memory) < abs(in_rows - memory) else ()
