@@ -48,7 +48,8 @@ from tensoropt.training.metrics import (
 from tensoropt.training.optimizer import build_optimizer
 from tensoropt.training.schedule import make_scheduler
 
-__all__ = ["GlobalBatches", "latest_checkpoint", "load_checkpoint", "main", "save_checkpoint", "train"]
+__all__ = ["GlobalBatches", "latest_checkpoint", "load_checkpoint", "main", "process_peak_bytes",
+           "save_checkpoint", "step_flops", "train", "user_model_on_meta"]
 
 
 class GlobalBatches:
@@ -95,23 +96,42 @@ def _world() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
-def _job_model(job: Job) -> torch.nn.Module:
-    """The module ``parallelize`` takes: the job's (user) model on meta."""
+def user_model_on_meta(job: Job) -> torch.nn.Module:
+    """The module ``parallelize`` takes: the job's (user) model on meta (a job wrapper's inner model).
+
+    Example:
+        >>> from tensoropt.config import load_job
+        >>> type(user_model_on_meta(load_job("configs/jobs/mlp.yaml"))).__name__
+        'MLP'
+    """
     from tensoropt.job_model import build_job_model
 
     model = build_job_model(job, "meta")[0]
     return model.model if job.model.contract else model
 
 
-def _peak_bytes(device: torch.device) -> int:
-    """This process's peak memory: the CUDA allocator's peak, or on CPUs the peak resident set."""
+def process_peak_bytes(device: torch.device) -> int:
+    """This process's peak memory: the CUDA allocator's peak, or on CPUs the peak resident set.
+
+    Example:
+        >>> process_peak_bytes(torch.device("cpu")) > 0
+        True
+    """
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _step_flops(job: Job, plan: dict, devices: int) -> tuple[float | None, float | None]:
-    """(the step's training FLOPs, one device's peak FLOP/s) from the plan's predicted MFU and time."""
+def step_flops(job: Job, plan: dict, devices: int) -> tuple[float | None, float | None]:
+    """(the step's training FLOPs, one device's peak FLOP/s) from the plan's predicted MFU and time:
+    what the metrics' ``mfu`` divides by. The FLOPs are None when the plan has no MFU.
+
+    Example:
+        >>> from tensoropt.config import load_job
+        >>> flops, peak_flops = step_flops(load_job("configs/jobs/mlp.yaml"), {"mfu": 0.5, "time_s": 1.0}, 2)
+        >>> flops == 0.5 * 1.0 * 2 * peak_flops  # MFU x time x devices x one device's peak
+        True
+    """
     from tensoropt.job_model import load_job_cluster
     from tensoropt.precision import get_precision
 
@@ -211,7 +231,7 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
     job = resolve_job(job)
     total = int(steps if steps is not None else job.training.steps)
     m = int(plan.get("micro_batches", 1))
-    pm = parallelize(_job_model(job), plan, mode=mode)
+    pm = parallelize(user_model_on_meta(job), plan, mode=mode)
     optimizer = build_optimizer(pm.named_parameters(), effective_optimizer(job))
     scheduler = make_scheduler(optimizer, job.lr_scheduler, total)
     batches = GlobalBatches(job)
@@ -219,7 +239,7 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
     device = pm.tensoropt_runtime.device
     batch = job.training.global_batch_size
     tokens = tokens_per_sample(job)
-    flops, peak_flops = _step_flops(job, plan, _world())
+    flops, peak_flops = step_flops(job, plan, _world())
     max_norm = job.training.max_grad_norm or math.inf
     rank0 = _rank() == 0
     out_dir = Path(out_dir)
@@ -255,7 +275,8 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
             time_s = time.perf_counter() - start
             record = step_record(step=step + 1, loss=loss, lr=lr, grad_norm=grad_norm, time_s=time_s,
                                  samples=batch, tokens=batch * tokens if tokens else None, flops=flops,
-                                 peak_flops=peak_flops, devices=_world(), peak_bytes=_peak_bytes(device))
+                                 peak_flops=peak_flops, devices=_world(),
+                                 peak_bytes=process_peak_bytes(device))
             records.append(record)
             if rank0 and ((step + 1) % job.metrics.log_every == 0 or step + 1 == total):
                 log.log(record)
