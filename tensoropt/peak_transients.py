@@ -233,7 +233,7 @@ def forward_transients(graph, plan, operands: dict) -> dict[str, int]:
             gathered = [shard_dim(source.output[axis]) for axis in axes]
             whole = ["R" if axis in axes else t for axis, t in enumerate(target)]  # S(d) -> S(e): gathered
             dtype = getattr(a.meta.get("val"), "dtype", torch.float32)
-            itemsize = torch.empty((), dtype=dtype).element_size()
+            itemsize = dtype.itemsize
             nbytes = math.prod(o["shape"]) * itemsize // _split(whole, mesh)
             here = max(here, nbytes * (2 if any(d != 0 for d in gathered) else 1))
         if here:
@@ -267,7 +267,7 @@ def plan_peak_moments(graph, plan, operands: dict, optimizer: str,
         ...     key=lambda m: m[1])  # doctest: +SKIP
         ('end of backward', 32288768.0)
     """
-    rows = [dict(r) for r in plan.layers]
+    rows = [{k: r[k] for k in _ROW_KEYS if k in r} for r in plan.layers]
     for r in rows:
         config = plan.placements.get(str(r.get("node")))
         if config is not None and config.grad_sync_axes and "grad_sync_bytes" not in r:
@@ -290,6 +290,12 @@ def plan_peak_moments(graph, plan, operands: dict, optimizer: str,
         excess = recompute_excess_bytes(rows, list(plan.redistributions))
         moments.append(("recompute", memory + max(0.0, excess)))
     return moments
+
+
+_ROW_KEYS = ("node", "param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "memory_bytes",
+             "grad_sync_bytes", "recompute_chain_bytes", "block")
+"""What the walk reads of a row (:func:`estimators.step_peak.step_peak_moments`,
+:func:`estimators.peak.recompute_excess_bytes`)."""
 
 
 def _edges_outside_rows(plan, rows: list[dict]) -> tuple:

@@ -703,7 +703,7 @@ def plan_peak_bytes(G, graph, assignment: dict, layers: list, redistributions: l
     operands = {n: d.get("operands", []) for n, d in graph.nx.nodes(data=True)}
     placements = {n: G.nodes[n]["configurations"][c] for n, c in assignment.items()
                   if "configurations" in G.nodes[n]}
-    plan = StepPlan(G.graph["mesh"], placements, tuple(layer.to_json() for layer in layers),
+    plan = StepPlan(G.graph["mesh"], placements, tuple(layer.__dict__ for layer in layers),
                     tuple(r.to_json() for r in redistributions))
     cluster = G.graph.get("cluster")
     kind = getattr(getattr(cluster, "device", None), "kind", "gpu")
