@@ -12,9 +12,11 @@ the exported graph gives at each operator on one process:
   its layout, then the gradients of the log-probabilities and of the logits: :func:`loss_turn_bytes`);
 * backward: the activation gradients of each operator (the gradient of its output and those it makes
   for its operands: :func:`backward_transients`);
-* a checkpointed block's or a loss chunk's rebuilt tensors
-  (:func:`estimators.peak.recompute_excess_bytes`) and the optimizer step's temporaries
-  (:func:`estimators.peak.optimizer_step_transient_bytes`, from the rows' local parameter bytes).
+* the optimizer step's temporaries (:func:`estimators.peak.optimizer_step_transient_bytes`, from the
+  rows' local parameter bytes).
+
+A plan with a recompute chain (a checkpointed block, a loss chunk) is not walked here (None: its peak
+stays the sum form's, with the executor's block-backward terms).
 
 The graph is ``torch.export``'s (the planner's capture, ``OpGraph.program``; the executor's, exported on
 meta): the same nodes, the same shapes, so both sides compute the same bytes. Its cost is a few walks
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 import torch
 
 from estimators.chunked_loss import CHUNKED_LOSS
-from estimators.peak import optimizer_step_transient_bytes, recompute_excess_bytes
+from estimators.peak import optimizer_step_transient_bytes
 from estimators.step_peak import step_peak_moments
 from tensoropt.capture.fxroles import tensor_args
 from tensoropt.configspace.configuration import Configuration, Mesh, shard_dim
@@ -65,13 +67,14 @@ def _packet(node) -> str:
 
 
 def local_output_bytes(graph, plan) -> dict[str, int]:
-    """Operator node -> its output's bytes on one process (split as :func:`largest_activation_bytes`
-    says; placeholders and non-tensor outputs left out).
+    """Node name -> the bytes of its output (a tensor; 0 otherwise) on one process: its bytes over the
+    mesh axes the plan's output layout of that node splits. A node the plan does not place (a view, a
+    no-op cast, a ``getitem``) is split as its first tensor argument is.
 
     Example:
         >>> # not run here: needs a Trainer on a process group
-        >>> local_output_bytes(trainer.ep.graph, trainer.plan)["linear"]  # doctest: +SKIP
-        4194304
+        >>> local_output_bytes(trainer.ep.graph, trainer.plan)["addmm"]  # doctest: +SKIP
+        3145728
     """
     mesh = list(plan.mesh.shape)
     out: dict[str, int] = {}
@@ -88,9 +91,7 @@ def local_output_bytes(graph, plan) -> dict[str, int]:
             args = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
             split = splits.get(args[0].name, 1) if args else 1
         splits[node.name] = split
-        if node.op != "call_function" or not isinstance(val, torch.Tensor):
-            continue
-        out[node.name] = val.numel() * val.element_size() // split
+        out[node.name] = val.numel() * val.element_size() // split if isinstance(val, torch.Tensor) else 0
     return out
 
 
@@ -109,10 +110,10 @@ def backward_transients(graph, plan) -> dict[str, int]:
     local = local_output_bytes(graph, plan)
     out: dict[str, int] = {}
     for node in graph.nodes:
-        if node.name not in plan.placements or node.name not in local:
+        if node.op != "call_function" or node.name not in plan.placements or not local.get(node.name):
             continue
-        operands = {a.name for a in node.all_input_nodes if a.op == "call_function" and a.name in local}
-        out[node.name] = local[node.name] + sum(local[a] for a in operands)
+        operands = {a.name for a in node.all_input_nodes if a.op == "call_function"}
+        out[node.name] = local[node.name] + sum(local.get(a, 0) for a in operands)
     return out
 
 
@@ -241,10 +242,14 @@ def forward_transients(graph, plan, operands: dict) -> dict[str, int]:
     return out
 
 
-def plan_tensor_peak_bytes(graph, plan, operands: dict, optimizer: str, device_kind: str = "cpu") -> int:
+def plan_tensor_peak_bytes(graph, plan, operands: dict, optimizer: str,
+                           device_kind: str = "cpu") -> int | None:
     """The tensor peak of one process of ``plan`` (a :class:`StepPlan` or an ExecPlan with rows), walked
     in step order (see the module doc): the largest of :func:`plan_peak_moments`. ``operands``: node ->
-    its OpGraph operands.
+    its OpGraph operands. None for a plan with a recompute chain (a checkpointed block, a loss chunk):
+    the walk does not place the rebuilt tensors and the gradients in flight through a rerun block
+    (:func:`tensoropt.executor.state.peak_memory.recompute_transient_bytes` prices them on the
+    executor; the planner adds the largest chain to the plan's memory).
 
     Example:
         >>> # not run here: needs a plan's rows and its graph
@@ -252,14 +257,15 @@ def plan_tensor_peak_bytes(graph, plan, operands: dict, optimizer: str, device_k
         ...                        "adamw")  # doctest: +SKIP
         32288768
     """
+    if any(float(r.get("recompute_chain_bytes") or 0) for r in plan.layers):
+        return None
     return int(max(b for _, b in plan_peak_moments(graph, plan, operands, optimizer, device_kind)))
 
 
 def plan_peak_moments(graph, plan, operands: dict, optimizer: str,
                       device_kind: str = "cpu") -> list[tuple[str, float]]:
     """Every moment of ``plan``'s step with the bytes alive then
-    (:func:`estimators.step_peak.step_peak_moments` with the graph's transients; a recompute transient
-    as ``"recompute"``).
+    (:func:`estimators.step_peak.step_peak_moments` with the graph's transients).
 
     Example:
         >>> # not run here: needs a plan's rows and its graph
@@ -281,14 +287,6 @@ def plan_peak_moments(graph, plan, operands: dict, optimizer: str,
                                 turn_bytes=max(loss_forward, loss_backward),
                                 optimizer_transient_bytes=optimizer_step_transient_bytes(
                                     optimizer, int(max(params)), int(sum(params)), device_kind))
-    if any(float(r.get("recompute_chain_bytes") or 0) for r in rows):  # a checkpointed block rebuilt
-        # its rebuilt tensors are not walked per operator here (estimators.peak.recompute_excess_bytes
-        # places the largest chain): the sum form's figure stays, the plan's memory at least (measured on
-        # an HF Llama's block plans, tests/executor/test_block_peak.py: -11 % and +2 %; the walk alone
-        # put the selective plan at -5 %)
-        memory = sum(float(r.get("memory_bytes") or 0) for r in (*rows, *edges))
-        excess = recompute_excess_bytes(rows, list(plan.redistributions))
-        moments.append(("recompute", memory + max(0.0, excess)))
     return moments
 
 

@@ -682,7 +682,8 @@ def frontier_over_counts(solved: dict, points: list, global_batch_size: int, num
 def plan_peak_bytes(G, graph, assignment: dict, layers: list, redistributions: list) -> float | None:
     """A plan's tensor peak per device walked in step order, from the captured graph (``graph.program``)
     and its rows: :func:`tensoropt.peak_transients.plan_tensor_peak_bytes`, the function the executor's
-    ``predicted.peak_tensor_bytes`` is (None without an exported program).
+    ``predicted.peak_tensor_bytes`` is (None without an exported program, and for a plan with a recompute
+    chain).
 
     Example:
         >>> import torch
@@ -708,7 +709,8 @@ def plan_peak_bytes(G, graph, assignment: dict, layers: list, redistributions: l
     cluster = G.graph.get("cluster")
     kind = getattr(getattr(cluster, "device", None), "kind", "gpu")
     optimizer = str(G.graph.get("optimizer", "adamw"))
-    return float(plan_tensor_peak_bytes(program.graph, plan, operands, optimizer, kind))
+    peak = plan_tensor_peak_bytes(program.graph, plan, operands, optimizer, kind)
+    return None if peak is None else float(peak)
 
 
 def _fraction(args: tuple) -> float:

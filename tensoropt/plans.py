@@ -217,7 +217,7 @@ class Plan:
     """Its tensors' peak per device walked in step order
     (:func:`tensoropt.peak_transients.plan_tensor_peak_bytes`, the figure the executor predicts as
     ``predicted.peak_tensor_bytes``); None where the planner did not compute it (several micro-batches,
-    pipelined plans, older files)."""
+    a recompute chain, pipelined plans, older files)."""
     """For a pipelined plan: ``bubble_fraction``, ``stage_mesh``/``stage_mesh_levels`` (each stage's
     mesh; ``ops`` labels are prefixed ``pp<p>:``), ``block_names`` and ``stages`` (per stage its
     blocks, rank, device range, in-flight micro-batches, time per micro-batch, once-per-step time,

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from tensoropt.checkpoint.trainer_format import FLAT_OPTIMIZER, TRAINER_STATE, optimizer_options
 from tensoropt.config import Job, effective_optimizer
 from tensoropt.training.metrics import (
     VALIDATION_KEYS,
@@ -142,11 +143,6 @@ def step_flops(job: Job, plan: dict, devices: int) -> tuple[float | None, float 
 
 
 CHECKPOINT_PREFIX = "step-"
-TRAINER_STATE = "trainer.json"
-"""Inside each checkpoint folder, beside the DCP shards: the step, the scheduler's state and the
-data position (written last: a folder without it is incomplete and ignored)."""
-
-
 def latest_checkpoint(directory: str | Path | None) -> Path | None:
     """The newest complete checkpoint folder under ``directory`` (``step-<n>`` with its trainer.json).
 
@@ -171,7 +167,7 @@ def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) 
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     folder = Path(directory) / f"{CHECKPOINT_PREFIX}{step}"
-    model_sd, optim_sd = get_state_dict(pm, optimizer)
+    model_sd, optim_sd = get_state_dict(pm, optimizer, options=FLAT_OPTIMIZER)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(folder))
     if dist.is_initialized():
         dist.barrier()
@@ -187,16 +183,27 @@ def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) 
 
 
 def load_checkpoint(folder: Path, pm, optimizer, scheduler) -> int:
-    """Load a :func:`save_checkpoint` folder into this run (any device count); returns its step."""
+    """Load a :func:`save_checkpoint` folder into this run (any device count); returns its step.
+
+    A pipelined run's checkpoint (:mod:`tensoropt.pipeline_runtime.checkpoint`, the same layout,
+    :mod:`tensoropt.checkpoint.trainer_format`) loads too: its schedule is a function of the step, so
+    the scheduler is set to that step's rate."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    model_sd, optim_sd = get_state_dict(pm, optimizer)
+    options = optimizer_options(folder)
+    model_sd, optim_sd = get_state_dict(pm, optimizer, options=options)
     state = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=str(folder))
-    set_state_dict(pm, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(pm, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                   options=options)
     trainer = json.loads((folder / TRAINER_STATE).read_text())
-    scheduler.load_state_dict(trainer["scheduler"])
+    if trainer.get("scheduler") is not None:
+        scheduler.load_state_dict(trainer["scheduler"])
+    else:  # LambdaLR after `step` steps: base rate x the schedule's factor at that step
+        scheduler.last_epoch = int(trainer["step"])
+        scheduler._last_lr = [base * f(scheduler.last_epoch)  # noqa: SLF001 - what step() sets
+                              for base, f in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
     pm.tensoropt_runtime.load_loss_scale(trainer.get("loss_scale"))
     for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
         group["lr"] = lr

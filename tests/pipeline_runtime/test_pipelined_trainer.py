@@ -138,3 +138,44 @@ def _assert_exported_logits(folder: Path, final: dict) -> None:
     assert float((got - want).abs().max()) <= TOL * float(want.abs().max())
     assert float((got - untrained).abs().max()) > 1e-3, \
         "the exported logits equal an untrained model's: the export wrote nothing trained"
+
+
+def test_checkpoints_resume_across_pipelined_and_unpipelined_plans(trained):
+    """The pipelined run's step-4 checkpoint resumes under a plan without stages (2 processes,
+    ``tensoropt run``'s loop) to step 6; the loop's own step-4 checkpoint resumes under the
+    pipelined plan. Both continue the 1-process run's losses, rates and norms within 1e-5."""
+    import shutil
+
+    from tensoropt.planner import plan_job
+    from tensoropt.plans import plan_file_text
+
+    tmp, job, _ = trained
+    expected = reference(Job.from_dict(job), 2, STEPS)
+    flat = {**job, "planner": {"pipeline": "off"}, "checkpoint": {}}
+    frontier = plan_job(Job.from_dict(flat)).to_json()
+    unpipelined = tmp / "flat-plan.json"
+    unpipelined.write_text(plan_file_text(frontier, frontier["frontiers"][0]["plans"][0]["id"]))
+    pipelined = tmp / "plan.json"
+    legs = {"from-pipelined": [(None, None)], "from-loop": [(unpipelined, FIRST)]}
+    shutil.copytree(tmp / "ckpt" / f"step-{FIRST}", tmp / "from-pipelined" / f"step-{FIRST}")
+    errors = []
+    for name, first_legs in legs.items():
+        folder = tmp / name
+        folder.mkdir(exist_ok=True)
+        metrics = folder / "metrics.jsonl"
+        job_path = folder / "job.yaml"
+        job_path.write_text(yaml.safe_dump({**flat, "metrics": {"log_every": 1, "jsonl": str(metrics)}}))
+        resumed_plan = unpipelined if name == "from-pipelined" else pipelined
+        runs = [(p, s) for p, s in first_legs if p is not None] + [(resumed_plan, None)]
+        for plan_path, steps in runs:
+            args = ["run", str(job_path), "--plan", str(plan_path), "--checkpoint-dir", str(folder / "ckpt"
+                    if name == "from-loop" else folder), "--checkpoint-every", "2", "--timeout-s", "300"]
+            assert main([*args, *(["--steps", str(steps)] if steps else [])]) == 0, (name, plan_path)
+        records = {r["step"]: r for r in map(json.loads, metrics.read_text().splitlines())}
+        assert min(records) <= FIRST + 1 and max(records) == STEPS, (name, sorted(records))
+        for want in expected[FIRST:]:
+            got = records[want["step"]]
+            for key in ("loss", "lr", "grad_norm"):
+                if abs(got[key] - want[key]) > TOL * abs(want[key]):
+                    errors.append(f"{name} step {want['step']} {key}: {got[key]} against {want[key]}")
+    assert not errors, "\n".join(errors)
