@@ -29,8 +29,9 @@ Example:
     ...             (torch.randn(8, 256),))
     >>> from tensoropt.configspace.configuration import Mesh
     >>> plan = StepPlan(Mesh((1,), ("gpu",)), {})
-    >>> sorted(local_output_bytes(g.program.graph, plan).items())  # doctest: +NORMALIZE_WHITESPACE
-    [('linear', 16384), ('linear_1', 128), ('relu', 16384)]
+    >>> local = local_output_bytes(g.program.graph, plan)
+    >>> local["input"], local["linear"], local["relu"], local["linear_1"], local["p_0_weight"]
+    (8192, 16384, 16384, 128, 524288)
 """
 
 from __future__ import annotations
