@@ -65,9 +65,6 @@ CASES = {
 }
 """The jobs (``devices`` and ``training.micro_batches`` are set per run)."""
 
-TERMS = ("kernels", "overhead", "comm", "redistribution", "optimizer", "grad_sync")
-"""The priced terms of a step: per micro-batch (x m) the first four, once per step the last two."""
-
 
 def job_of(case: str, micro_batches: int, devices: int, compute: str):
     """The :class:`~tensoropt.config.Job` of ``case`` for one count and device count."""
@@ -108,11 +105,8 @@ def common_split(frontiers: dict[int, dict]) -> dict[int, dict]:
 
 
 def priced_terms(job, micro_batches: int, devices: int, placements: dict) -> dict[str, float]:
-    """The predicted step of a plan (``placements``: node -> label) term by term, in seconds per step:
-    ``kernels`` (forward + backward at the micro-batch's shapes, casts), ``overhead`` (the executor's
-    host time per operator, :func:`estimators.overhead.node_overhead_s`), ``comm`` (collectives
-    inside operators but the gradient synchronisation), ``redistribution`` (edges), each x ``m``;
-    ``optimizer`` and ``grad_sync`` once; ``total`` as the planner sums it (``price_micro_batches``).
+    """The predicted step of a plan (``placements``: node -> label) term by term, in seconds per step
+    (:func:`tensoropt.accumulation.step_terms` on the count's cost graph).
 
     Example:
         >>> # not run here: captures and prices a model (see main)
@@ -120,8 +114,7 @@ def priced_terms(job, micro_batches: int, devices: int, placements: dict) -> dic
         0.00108
     """
     from estimators.breakdown import _index
-    from estimators.overhead import node_overhead_s
-    from tensoropt.accumulation import price_micro_batches
+    from tensoropt.accumulation import step_terms
     from tensoropt.planner import (
         build_job_model,
         capture_job,
@@ -140,24 +133,7 @@ def priced_terms(job, micro_batches: int, devices: int, placements: dict) -> dic
         graph = capture_job(sub, (model, spec))
         G = job_cost_graph(graph, sub, cluster, devices)
     a = {n: _index(G, n, placements[n]) for n in G.nodes}
-    t = dict.fromkeys(TERMS, 0.0)
-    for n, i in a.items():
-        d = G.nodes[n]
-        overhead = node_overhead_s(cluster.device, graph.nx.nodes[n], d["configurations"][i])
-        t["overhead"] += overhead
-        t["kernels"] += d["compute_s"][i] - d["step_compute_s"][i] - overhead
-        t["optimizer"] += d["step_compute_s"][i]
-        t["comm"] += d["comm_s"][i] - d["step_comm_s"][i]
-        t["grad_sync"] += d["step_comm_s"][i]
-    for u, v, e in G.edges(data=True):
-        t["redistribution"] += float(e["comm_s"][a[u], a[v]])
-    m = micro_batches
-    out = {k: (m * t[k] if k in TERMS[:4] else t[k]) for k in TERMS}
-    price_micro_batches(G, m)
-    from tensoropt.data_parallel import plan_cost
-
-    out["total"] = float(plan_cost(G, a)[0])
-    return out
+    return step_terms(G, graph.nx, a, micro_batches, cluster.device)
 
 
 def run_delay_s() -> float:
@@ -259,6 +235,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--compute", choices=("roofline", "profiled"), default="roofline")
+    parser.add_argument("--split-compute", choices=("roofline", "profiled"), default=None,
+                        help="the compute mode whose frontiers pick the split (default: --compute)")
     parser.add_argument("--ops", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -267,18 +245,22 @@ def main(argv=None) -> int:
     counts = [int(c) for c in args.counts.split(",")]
     runs, rows = {}, []
     for case in args.case or ["gpt"]:
-        got = planned(case, counts, args.nproc, args.compute)
+        got = planned(case, counts, args.nproc, args.split_compute or args.compute)
         chosen = common_split({m: f for m, (_, f) in got.items()})
         for m in counts:
-            job, plan = got[m][0], chosen[m]
+            job, plan = job_of(case, m, args.nproc, args.compute), chosen[m]
             labels = {k: v["label"] for k, v in plan["placements"].items()}
             terms = priced_terms(job, m, args.nproc, labels)
             key = f"{case}/m={m}"
             runs[key] = {"spec": TrainSpec.from_job(job).to_json(), "plan": plan}
-            rows.append({"key": key, "case": case, "m": m, "plan": plan["id"], "predicted_s": plan["time_s"],
-                         "terms": terms})
-            print(f"{key}: plan {plan['id']} predicted {plan['time_s'] * 1e3:.1f} ms "
-                  f"(terms {terms['total'] * 1e3:.1f}): "
+            rows.append({"key": key, "case": case, "m": m, "plan": plan["id"], "predicted_s": terms["total"],
+                         "terms": terms, "summary": plan.get("summary")})
+            if args.compute != "roofline":  # the roofline's figure beside it
+                rows[-1]["roofline_s"] = priced_terms(job_of(case, m, args.nproc, "roofline"), m, args.nproc,
+                                                      labels)["total"]
+                print(f"{key}: roofline {rows[-1]['roofline_s'] * 1e3:.1f} ms")
+            print(f"{key}: plan {plan['id']} ({plan.get('summary')}) predicted "
+                  f"{terms['total'] * 1e3:.1f} ms: "
                   + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in terms.items() if k != "total"), flush=True)
     load_before = os.getloadavg()
     res = _launch({"runs": runs, "steps": args.steps, "rounds": args.rounds, "ops": args.ops}, args.nproc)
