@@ -67,7 +67,12 @@ CASES = {
 
 
 def job_of(case: str, micro_batches: int, devices: int, compute: str):
-    """The :class:`~tensoropt.config.Job` of ``case`` for one count and device count."""
+    """The :class:`~tensoropt.config.Job` of ``case`` for one count and device count.
+
+    Example:
+        >>> job_of("gpt", 4, 2, "roofline").training.micro_batches
+        4
+    """
     from tensoropt.config import Job
 
     data = json.loads(json.dumps(CASES[case]))
@@ -78,7 +83,13 @@ def job_of(case: str, micro_batches: int, devices: int, compute: str):
 
 
 def planned(case: str, counts: list[int], devices: int, compute: str) -> dict[int, tuple]:
-    """Count -> (job, its frontier.json content)."""
+    """Count -> (job, its frontier.json content).
+
+    Example:
+        >>> got = planned("gpt", [1, 4], 2, "roofline")  # doctest: +SKIP
+        >>> got[4][1]["frontiers"][0]["plans"][0]["micro_batches"]  # doctest: +SKIP
+        4
+    """
     from tensoropt.planner import plan_job
 
     out = {}
@@ -93,7 +104,13 @@ def planned(case: str, counts: list[int], devices: int, compute: str) -> dict[in
 def common_split(frontiers: dict[int, dict]) -> dict[int, dict]:
     """Count -> the plan (plan.json content) of one split on every count's frontier: the leanest
     1-micro-batch plan's split where every frontier has it, else the next leanest that every one has
-    (:func:`micro_batch_peak.choose` picks each count's plan of that split)."""
+    (:func:`micro_batch_peak.choose` picks each count's plan of that split).
+
+    Example:
+        >>> got = planned("gpt", [1, 4], 2, "roofline")  # doctest: +SKIP
+        >>> common_split({m: f for m, (_, f) in got.items()})[4]["id"]  # doctest: +SKIP
+        'd2-p10'
+    """
     from tensoropt.plans import plan_file_text
 
     docs = {m: [json.loads(plan_file_text(f, p["id"])) for p in f["frontiers"][0]["plans"]]
