@@ -666,16 +666,51 @@ def frontier_over_counts(solved: dict, points: list, global_batch_size: int, num
                 seen[ops[n]] = G.nodes[n]["configurations"][c].to_json()
         time_s, memory_bytes = float(point.cost[0]), float(point.cost[1])
         layers, redistributions = plan_layers(G, graph, point.assignment)
+        peak = plan_peak_bytes(G, graph, point.assignment, layers, redistributions) if m == 1 else None
         plans.append(Plan(
             id=plan_id(num_devices, i), time_s=time_s, memory_bytes=float(round(memory_bytes)), ops=ops,
             summary=plan_summary(graph, ops), layers=layers, redistributions=redistributions,
             throughput_samples_per_s=global_batch_size / time_s if time_s > 0 else None, micro_batches=m,
             tokens_per_s_per_device=units.tokens_per_s_per_device(global_batch_size, time_s, num_devices),
-            mfu=units.mfu(time_s, num_devices),
+            mfu=units.mfu(time_s, num_devices), peak_tensor_bytes=peak,
         ))
     if mesh is None:
         mesh = next(iter(solved.values()))[0].graph["mesh"]
     return Frontier(devices=num_devices, mesh=mesh, plans=plans, configurations=configurations)
+
+
+def plan_peak_bytes(G, graph, assignment: dict, layers: list, redistributions: list) -> float | None:
+    """A plan's tensor peak per device walked in step order, from the captured graph (``graph.program``)
+    and its rows: :func:`tensoropt.peak_transients.plan_tensor_peak_bytes`, the function the executor's
+    ``predicted.peak_tensor_bytes`` is (None without an exported program, and for a plan with a recompute
+    chain).
+
+    Example:
+        >>> import torch
+        >>> from tensoropt.capture import capture
+        >>> from tensoropt.cost_graph import cost_graph
+        >>> from tensoropt.summary import plan_layers
+        >>> g = capture(torch.nn.Linear(256, 256), (torch.randn(8, 256),))
+        >>> G = cost_graph(g, "cpu-local", 1, configurations={})
+        >>> rows, moves = plan_layers(G, g, dict.fromkeys(G, 0))
+        >>> plan_peak_bytes(G, g, dict.fromkeys(G, 0), rows, moves) / 1024  # the optimizer step: 6 x 257 KiB
+        1542.0
+    """
+    from tensoropt.peak_transients import StepPlan, plan_tensor_peak_bytes
+
+    program = getattr(graph, "program", None)
+    if program is None or not hasattr(program, "graph"):
+        return None
+    operands = {n: d.get("operands", []) for n, d in graph.nx.nodes(data=True)}
+    placements = {n: G.nodes[n]["configurations"][c] for n, c in assignment.items()
+                  if "configurations" in G.nodes[n]}
+    plan = StepPlan(G.graph["mesh"], placements, tuple(layer.__dict__ for layer in layers),
+                    tuple(r.to_json() for r in redistributions))
+    cluster = G.graph.get("cluster")
+    kind = getattr(getattr(cluster, "device", None), "kind", "gpu")
+    optimizer = str(G.graph.get("optimizer", "adamw"))
+    peak = plan_tensor_peak_bytes(program.graph, plan, operands, optimizer, kind)
+    return None if peak is None else float(peak)
 
 
 def _fraction(args: tuple) -> float:
