@@ -267,6 +267,13 @@ PIPELINE_STAGE_PLANS = 12
 CHAIN_MIN_BLOCKS = 16
 
 
+#: One set of three-objective stage tables for every in-flight count (exact, ``ChainSettings.in_flight``)
+#: instead of two-objective tables per count. Off: the three-objective combines run on the numpy
+#: kernels (enumerate, then prune), and a 8B block's transfer table took over 100 x the CPU of one
+#: count's (docs/results.md, 2026-11-28 pp70b), more than the 8 counts it replaces.
+PIPELINE_SHARED_IN_FLIGHT = False
+
+
 def pipeline_chain_settings(in_flight: tuple[int, int] | None = None):
     """How the pipeline search builds stage frontiers of identical blocks
     (:class:`tensoropt.pipeline.chain_stages.StageChain`): the planner's ``epsilon: auto`` grid for
@@ -438,8 +445,8 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
             cpu["cost_graphs"] += time.process_time() - start
             # the sweep pays on deep models (70B: 3 x the shared memo), not on a few blocks (8B with 4
             # layers: 1.3 x slower; docs/results.md, benchmarks/pipeline_stages.py)
-            chain = (pipeline_chain_settings(in_flight_range(candidates, m))
-                     if blocks.count > CHAIN_MIN_BLOCKS else None)
+            shared = in_flight_range(candidates, m) if PIPELINE_SHARED_IN_FLIGHT else None
+            chain = pipeline_chain_settings(shared) if blocks.count > CHAIN_MIN_BLOCKS else None
             solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain)
         solver = solvers[key]
         solver.solve = solve  # this device count's (its bound and memo)
