@@ -159,6 +159,7 @@ class Combiner:
                 n_full // width,
                 width,
                 work=float(per_out.sum()),
+                live=per_x > 0,
             )
             if boxed:  # a least (1+e)-cover of each group: the box guarantee with fewer points
                 offsets = np.r_[0, np.cumsum(np.bincount(out_group, minlength=n_full // width))]

@@ -141,6 +141,11 @@ def _merge(bx, by, cstart, clen, cdx, cdy, ncopies):
             xmax = max(xmax, bx[cstart[c] + m - 1] + cdx[c])
     if total == 0:
         return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    if ncopies == 1:  # one staircase, shifted: nothing to merge
+        b0 = cstart[0]
+        m = clen[0]
+        return (bx[b0:b0 + m] + cdx[0], by[b0:b0 + m] + cdy[0], np.zeros(m, dtype=np.int64),
+                np.arange(b0, b0 + m))
     nb = min(max(_SLICES_PER_POINT * (clen.max() + ncopies), 64), _MAX_SLICES)
     inv_w = (nb - 1) / (xmax - xmin) if xmax > xmin else 0.0
     # per slice, one row (one cache line): least y, its x, its candidate id (first found),
@@ -240,6 +245,28 @@ def _sum_group(cost, row_off, start, start_off, groups, m, x, k_last, px, py, pr
         nt = hi - lo
         if nt == 0:
             return 0, px, py, prow
+        if nt == 1:  # one shift: the staircase moves, no merge (the same points, the same order)
+            dx = cost[row_off[t] + lo, 0]
+            dy = cost[row_off[t] + lo, 1]
+            for j in range(n):
+                px[j] = px[j] + dx
+                py[j] = py[j] + dy
+                prow[j, t] = lo
+            continue
+        if n == 1:  # T_t's staircase shifted by the one point
+            dx = px[0]
+            dy = py[0]
+            px = _grow_f(px, nt)
+            py = _grow_f(py, nt)
+            prow = _grow_f(prow, nt)
+            for j in range(nt - 1, -1, -1):
+                px[j] = cost[row_off[t] + lo + j, 0] + dx
+                py[j] = cost[row_off[t] + lo + j, 1] + dy
+                for u in range(t):
+                    prow[j, u] = prow[0, u]
+                prow[j, t] = lo + j
+            n = nt
+            continue
         # copies of the longer staircase shifted by each point of the shorter one
         bx = np.empty(n + nt)
         by = np.empty(n + nt)
@@ -282,7 +309,7 @@ def _sum_group(cost, row_off, start, start_off, groups, m, x, k_last, px, py, pr
 
 
 @njit(cache=True, nogil=True)
-def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
+def _sum_union(cost, row_off, start, start_off, groups, m, live, o_lo, o_hi, width):
     out_cost = np.empty((1024, 2))
     out_group = np.empty(1024, dtype=np.int64)
     out_rows = np.empty((1024, m), dtype=np.int64)
@@ -292,14 +319,17 @@ def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
     py = np.empty(16)
     prow = np.empty((16, m), dtype=np.int64)
     k_last = m - 1 if m > 1 else 1
+    pstart = np.zeros(width + 1, dtype=np.int64)
+    allx = np.empty(16)
+    ally = np.empty(16)
+    allrow = np.empty((16, m), dtype=np.int64)
     for o in range(o_lo, o_hi):
         # the staircases P_s of the first tables, for every value s of the dropped variable
-        pstart = np.zeros(width + 1, dtype=np.int64)
-        allx = np.empty(16)
-        ally = np.empty(16)
-        allrow = np.empty((16, m), dtype=np.int64)
         for s in range(width):
             x = o * width + s
+            if not live[x]:  # some table has no row here: no candidate
+                pstart[s + 1] = pstart[s]
+                continue
             n, px, py, prow = _sum_group(cost, row_off, start, start_off, groups, m, x, k_last, px, py, prow)
             base = pstart[s]
             allx = _grow_f(allx, base + n)
@@ -309,6 +339,8 @@ def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
             ally[base : base + n] = py[:n]
             allrow[base : base + n] = prow[:n]
             pstart[s + 1] = base + n
+        if pstart[width] == 0:
+            continue  # no plan in this output group
         # copies for the union: P_s alone (one table), or P_s (+) T_last as shifted copies
         if m == 1:
             ncopies = width
@@ -333,6 +365,8 @@ def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
                     ncopies += min(nt, np_s)
                     if np_s < nt:
                         nbase += nt
+            if ncopies == 0:
+                continue
             bx = np.empty(nbase)
             by = np.empty(nbase)
             bx[: pstart[width]] = allx[: pstart[width]]
@@ -409,7 +443,7 @@ def _sum_union(cost, row_off, start, start_off, groups, m, o_lo, o_hi, width):
     return out_cost[:total], out_group[:total], out_rows[:total], out_vals[:total]
 
 
-def sum_union_2d(costs, starts, groups, n_out: int, width: int, work: float = 0.0):
+def sum_union_2d(costs, starts, groups, n_out: int, width: int, work: float = 0.0, live=None):
     """Exact grouped sum-and-union of K = 2 tables (the combine kernel, compiled).
 
     Args:
@@ -419,6 +453,8 @@ def sum_union_2d(costs, starts, groups, n_out: int, width: int, work: float = 0.
         n_out: number of output groups ``o``; width: values ``s`` of the dropped variable (1 if none).
         work: the number of candidates (sums) if known; at least ``PARALLEL_MIN_CANDIDATES``
             spreads the output groups over the cores.
+        live: per joint configuration ``x``, whether every table has a row there (None: computed);
+            the others are skipped without a call.
 
     Returns:
         (cost, group, rows, vals): kept points ordered by (group, objective 0); ``rows[:, i]`` is
@@ -437,7 +473,11 @@ def sum_union_2d(costs, starts, groups, n_out: int, width: int, work: float = 0.
     start = np.concatenate([np.asarray(s, dtype=np.int64) for s in starts])
     start_off = np.r_[0, np.cumsum([len(s) for s in starts])[:-1]].astype(np.int64)
     group = np.ascontiguousarray(np.stack([np.asarray(g, dtype=np.int64) for g in groups]))
-    args = (cost, row_off, start, start_off, group, m)
+    if live is None:
+        live = np.ones(group.shape[1], dtype=np.bool_)
+        for t in range(m):
+            live &= np.diff(np.asarray(starts[t]))[group[t]] > 0
+    args = (cost, row_off, start, start_off, group, m, np.ascontiguousarray(live, dtype=np.bool_))
     threads = min(_threads(), n_out) if work >= PARALLEL_MIN_CANDIDATES else 1
     if threads <= 1:
         return _sum_union(*args, 0, int(n_out), int(width))

@@ -47,6 +47,25 @@ def test_undominated_rows_follow_the_definition(seed):
         assert _undominated_rows(rows).tolist() == _undominated_by_definition(rows)
 
 
+@pytest.mark.parametrize("first_columns", [1, 3])
+def test_undominated_rows_on_wide_rows_compared_slice_by_slice(monkeypatch, first_columns):
+    """Rows wider than the first slices (a node's edges to many configurations), with the block
+    options' pattern of +inf between options: the pairs left after each slice give the definition."""
+    import frontier.dominance as dominance
+
+    monkeypatch.setattr(dominance, "FIRST_COLUMNS", first_columns)
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        m, width = int(rng.integers(2, 16)), int(rng.integers(8, 80))
+        rows = rng.integers(0, 2, size=(m, width)).astype(float)
+        option = rng.integers(0, 3, size=m)
+        rows[:, 2:] = np.where(option[:, None] == rng.integers(0, 3, size=width - 2)[None, :], rows[:, 2:],
+                               np.inf)
+        if rng.random() < 0.5:
+            rows = np.concatenate([rows, rows[: m // 2]])
+        assert _undominated_rows(rows).tolist() == _undominated_by_definition(rows)
+
+
 @pytest.mark.parametrize("seed", [3, 4])
 def test_equal_rows_are_numpy_unique_by_first_member(seed):
     for rows in _matrices(seed):

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from estimators.peak import recompute_excess_bytes
+from estimators.peak import recompute_excess_by_chain
 from tensoropt.configspace.configuration import Configuration, Mesh
 
 
@@ -32,6 +32,10 @@ class ExecPlan:
     placements: dict[str, Configuration]
     predicted: dict[str, float] = field(default_factory=dict)
     graph: dict | None = None
+    recompute_excess: dict[str, float] = field(default_factory=dict)
+    """Chain (a checkpointed block's name, else its last node) -> what its recompute transient adds
+    to ``memory_bytes`` at its moment in backward (:func:`estimators.peak.recompute_excess_by_chain`;
+    ``predicted["recompute_transient_bytes"]`` is the largest)."""
 
     @property
     def devices(self) -> int:
@@ -59,17 +63,20 @@ class ExecPlan:
         placements = {name: Configuration.from_json(c) for name, c in data["placements"].items()}
         predicted = {k: float(data[k]) for k in ("time_s", "memory_bytes") if data.get(k) is not None}
         rows = [row for row in data.get("layers") or [] if isinstance(row, dict)]
+        excess: dict[str, float] = {}
         if any(float(row.get("recompute_chain_bytes") or 0) for row in rows):  # a recompute transient
             # (a checkpointed block's activations, a loss chunk) beyond what is not alive at its moment
             edges = [e for e in data.get("redistributions") or [] if isinstance(e, dict)]
-            predicted["recompute_transient_bytes"] = recompute_excess_bytes(rows, edges)
+            excess = recompute_excess_by_chain(rows, edges)
+            predicted["recompute_transient_bytes"] = max(excess.values(), default=0.0)
         plan_id = str(data.get("id", data.get("plan_id", "plan")))
         if "devices" in data and int(data["devices"]) != mesh.num_devices:
             raise ValueError(
                 f"plan {plan_id}: 'devices' is {data['devices']} but its mesh {list(mesh.shape)} "
                 f"has {mesh.num_devices} devices"
             )
-        return ExecPlan(plan_id, mesh, placements, predicted, data.get("graph"))
+        return ExecPlan(plan_id, mesh, placements, predicted, data.get("graph"),
+                        excess)
 
     @staticmethod
     def load(path: str | Path) -> ExecPlan:

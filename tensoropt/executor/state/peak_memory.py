@@ -200,11 +200,42 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
     return formula(memory_bytes, trainer.state_bytes(), trainer.spec.optimizer, max(sizes), sum(sizes),
                    overhead, kind, largest_activation_bytes(trainer.ep.graph, trainer.plan),
                    program_bytes(traced_nodes(trainer), per_node),
-                   int(trainer.plan.predicted.get("recompute_transient_bytes", 0)), grad_bytes=sum(sizes),
+                   recompute_transient_bytes(trainer), grad_bytes=sum(sizes),
                    loss_forward_bytes=loss_forward, loss_backward_bytes=loss_backward,
                    micro_batches=int(getattr(trainer, "micro_batches", 1)),
                    forward_transient_bytes=forward_transient_bytes(trainer.ep.graph, trainer.plan,
                                                                    getattr(trainer, "operands", None) or {}))
+
+
+def recompute_transient_bytes(trainer) -> int:
+    """What the plan's recompute transients add to its memory at their moment in backward, the largest:
+    each chain's excess from plan.json's rows (:func:`estimators.peak.recompute_excess_by_chain`) plus,
+    for a checkpointed block, the activation gradients in flight through it while its rebuilt
+    activations are alive (:func:`tensoropt.executor.state.block_backward.block_gradient_bytes`, from
+    the graph: the rows have no such term).
+
+    Example:
+        >>> recompute_transient_bytes(trainer)  # needs a Trainer on a process group  # doctest: +SKIP
+        18087936
+    """
+    plan = trainer.plan
+    excess = dict(getattr(plan, "recompute_excess", None) or {})
+    if not excess:
+        return int(plan.predicted.get("recompute_transient_bytes", 0))
+    from tensoropt.executor.state.block_backward import block_gradient_bytes
+
+    blocks = ((trainer.spec.job or {}).get("training") or {}).get("checkpoint_modules") or None
+    in_flight = block_gradient_bytes(trainer.ep.graph, plan, trainer.sig, blocks)
+    return int(max(value + _block_figure(in_flight, chain) for chain, value in excess.items()))
+
+
+def _block_figure(per_block: dict[str, int], chain: str) -> int:
+    """``per_block``'s figure for the rows' chain ``chain`` (a block's module path as the planner's
+    capture named it; the executor's graph may name it without a wrapper's prefix), 0 for another chain."""
+    if chain in per_block:
+        return per_block[chain]
+    return next((v for name, v in per_block.items()
+                 if chain.endswith("." + name) or name.endswith("." + chain)), 0)
 
 
 def traced_nodes(trainer) -> int:
@@ -231,8 +262,21 @@ def largest_activation_bytes(graph, plan) -> int:
         >>> largest_activation_bytes(trainer.ep.graph, trainer.plan)  # doctest: +SKIP
         33554432
     """
+    local = local_output_bytes(graph, plan)
+    return max((local[n.name] for n in graph.nodes if n.op == "call_function"), default=0)
+
+
+def local_output_bytes(graph, plan) -> dict[str, int]:
+    """Node name -> the bytes of its output (a tensor; 0 otherwise) on one process, split as
+    :func:`largest_activation_bytes` says.
+
+    Example:
+        >>> # not run here: needs a Trainer on a process group
+        >>> local_output_bytes(trainer.ep.graph, trainer.plan)["addmm"]  # doctest: +SKIP
+        3145728
+    """
     mesh = list(plan.mesh.shape)
-    best = 0
+    out: dict[str, int] = {}
     splits: dict[str, int] = {}
     for node in graph.nodes:
         val = node.meta.get("val")
@@ -246,10 +290,8 @@ def largest_activation_bytes(graph, plan) -> int:
             args = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
             split = splits.get(args[0].name, 1) if args else 1
         splits[node.name] = split
-        if node.op != "call_function" or not isinstance(val, torch.Tensor):
-            continue
-        best = max(best, val.numel() * val.element_size() // split)
-    return best
+        out[node.name] = val.numel() * val.element_size() // split if isinstance(val, torch.Tensor) else 0
+    return out
 
 
 _LOSSES = {"cross_entropy_loss"}
