@@ -267,10 +267,18 @@ PIPELINE_STAGE_PLANS = 12
 CHAIN_MIN_BLOCKS = 16
 
 
-def pipeline_chain_settings():
+#: One set of three-objective stage tables for every in-flight count (exact, ``ChainSettings.in_flight``)
+#: instead of two-objective tables per count. Off: the three-objective combines run on the numpy
+#: kernels (enumerate, then prune), and a 8B block's transfer table took over 100 x the CPU of one
+#: count's (docs/results.md, 2026-11-28 pp70b), more than the 8 counts it replaces.
+PIPELINE_SHARED_IN_FLIGHT = False
+
+
+def pipeline_chain_settings(in_flight: tuple[int, int] | None = None):
     """How the pipeline search builds stage frontiers of identical blocks
     (:class:`tensoropt.pipeline.chain_stages.StageChain`): the planner's ``epsilon: auto`` grid for
-    the sweep steps and large eliminations, each stage frontier thinned to ``PIPELINE_STAGE_PLANS``.
+    the sweep steps and large eliminations, each stage frontier thinned to ``PIPELINE_STAGE_PLANS``;
+    ``in_flight = (k1, k2)``: one set of three-objective tables for every in-flight count between.
 
     Example:
         >>> pipeline_chain_settings().max_plans == PIPELINE_STAGE_PLANS
@@ -279,7 +287,22 @@ def pipeline_chain_settings():
     from tensoropt.pipeline.chain_stages import ChainSettings
 
     return ChainSettings(step_epsilon=AUTO_STEP_EPSILON, box_min_candidates=AUTO_BOX_MIN_CANDIDATES,
-                         max_plans=PIPELINE_STAGE_PLANS)
+                         max_plans=PIPELINE_STAGE_PLANS, in_flight=in_flight)
+
+
+def in_flight_range(candidates: list[tuple[int, str, int]], micro_batches: int) -> tuple[int, int]:
+    """The least and most in-flight count of any stage of the candidates with ``micro_batches``
+    (torch's schedule order, :func:`tensoropt.pipeline.schedules.in_flight_micro_batches`).
+
+    Example:
+        >>> in_flight_range([(2, "1F1B", 16), (8, "1F1B", 16)], 16)
+        (1, 8)
+    """
+    from tensoropt.pipeline.schedules import in_flight_micro_batches
+
+    counts = [k for p, schedule, m in candidates if m == micro_batches
+              for k in in_flight_micro_batches(schedule, p, m)]
+    return min(counts), max(counts)
 
 
 def auto_micro_batches(num_stages: int, batch_size: int) -> int | None:
@@ -422,7 +445,8 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
             cpu["cost_graphs"] += time.process_time() - start
             # the sweep pays on deep models (70B: 3 x the shared memo), not on a few blocks (8B with 4
             # layers: 1.3 x slower; docs/results.md, benchmarks/pipeline_stages.py)
-            chain = pipeline_chain_settings() if blocks.count > CHAIN_MIN_BLOCKS else None
+            shared = in_flight_range(candidates, m) if PIPELINE_SHARED_IN_FLIGHT else None
+            chain = pipeline_chain_settings(shared) if blocks.count > CHAIN_MIN_BLOCKS else None
             solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain)
         solver = solvers[key]
         solver.solve = solve  # this device count's (its bound and memo)
