@@ -166,6 +166,8 @@ def worker(options: dict) -> None:
     steps, rounds = options["steps"], options["rounds"]
     systems, times, peaks, predicted_peaks, errors, ops = [], {}, {}, {}, {}, {}
     live_sets: dict[str, str] = {}
+    sum_form_peaks: dict[str, int | None] = {}
+    peak_moments: dict[str, str] = {}
     trackers = _trace_peaks() if options.get("live_set") else None
     for name, plans in options["plans"].items():
         spec = spec_of(name, steps, MODELS)
@@ -175,6 +177,8 @@ def worker(options: dict) -> None:
                 trainer = Trainer(spec, ExecPlan.from_json(plans[label]), mode="replay")
                 trainer.train(2, start_step=0)  # warm-up: traces the program
                 predicted_peaks[key] = predicted_peak_bytes(trainer, runtime=False)
+                sum_form_peaks[key] = _sum_form_peak(trainer)
+                peak_moments[key] = _peak_moment(trainer)
             except Exception as err:  # noqa: BLE001 - a failing plan is reported, the others still run
                 errors[key] = f"{type(err).__name__}: {str(err)[:300]}"
                 continue
@@ -218,10 +222,39 @@ def worker(options: dict) -> None:
     if rank == 0:
         Path(options["out"]).write_text(json.dumps({"times": times, "peaks": peaks, "ops": ops,
                                                     "predicted_peaks": predicted_peaks, "errors": errors,
+                                                    "sum_form_peaks": sum_form_peaks,
+                                                    "peak_moments": peak_moments,
                                                     "live_sets": live_sets}))
     systems.clear()
     dist.barrier()
     end_process_group()
+
+
+def _peak_moment(trainer) -> str:
+    """The moment of the step where the step-order prediction peaks (``forward <node>``, ``turn``,
+    ``backward <node>``, ``end of backward``, ``optimizer step``; ``-`` without the plan's rows)."""
+    from tensoropt.peak_transients import plan_peak_moments
+
+    if not trainer.plan.layers:
+        return "-"
+    moments = plan_peak_moments(trainer.ep.graph, trainer.plan, getattr(trainer, "operands", None) or {},
+                                trainer.spec.optimizer, "gpu" if trainer.device.type == "cuda" else "cpu")
+    return max(moments, key=lambda m: m[1])[0]
+
+
+def _sum_form_peak(trainer) -> int | None:
+    """The prediction without the plan's rows: ``memory_bytes`` plus the largest transient (the sum
+    form, :func:`estimators.peak.predicted_peak_bytes`), for the before/after columns of one launch."""
+    import dataclasses
+
+    from tensoropt.executor.state.peak_memory import predicted_peak_bytes
+
+    plan = trainer.plan
+    trainer.plan = dataclasses.replace(plan, layers=(), redistributions=())
+    try:
+        return predicted_peak_bytes(trainer, runtime=False)
+    finally:
+        trainer.plan = plan
 
 
 def _trace_peaks() -> list:
@@ -263,6 +296,33 @@ def distinct_plans(plans: dict) -> list[str]:
         if all(plans[label]["placements"] != plans[o]["placements"] for o in out):
             out.append(label)
     return out
+
+
+def add_rows(name: str, plans: dict) -> None:
+    """Give each plan document of model ``name`` that has none the operator and edge rows a plan.json
+    carries (``layers``, ``redistributions``: the executor's step-order peak walks them), from a
+    roofline cost graph (memory does not depend on the compute timings; a cached plan's labels)."""
+    from runtime import spec_of
+
+    from tensoropt.capture import capture
+    from tensoropt.cost_graph import cost_graph
+    from tensoropt.executor.job.data import synthetic_batch
+    from tensoropt.summary import plan_layers
+
+    todo = [label for label in plans["run"] if "layers" not in plans[label]]
+    if not todo:
+        return
+    spec = spec_of(name, models=MODELS)
+    batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
+    graph = capture(spec.build_model(), batch)
+    cg = cost_graph(graph, "cpu-local", NPROC, batch_size=spec.global_batch_size, optimizer="adamw",
+                    compute_mode="roofline", batch_norm_stats="synchronized")
+    for label in todo:
+        placements = plans[label]["placements"]
+        assignment = {n: cg.nodes[n]["configs"].index(c["label"]) for n, c in placements.items()}
+        layers, moves = plan_layers(cg, graph, assignment)  # as plan.json writes them
+        plans[label]["layers"] = [layer.to_json() for layer in layers]
+        plans[label]["redistributions"] = [move.to_json() for move in moves]
 
 
 def _err(predicted: float | None, measured: float | None) -> float | None:
@@ -332,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in cached and "plans" in cached[name]:
             plans[name] = cached[name]["plans"]
         plans[name] = {**plans[name], "run": [p for p in plans[name]["run"] if p in wanted]}
+        add_rows(name, plans[name])
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         res = launch_workers(__file__, {"plans": plans, "steps": args.steps, "rounds": args.rounds,
@@ -341,23 +402,28 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
     rows = []
     print(f"\n{'plan':14} {'pred ms':>8} {'meas ms':>8} {'time err':>8} {'pred peak MiB':>13} "
-          f"{'meas peak MiB':>13} {'peak err':>8}  placements")
+          f"{'meas peak MiB':>13} {'peak err':>8} {'sum form':>9} {'its err':>8}  "
+          f"{'predicted peak moment':24}  placements")
     for name in plans:
         for label in plans[name]["run"]:
             key = f"{name}/{label}"
             pred_ms = plans[name][label]["time_s"] * 1e3
             meas_ms = _median_ms(res["times"].get(key, []))
             pred_peak = res["predicted_peaks"].get(key)
+            sum_peak = res.get("sum_form_peaks", {}).get(key)
             meas_peak = max(res["peaks"].get(key, [0])) or None
             row = {"model": name, "plan": label, "predicted_ms": pred_ms, "measured_ms": meas_ms,
                    "time_error": _err(pred_ms, meas_ms), "predicted_peak_tensor_bytes": pred_peak,
                    "peak_tensor_bytes": meas_peak, "peak_error": _err(pred_peak, meas_peak),
+                   "sum_form_peak_bytes": sum_peak, "sum_form_peak_error": _err(sum_peak, meas_peak),
+                   "peak_moment": res.get("peak_moments", {}).get(key, "-"),
                    "summary": _summary(plans[name][label]), "priced": priced.get(key),
                    "profiled": res["ops"].get(key)}
             rows.append(row)
             te, pe = row["time_error"], row["peak_error"]
             print(f"{key:14} {pred_ms:8.1f} {meas_ms:8.1f} {_pct(te):>8} {_mib(pred_peak):>13} "
-                  f"{_mib(meas_peak):>13} {_pct(pe):>8}  {row['summary']}")
+                  f"{_mib(meas_peak):>13} {_pct(pe):>8} {_mib(sum_peak):>9} "
+                  f"{_pct(row['sum_form_peak_error']):>8}  {row['peak_moment']:24}  {row['summary']}")
     print("\nper family: median |time error|, worst |peak error|")
     for name in plans:
         te = [abs(r["time_error"]) for r in rows if r["model"] == name and r["time_error"] is not None]

@@ -14,7 +14,10 @@ plan's time error (measured over predicted).
 
 Usage::
 
-    .venv/bin/python benchmarks/micro_batch_peak.py [--model gpt|mlp] [--steps 4]
+    .venv/bin/python benchmarks/micro_batch_peak.py [--model gpt|mlp] [--steps 4] [--compute profiled]
+
+The step times of one launch run each plan after the other, not interleaved: on this loaded machine
+their ratio is the load's (``benchmarks/micro_batch_time.py`` interleaves them and reads CPU time).
 """
 
 from __future__ import annotations
@@ -49,10 +52,11 @@ JOBS = {
 quarter of them shows in the peak."""
 
 
-def planned(name: str, micro_batches: int) -> tuple[Job, dict]:
-    """(the job, its 2-device frontier.json) with ``training.micro_batches`` set."""
+def planned(name: str, micro_batches: int, compute: str = "roofline") -> tuple[Job, dict]:
+    """(the job, its 2-device frontier.json) with ``training.micro_batches`` and ``planner.compute`` set."""
     data = json.loads(json.dumps(JOBS[name]))
     data["training"]["micro_batches"] = micro_batches
+    data["planner"]["compute"] = compute
     job = Job.from_dict(data, name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -81,11 +85,12 @@ def choose(frontiers: dict[int, dict], split: str | None) -> dict[int, dict]:
     return chosen
 
 
-def measure(name: str, counts: list[int], steps: int, split: str | None, out: Path) -> list[dict]:
+def measure(name: str, counts: list[int], steps: int, split: str | None, out: Path,
+            compute: str = "roofline") -> list[dict]:
     """Plan, run every count's plan in one 2-process launch; each run's metrics document."""
     frontiers, specs = {}, {}
     for m in counts:
-        job, frontiers[m] = planned(name, m)
+        job, frontiers[m] = planned(name, m, compute)
         specs[m] = TrainSpec.from_job(job)
     chosen = choose(frontiers, split)
     runs = [{"spec": specs[m].to_json(), "plan": chosen[m], "metrics": str(out / f"m{m}.json")}
@@ -127,10 +132,13 @@ def main(argv=None) -> int:
     parser.add_argument("--counts", default="1,4", help="micro-batch counts, the first the reference")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--split", default=None, help="the 1-micro-batch plan id whose split runs")
+    parser.add_argument("--compute", choices=("roofline", "profiled"), default="roofline",
+                        help="planner.compute (profiled: the kernels timed on this machine, as "
+                             "benchmarks/fidelity.py prices them)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="micro-batch-peak-") as tmp:
         results = measure(args.model, [int(c) for c in args.counts.split(",")], args.steps, args.split,
-                          Path(tmp))
+                          Path(tmp), args.compute)
     for r in results:
         print(f"m={r['micro_batches']}: plan {r['plan_id']}: {r['summary']}")
     print(table(results))

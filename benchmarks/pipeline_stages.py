@@ -1,5 +1,7 @@
 """The pipeline search's stage frontiers (issue 27): one FT solve per stage graph, the same with the
-combines shared across solves, and the transfer-table sweep (tensoropt/pipeline/chain_stages.py).
+combines shared across solves, and the transfer-table sweep (tensoropt/pipeline/chain_stages.py) with
+one set of three-objective tables for all in-flight counts (``chain``) or a set per count
+(``chain-per-k``).
 
 Captures a :mod:`scale` case at ``auto``'s micro-batch size, prices it on one stage mesh
 (``devices / stages``), then runs :func:`tensoropt.pipeline.search.pipelined_frontier` for each stage
@@ -11,6 +13,7 @@ steps, pipelined plans found and the stage frontiers' bound.
 Usage::
 
     .venv/bin/python benchmarks/pipeline_stages.py --case 70b --devices 512 --stages 2
+    .venv/bin/python benchmarks/pipeline_stages.py --case 70b --devices 64 --stages 8 --ways chain,chain-per-k
     .venv/bin/python benchmarks/pipeline_stages.py --case 8b-small --devices 16 --stages 2,4
 """
 
@@ -52,13 +55,15 @@ def stage_graph(case: str, devices: int, stages: int):
 
 
 def run(way: str, graph, blocks, G, m: int, stage_counts: list[int]) -> list[dict]:
-    """Rows of the table for one way (``solve``, ``solve+memo``, ``chain``)."""
+    """Rows of the table for one way (``solve``, ``solve+memo``, ``chain``: three-objective tables
+    shared by the in-flight counts, ``chain-per-k``: two-objective tables per count)."""
     import frontier as ft
     from tensoropt.pipeline.search import StageSolver, pipelined_frontier
     from tensoropt.planner import (
         AUTO_BOX_MIN_CANDIDATES,
         AUTO_STEP_EPSILON,
         PIPELINE_STAGE_PLANS,
+        in_flight_range,
         pipeline_chain_settings,
         thin_to_count,
     )
@@ -74,8 +79,12 @@ def run(way: str, graph, blocks, G, m: int, stage_counts: list[int]) -> list[dic
         bound[0] = max(bound[0], (1 + thin) * (1 + report.bound) - 1)
         return points
 
-    solver = StageSolver(G, graph, blocks, m, solve,
-                         chain=pipeline_chain_settings() if way == "chain" else None)
+    chain = None
+    if way == "chain":  # one set of three-objective tables for every in-flight count of the counts
+        chain = pipeline_chain_settings(in_flight_range([(p, "1F1B", m) for p in stage_counts], m))
+    elif way == "chain-per-k":  # a set of two-objective tables per in-flight count (before)
+        chain = pipeline_chain_settings()
+    solver = StageSolver(G, graph, blocks, m, solve, chain=chain)
     rows = []
     for p in stage_counts:
         cpu, wall = time.process_time(), time.perf_counter()
@@ -96,7 +105,7 @@ def main() -> int:
     parser.add_argument("--case", default="8b-small", choices=sorted(scale.CASES))
     parser.add_argument("--devices", type=int, default=16)
     parser.add_argument("--stages", default="2", help="comma-separated stage counts on one stage mesh")
-    parser.add_argument("--ways", default="chain,solve+memo,solve")
+    parser.add_argument("--ways", default="chain,chain-per-k,solve+memo,solve")
     args = parser.parse_args()
     counts = [int(x) for x in args.stages.split(",")]
     graph, blocks, G, m = stage_graph(args.case, args.devices, counts[0])

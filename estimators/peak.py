@@ -235,6 +235,22 @@ def recompute_excess_bytes(layers: list[dict], redistributions: list[dict] = ())
         >>> recompute_excess_bytes(rows, [{"dst": "d", "memory_bytes": 2}])  # 40 - 30 - 8 - 2
         0.0
     """
+    return max(recompute_excess_by_chain(layers, redistributions).values(), default=0.0)
+
+
+def recompute_excess_by_chain(layers: list[dict], redistributions: list[dict] = ()) -> dict[str, float]:
+    """Chain -> what its recompute transient adds to the plan's memory at its moment in backward
+    (:func:`recompute_excess_bytes` per chain: a checkpointed block by its ``block`` name, another
+    chain by its last row's node), so that a term priced per block elsewhere (the activation gradients
+    in flight through it, :mod:`tensoropt.executor.state.block_backward`) adds to its own block's.
+
+    Example:
+        >>> rows = [{"node": "a", "grad_bytes": 10, "activation_bytes": 5},
+        ...         {"node": "b", "block": "h.0", "recompute_chain_bytes": 40, "grad_bytes": 10},
+        ...         {"node": "c", "grad_bytes": 10, "activation_bytes": 8}]
+        >>> recompute_excess_by_chain(rows)  # 40 - 20 - 8
+        {'h.0': 12.0}
+    """
     position = {row.get("node"): i for i, row in enumerate(layers)}
     grads_upto, acts_after = [], []
     total = 0.0
@@ -260,7 +276,5 @@ def recompute_excess_bytes(layers: list[dict], redistributions: list[dict] = ())
         if chain > 0:
             key = str(row.get("block") or row.get("node"))
             chains[key] = (chain, i)  # the chain's last row wins
-    if not chains:
-        return 0.0
-    return max(chain - grads_upto[last] - acts_after[last] - edges_after[last + 1]
-               for chain, last in chains.values())
+    return {key: chain - grads_upto[last] - acts_after[last] - edges_after[last + 1]
+            for key, (chain, last) in chains.items()}

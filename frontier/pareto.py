@@ -6,8 +6,11 @@ one row per distinct non-dominated cost vector (all objectives are minimised). R
 with a ``+inf`` entry are infeasible and never kept.
 
 - K = 2: one lexicographic sort and a segmented running minimum, O(N log N).
-- K >= 3: a lexicographic sort, then a blocked pairwise test of each row against the
-  rows sorted before it in its group (only an earlier row can dominate a later one).
+- K = 3: a lexicographic sort and a Fenwick staircase of the last two objectives per group,
+  O(N log N) (:func:`frontier.pareto3.prune3`).
+- K >= 4 (and K = 3 with ``COMPILED_PRUNE3`` off): a lexicographic sort, then a blocked pairwise
+  test of each row against the rows sorted before it in its group (only an earlier row can
+  dominate a later one).
 
 Epsilon boxes (:func:`box_representatives`) keep one row per ``(1 + e)``-box of every
 objective before the exact prune; a dropped row is then within a factor ``1 + e`` of a
@@ -18,6 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from frontier.pareto3 import prune3
+
+#: K = 3 prunes use :func:`frontier.pareto3.prune3`; False selects the pairwise prune (comparisons).
+COMPILED_PRUNE3 = True
 #: Largest number of row pairs compared at once by the K >= 3 prune.
 _PAIR_CHUNK = 4_000_000
 #: Sets larger than this are first thinned by per-group pivot points.
@@ -57,6 +64,8 @@ def pareto_select(cost: np.ndarray, group: np.ndarray | None = None, box_eps: fl
     if box_eps > 0.0:
         base = box_representatives(cost, group, box_eps)
         return base[pareto_select(cost[base], group[base])]
+    if cost.shape[1] == 3 and COMPILED_PRUNE3:
+        return prune3(cost, group)
     if n > _PREFILTER_MIN and cost.shape[1] >= 3:
         base = _pivot_filter(cost, group)
         if len(base) < n:

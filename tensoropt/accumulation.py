@@ -25,7 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["micro_batch_counts", "pareto_over_counts", "price_micro_batches"]
+__all__ = ["STEP_TERMS", "micro_batch_counts", "pareto_over_counts", "price_micro_batches", "step_terms"]
+
+STEP_TERMS = ("kernels", "overhead", "comm", "redistribution", "optimizer", "grad_sync")
+"""The terms of a micro-batch plan's predicted step (:func:`step_terms`): the first four repeat per
+micro-batch, the last two are paid once per step."""
 
 
 def micro_batch_counts(global_batch_size: int, setting: int | str) -> list[int]:
@@ -105,6 +109,55 @@ def price_micro_batches(G, micro_batches: int):
             if key in e:
                 e[key] = e[key] * m
     return G
+
+
+def step_terms(G, graph, assignment: dict, micro_batches: int, device) -> dict[str, float]:
+    """A plan's predicted step, term by term (seconds per step), on its micro-batch cost graph ``G``
+    *before* :func:`price_micro_batches` (the graph the planner builds for the micro-batch's shapes):
+
+    * per micro-batch, each x ``m``: ``kernels`` (forward + backward at the micro-batch's shapes, with
+      casts), ``overhead`` (the executor's host time per operator,
+      :func:`estimators.overhead.node_overhead_s`, read from ``graph``'s nodes), ``comm`` (collectives
+      inside operators but the deferrable gradient synchronisation), ``redistribution`` (the edges);
+    * once: ``optimizer`` (``step_compute_s``) and ``grad_sync`` (``step_comm_s``);
+
+    and ``total``, their sum: what :func:`price_micro_batches` makes of the plan's time.
+
+    Args:
+        G: the cost graph (per node ``compute_s``, ``comm_s``, ``step_compute_s``, ``step_comm_s``,
+            ``configurations``; per edge ``comm_s``).
+        graph: its networkx OpGraph (the node dicts the overhead rule reads).
+        assignment: node -> configuration index.
+        micro_batches: ``m``.
+        device: the cluster's :class:`estimators.profiles.Device` (its overhead constants).
+
+    Example:
+        >>> import networkx as nx, numpy as np
+        >>> from estimators.profiles import load_device
+        >>> G = nx.DiGraph()
+        >>> G.add_node("fc", compute_s=np.array([2.0]), comm_s=np.array([1.0]),
+        ...            step_compute_s=np.array([0.5]), step_comm_s=np.array([1.0]), configurations=[None])
+        >>> t = step_terms(G, nx.DiGraph([("x", "fc")]), {"fc": 0}, 4, load_device("h100-sxm-80gb"))
+        >>> t["kernels"], t["optimizer"], t["grad_sync"], t["total"]
+        (6.0, 0.5, 1.0, 7.5)
+    """
+    from estimators.overhead import node_overhead_s
+
+    m = int(micro_batches)
+    once = dict.fromkeys(STEP_TERMS, 0.0)
+    for n, i in assignment.items():
+        d = G.nodes[n]
+        overhead = node_overhead_s(device, graph.nodes[n], d["configurations"][i])
+        once["overhead"] += overhead
+        once["kernels"] += float(d["compute_s"][i] - d["step_compute_s"][i]) - overhead
+        once["optimizer"] += float(d["step_compute_s"][i])
+        once["comm"] += float(d["comm_s"][i] - d["step_comm_s"][i])
+        once["grad_sync"] += float(d["step_comm_s"][i])
+    for u, v, e in G.edges(data=True):
+        once["redistribution"] += float(e["comm_s"][assignment[u], assignment[v]])
+    terms = {k: (m * once[k] if k in STEP_TERMS[:4] else once[k]) for k in STEP_TERMS}
+    terms["total"] = sum(terms.values())
+    return terms
 
 
 def pareto_over_counts(candidates: list[tuple[int, object]]) -> list[tuple[int, object]]:

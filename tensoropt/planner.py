@@ -267,10 +267,18 @@ PIPELINE_STAGE_PLANS = 12
 CHAIN_MIN_BLOCKS = 16
 
 
-def pipeline_chain_settings():
+#: One set of three-objective stage tables for every in-flight count (exact, ``ChainSettings.in_flight``)
+#: instead of two-objective tables per count. Off: the three-objective combines run on the numpy
+#: kernels (enumerate, then prune), and a 8B block's transfer table took over 100 x the CPU of one
+#: count's (docs/results.md, 2026-11-28 pp70b), more than the 8 counts it replaces.
+PIPELINE_SHARED_IN_FLIGHT = False
+
+
+def pipeline_chain_settings(in_flight: tuple[int, int] | None = None):
     """How the pipeline search builds stage frontiers of identical blocks
     (:class:`tensoropt.pipeline.chain_stages.StageChain`): the planner's ``epsilon: auto`` grid for
-    the sweep steps and large eliminations, each stage frontier thinned to ``PIPELINE_STAGE_PLANS``.
+    the sweep steps and large eliminations, each stage frontier thinned to ``PIPELINE_STAGE_PLANS``;
+    ``in_flight = (k1, k2)``: one set of three-objective tables for every in-flight count between.
 
     Example:
         >>> pipeline_chain_settings().max_plans == PIPELINE_STAGE_PLANS
@@ -279,7 +287,22 @@ def pipeline_chain_settings():
     from tensoropt.pipeline.chain_stages import ChainSettings
 
     return ChainSettings(step_epsilon=AUTO_STEP_EPSILON, box_min_candidates=AUTO_BOX_MIN_CANDIDATES,
-                         max_plans=PIPELINE_STAGE_PLANS)
+                         max_plans=PIPELINE_STAGE_PLANS, in_flight=in_flight)
+
+
+def in_flight_range(candidates: list[tuple[int, str, int]], micro_batches: int) -> tuple[int, int]:
+    """The least and most in-flight count of any stage of the candidates with ``micro_batches``
+    (torch's schedule order, :func:`tensoropt.pipeline.schedules.in_flight_micro_batches`).
+
+    Example:
+        >>> in_flight_range([(2, "1F1B", 16), (8, "1F1B", 16)], 16)
+        (1, 8)
+    """
+    from tensoropt.pipeline.schedules import in_flight_micro_batches
+
+    counts = [k for p, schedule, m in candidates if m == micro_batches
+              for k in in_flight_micro_batches(schedule, p, m)]
+    return min(counts), max(counts)
 
 
 def auto_micro_batches(num_stages: int, batch_size: int) -> int | None:
@@ -422,7 +445,8 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
             cpu["cost_graphs"] += time.process_time() - start
             # the sweep pays on deep models (70B: 3 x the shared memo), not on a few blocks (8B with 4
             # layers: 1.3 x slower; docs/results.md, benchmarks/pipeline_stages.py)
-            chain = pipeline_chain_settings() if blocks.count > CHAIN_MIN_BLOCKS else None
+            shared = in_flight_range(candidates, m) if PIPELINE_SHARED_IN_FLIGHT else None
+            chain = pipeline_chain_settings(shared) if blocks.count > CHAIN_MIN_BLOCKS else None
             solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain)
         solver = solvers[key]
         solver.solve = solve  # this device count's (its bound and memo)
@@ -666,16 +690,51 @@ def frontier_over_counts(solved: dict, points: list, global_batch_size: int, num
                 seen[ops[n]] = G.nodes[n]["configurations"][c].to_json()
         time_s, memory_bytes = float(point.cost[0]), float(point.cost[1])
         layers, redistributions = plan_layers(G, graph, point.assignment)
+        peak = plan_peak_bytes(G, graph, point.assignment, layers, redistributions) if m == 1 else None
         plans.append(Plan(
             id=plan_id(num_devices, i), time_s=time_s, memory_bytes=float(round(memory_bytes)), ops=ops,
             summary=plan_summary(graph, ops), layers=layers, redistributions=redistributions,
             throughput_samples_per_s=global_batch_size / time_s if time_s > 0 else None, micro_batches=m,
             tokens_per_s_per_device=units.tokens_per_s_per_device(global_batch_size, time_s, num_devices),
-            mfu=units.mfu(time_s, num_devices),
+            mfu=units.mfu(time_s, num_devices), peak_tensor_bytes=peak,
         ))
     if mesh is None:
         mesh = next(iter(solved.values()))[0].graph["mesh"]
     return Frontier(devices=num_devices, mesh=mesh, plans=plans, configurations=configurations)
+
+
+def plan_peak_bytes(G, graph, assignment: dict, layers: list, redistributions: list) -> float | None:
+    """A plan's tensor peak per device walked in step order, from the captured graph (``graph.program``)
+    and its rows: :func:`tensoropt.peak_transients.plan_tensor_peak_bytes`, the function the executor's
+    ``predicted.peak_tensor_bytes`` is (None without an exported program, and for a plan with a recompute
+    chain).
+
+    Example:
+        >>> import torch
+        >>> from tensoropt.capture import capture
+        >>> from tensoropt.cost_graph import cost_graph
+        >>> from tensoropt.summary import plan_layers
+        >>> g = capture(torch.nn.Linear(256, 256), (torch.randn(8, 256),))
+        >>> G = cost_graph(g, "cpu-local", 1, configurations={})
+        >>> rows, moves = plan_layers(G, g, dict.fromkeys(G, 0))
+        >>> plan_peak_bytes(G, g, dict.fromkeys(G, 0), rows, moves) / 1024  # the optimizer step: 6 x 257 KiB
+        1542.0
+    """
+    from tensoropt.peak_transients import StepPlan, plan_tensor_peak_bytes
+
+    program = getattr(graph, "program", None)
+    if program is None or not hasattr(program, "graph"):
+        return None
+    operands = {n: d.get("operands", []) for n, d in graph.nx.nodes(data=True)}
+    placements = {n: G.nodes[n]["configurations"][c] for n, c in assignment.items()
+                  if "configurations" in G.nodes[n]}
+    plan = StepPlan(G.graph["mesh"], placements, tuple(layer.__dict__ for layer in layers),
+                    tuple(r.to_json() for r in redistributions))
+    cluster = G.graph.get("cluster")
+    kind = getattr(getattr(cluster, "device", None), "kind", "gpu")
+    optimizer = str(G.graph.get("optimizer", "adamw"))
+    peak = plan_tensor_peak_bytes(program.graph, plan, operands, optimizer, kind)
+    return None if peak is None else float(peak)
 
 
 def _fraction(args: tuple) -> float:

@@ -213,6 +213,11 @@ class Plan:
     ``"Interleaved1F1B"`` ``blocks`` lists the ``2p`` virtual stages in chain order, rank ``r``
     holding ``r`` and ``r + p``)."""
     pipeline_detail: dict | None = None
+    peak_tensor_bytes: float | None = None
+    """Its tensors' peak per device walked in step order
+    (:func:`tensoropt.peak_transients.plan_tensor_peak_bytes`, the figure the executor predicts as
+    ``predicted.peak_tensor_bytes``); None where the planner did not compute it (several micro-batches,
+    a recompute chain, pipelined plans, older files)."""
     """For a pipelined plan: ``bubble_fraction``, ``stage_mesh``/``stage_mesh_levels`` (each stage's
     mesh; ``ops`` labels are prefixed ``pp<p>:``), ``block_names`` and ``stages`` (per stage its
     blocks, rank, device range, in-flight micro-batches, time per micro-batch, once-per-step time,
@@ -237,15 +242,21 @@ class Plan:
 
     @property
     def peak_memory_bytes(self) -> float:
-        """Its tensors' peak per device: :attr:`memory_bytes` (the additive objective the frontier holds)
-        plus :attr:`largest_transient_bytes`; what a memory budget is checked against (the selector, the
-        planner). The process adds the runtime's own memory (:mod:`estimators.peak`).
+        """Its tensors' peak per device; what a memory budget is checked against (the selector, the
+        planner): :attr:`peak_tensor_bytes` (the step-order peak, the executor's prediction too) where
+        the planner computed it, else :attr:`memory_bytes` (the additive objective the frontier holds)
+        plus :attr:`largest_transient_bytes`. The process adds the runtime's own memory
+        (:mod:`estimators.peak`).
 
         Example:
             >>> row = Layer("a", "aten.linear.default", "h.0", "r", 0, 0, 8, recompute_chain_bytes=5)
             >>> Plan("d1-p0", 1.0, 16, {}, layers=[row]).peak_memory_bytes
             21.0
+            >>> Plan("d1-p0", 1.0, 16, {}, layers=[row], peak_tensor_bytes=14.0).peak_memory_bytes
+            14.0
         """
+        if self.peak_tensor_bytes is not None:
+            return float(self.peak_tensor_bytes)
         return float(self.memory_bytes) + self.largest_transient_bytes
 
     def to_json(self, tables: _RowTables | None = None) -> dict:
@@ -260,6 +271,8 @@ class Plan:
             out["tokens_per_s_per_device"] = self.tokens_per_s_per_device
         if self.mfu is not None:
             out["mfu"] = self.mfu
+        if self.peak_tensor_bytes is not None:
+            out["peak_tensor_bytes"] = self.peak_tensor_bytes
         out["summary"] = self.summary
         if tables is None:
             out["ops"] = dict(self.ops)
@@ -287,6 +300,7 @@ class Plan:
             micro_batches=int(data.get("micro_batches", 1)),
             tokens_per_s_per_device=data.get("tokens_per_s_per_device"), mfu=data.get("mfu"),
             pipeline=data.get("pipeline"), pipeline_detail=data.get("pipeline_detail"),
+            peak_tensor_bytes=data.get("peak_tensor_bytes"),
         )
 
 

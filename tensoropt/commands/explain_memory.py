@@ -147,8 +147,12 @@ def memory_table(plan_file: PlanFile) -> str:
     headers = ["layer", "ops", *(PART_LABELS[k] for k in MEMORY_PARTS), "recompute transient",
                "largest transient", "memory"]
     table = format_table(headers, rows, right=list(range(1, len(headers))))
+    step_order = plan_file.plan.peak_tensor_bytes
+    step_line = ("" if step_order is None else
+                 f"\nits tensors' peak in step order (what select checks against a budget, the executor's "
+                 f"predicted.peak_tensor_bytes): {format_size(step_order)} (tensoropt/peak_transients.py)")
     return (f"memory per device by layer:\n{table}\n"
             f"memory {format_size(total.memory_bytes)} + the largest transient "
             f"{format_size(peak.largest_transient_bytes)} ({peak.layer}) = "
             f"{format_size(total.memory_bytes + peak.largest_transient_bytes)} (a process also holds the "
-            "runtime's own memory and the optimizer step's temporaries: estimators/peak.py)")
+            "runtime's own memory and the optimizer step's temporaries: estimators/peak.py)" + step_line)

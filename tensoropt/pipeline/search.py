@@ -28,7 +28,10 @@ Identical blocks make a stage's options depend only on (blocks held, holds the f
 the last, ``k_s``): they are computed once per such key (:class:`StageSolver`). A middle stage's
 options are its exact frontiers at the least and the most in-flight count its position can have
 under the schedule, each plan re-priced at the stage's own ``k_s`` (exact for GPipe, where every
-stage holds ``m``, and for ``p <= 4``; a union of two exact frontiers otherwise). Large models keep
+stage holds ``m``, and for ``p <= 4``; a union of two exact frontiers otherwise). Where the stage
+chain applies with a range of in-flight counts (:class:`tensoropt.pipeline.chain_stages.StageChain`,
+``ChainSettings.in_flight``) every stage is solved exactly at its own ``k_s``: one set of tables in
+(time, memory at the range's least count, memory at its most) is projected to each ``k``. Large models keep
 stage sizes within ``balance`` blocks of the even split (:func:`stage_sizes`).
 
 ``Interleaved1F1B`` cuts the chain into ``2 p`` virtual stages (rank ``r`` holds ``r`` and
@@ -55,6 +58,7 @@ from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
 from frontier.pipeline_interleaved import interleaved_bubble_fraction, interleaved_frontier
 from tensoropt.configspace.configuration import local_shape
 from tensoropt.pipeline.chain_stages import ChainSettings, StageChain
+from tensoropt.pipeline.in_flight_memory import split_memory
 from tensoropt.pipeline.schedules import in_flight_micro_batches, stages_per_rank
 from tensoropt.pipeline.stage_memory import StageMemory, stage_memory
 from tensoropt.pipeline.stages import Blocks, block_order
@@ -259,8 +263,10 @@ class StageSolver:
         """The options of the stage ``[first, last]`` holding ``in_flight`` micro-batches.
 
         ``other_in_flight``: further counts whose exact frontiers are solved too and re-priced at
-        ``in_flight`` (the union's Pareto set is kept). Options are cached by :meth:`key` as
-        configuration vectors over :meth:`canonical`, so identical stages elsewhere reuse them.
+        ``in_flight`` (the union's Pareto set is kept); ignored where the stage chain's tables serve
+        a range of counts holding ``in_flight`` (its frontier there is a projection: exact). Options
+        are cached by :meth:`key` as configuration vectors over :meth:`canonical`, so identical
+        stages elsewhere reuse them.
         """
         from frontier.pareto import pareto_select
 
@@ -268,6 +274,9 @@ class StageSolver:
         names = self.canonical(first, last)
         if key not in self.cache:
             vectors = []
+            whole = first == 0 and last == self.blocks.count - 1
+            if self.chain is not None and not whole and isinstance(self.chain.tables_for(in_flight), tuple):
+                other_in_flight = ()  # the chain projects shared tables to in_flight exactly, at no solve
             for k in sorted({in_flight, *other_in_flight}):
                 vectors += self._solved(first, last, k)
             vectors = list(dict.fromkeys(vectors))
@@ -295,8 +304,12 @@ class StageSolver:
             self.cache[key] = [tuple(int(p.assignment[n]) for n in names) for p in points]
         return self.cache[key]
 
-    def _stage_graph(self, first: int, last: int, k: int) -> nx.DiGraph:
-        """The stage's cost graph: time per micro-batch (+ d / m), memory state + k x activations."""
+    def _stage_graph(self, first: int, last: int, k: int | tuple[int, int]) -> nx.DiGraph:
+        """The stage's cost graph: time per micro-batch (+ d / m), memory state + k x activations.
+
+        ``k = (k1, k2)``: three objectives, (time, memory at ``k1``, memory at ``k2``)
+        (:func:`split_memory`): the stage chain keeps one set of tables for every in-flight count
+        of the range (:class:`tensoropt.pipeline.chain_stages.StageChain`)."""
         G, b = self.G, self.blocks
         nodes = set().union(*b.nodes[first : last + 1])
         inputs = {u for n in nodes for u in G.predecessors(n) if G.nodes[u]["kind"] == "input"}
@@ -319,17 +332,18 @@ class StageSolver:
                 step = self.step_s.get(n, np.zeros(len(cost)))
                 state = sum(d[p] for p in STATE_PARTS) if d["kind"] != "input" else 0.0
                 if d["kind"] != "input":  # activations: what memory holds beyond the state
-                    cost[:, 1] = state + k * np.maximum(d["memory_bytes"] - state, 0.0)
+                    cost = split_memory(cost, state, np.maximum(d["memory_bytes"] - state, 0.0), k)
                 else:
-                    cost[:, 1] = k * cost[:, 1]
+                    cost = split_memory(cost, 0.0, cost[:, 1], k)
                 cost[:, 0] = cost[:, 0] - step + step / self.m
                 if n == sent:
                     cost[:, 0] += self.p2p_s[n]
+            if isinstance(k, tuple) and cost.shape[-1] == 2:  # the received tensor: no memory
+                cost = split_memory(cost, 0.0, cost[:, 1], k)
             H.add_node(n, **{**d, "cost": cost, "step_s": step})
         for u, v, e in G.edges(data=True):
             if u in keep and v in keep and v != received:
-                cost = e["cost"].copy()
-                cost[..., 1] *= k
+                cost = split_memory(e["cost"].copy(), 0.0, e["cost"][..., 1], k)
                 H.add_edge(u, v, **{**e, "cost": cost})
         return H
 

@@ -6,7 +6,11 @@ stage modules keep the model's names) and its optimizer state flattened per para
 ``param_groups.blocks.0.attn.q.weight.lr``), so no key depends on the stage layout; replicas of a
 stage write the same keys and DCP keeps one. Loading builds the same state dict of the *new*
 layout (the optimizer state created by a zero-learning-rate step, as DCP loads only into state
-that exists) and reads every key it holds. ``STEP_FILE`` records the steps done.
+that exists) and reads every key it holds. ``STEP_FILE`` records the steps done, and
+``trainer.json`` (:data:`tensoropt.checkpoint.trainer_format.TRAINER_STATE`) the trainer's state in
+the layout ``tensoropt run``'s loop writes (:mod:`tensoropt.checkpoint.trainer_format`): a
+pipelined run's checkpoint resumes under a plan without stages, and the loop's under a pipelined
+plan.
 
 Each checkpoint is a folder ``step-<n>`` under the run's checkpoint directory, its ``STEP_FILE``
 written last: a run killed while writing leaves an incomplete folder that
@@ -21,18 +25,21 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from tensoropt.checkpoint.trainer_format import FLAT_OPTIMIZER, TRAINER_STATE, optimizer_options
 
 STEP_FILE = "pipeline_step.json"
 """The file (beside DCP's) holding ``{"step": steps done}``."""
 
-OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+OPTIONS = FLAT_OPTIMIZER
 
 
 def _state(module, optimizer) -> dict:
@@ -46,7 +53,8 @@ CHECKPOINT_PREFIX = "step-"
 
 def latest_pipelined_checkpoint(directory: str | Path | None) -> Path | None:
     """The newest complete checkpoint under ``directory`` (a ``step-<n>`` folder holding
-    ``STEP_FILE``), or ``directory`` itself when it holds one; None when there is none.
+    ``STEP_FILE``, or the loop's ``trainer.json``), or ``directory`` itself when it holds one; None
+    when there is none.
 
     Example:
         >>> import tempfile; d = Path(tempfile.mkdtemp())
@@ -58,9 +66,9 @@ def latest_pipelined_checkpoint(directory: str | Path | None) -> Path | None:
     if directory is None or not Path(directory).is_dir():
         return None
     directory = Path(directory)
-    if (directory / STEP_FILE).is_file():
+    if _steps_done(directory) is not None:
         return directory
-    done = [p for p in directory.glob(CHECKPOINT_PREFIX + "*") if (p / STEP_FILE).is_file()]
+    done = [p for p in directory.glob(CHECKPOINT_PREFIX + "*") if _steps_done(p) is not None]
     return max(done, key=lambda p: int(p.name.removeprefix(CHECKPOINT_PREFIX)), default=None)
 
 
@@ -79,8 +87,21 @@ def save_checkpoint(directory: str | Path, module, optimizer, step: int) -> Path
     dcp.save(_state(module, optimizer), checkpoint_id=str(path))
     if dist.get_rank() == 0:
         (path / STEP_FILE).write_text(json.dumps({"step": step}))
+        # the loop's trainer state: the schedule is a function of the step (no scheduler state)
+        (path / TRAINER_STATE).write_text(json.dumps({
+            "step": step, "scheduler": None, "data_position": step, "loss_scale": None,
+            "world_size": dist.get_world_size(), "plan_id": None, "pipelined": True}))
     dist.barrier()
     return path
+
+
+def _steps_done(folder: Path) -> int | None:
+    """The steps a complete checkpoint folder holds (its ``STEP_FILE``, else the loop's
+    ``trainer.json``); None when it holds neither."""
+    for name in (STEP_FILE, TRAINER_STATE):
+        if (folder / name).is_file():
+            return int(json.loads((folder / name).read_text())["step"])
+    return None
 
 
 def load_checkpoint(path: str | Path, module, optimizer) -> int:
@@ -96,14 +117,33 @@ def load_checkpoint(path: str | Path, module, optimizer) -> int:
     if found is None:
         raise FileNotFoundError(f"resume_from {path}: no complete checkpoint ({CHECKPOINT_PREFIX}<n>/"
                                 f"{STEP_FILE}); not a pipelined run's checkpoint directory")
-    path = found
-    step_file = path / STEP_FILE
+    options = optimizer_options(found)
     _create_optimizer_state(module, optimizer)
-    state = _state(module, optimizer)
-    dcp.load(state, checkpoint_id=str(path))
+    model_sd, optim_sd = get_state_dict(module, optimizer, options=options)
+    absent = _buffers_not_saved(found, module, model_sd)
+    if absent:  # constant buffers the checkpoint's run did not save (a causal mask): kept as built
+        options = dataclasses.replace(options, strict=False)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=str(found))
     set_state_dict(module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                   options=OPTIONS)
-    return int(json.loads(step_file.read_text())["step"])
+                   options=options)
+    return _steps_done(found)
+
+
+def _buffers_not_saved(folder: Path, module, model_sd: dict) -> list[str]:
+    """Drop from ``model_sd`` (and return) the buffers of ``module`` that the checkpoint lacks: a
+    plan without stages keeps a model's constant buffers (a causal mask) out of its checkpoint, and
+    a stage module rebuilds them. A missing *parameter* is an error naming it."""
+    saved = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    buffers = {name for name, _ in module.named_buffers()}
+    absent = [k for k in model_sd if f"model.{k}" not in saved]
+    lost = [k for k in absent if k not in buffers]
+    if lost:
+        raise ValueError(f"checkpoint {folder} lacks the parameters {lost[:4]}"
+                         f"{' ...' if len(lost) > 4 else ''}: it was written for another model")
+    for key in absent:
+        model_sd.pop(key)
+    return absent
 
 
 def _create_optimizer_state(module, optimizer) -> None:

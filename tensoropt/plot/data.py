@@ -138,7 +138,9 @@ def page_points(frontier_json: dict, budget_bytes: int | None) -> list[PlotPoint
             where = f"frontiers[{i}].plans[{j}]"
             time_s = _number(plan, "time_s", where)
             memory_bytes = _number(plan, "memory_bytes", where)
-            peak_bytes = memory_bytes + largest_transient_of_rows(plan.get("layers", []))
+            peak_bytes = plan.get("peak_tensor_bytes")  # the step-order peak (Plan.peak_memory_bytes)
+            if not isinstance(peak_bytes, (int, float)):
+                peak_bytes = memory_bytes + largest_transient_of_rows(plan.get("layers", []))
             if "id" not in plan:
                 raise ValueError(f"frontier.json: {where}.id is missing")
             points.append(

@@ -143,8 +143,8 @@ def _customdata(p: PlotPoint, memory: float) -> list:
         units += f"<br>tokens  {p.tokens_per_s_per_device:,.0f}/s per device"
     if p.mfu is not None:
         units += f"<br>predicted MFU  {100 * p.mfu:.1f}%"
-    if p.peak_memory_bytes is not None and p.peak_memory_bytes > p.memory_bytes:
-        units += f"<br>peak  {p.peak_memory_bytes / 2**30:.4g} GiB (with the largest transient)"
+    if p.peak_memory_bytes is not None and p.peak_memory_bytes != p.memory_bytes:
+        units += f"<br>peak  {p.peak_memory_bytes / 2**30:.4g} GiB (its tensors' peak in the step)"
     return [p.plan_id, p.devices, p.time_s, memory, p.throughput, p.summary, p.fits, over, summary,
             throughput, p.micro_batches, units]
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from tensoropt.checkpoint.trainer_format import FLAT_OPTIMIZER, TRAINER_STATE, optimizer_options
 from tensoropt.config import Job, effective_optimizer
 from tensoropt.training.metrics import (
     VALIDATION_KEYS,
@@ -48,7 +49,8 @@ from tensoropt.training.metrics import (
 from tensoropt.training.optimizer import build_optimizer
 from tensoropt.training.schedule import make_scheduler
 
-__all__ = ["GlobalBatches", "latest_checkpoint", "load_checkpoint", "main", "save_checkpoint", "train"]
+__all__ = ["GlobalBatches", "latest_checkpoint", "load_checkpoint", "main", "process_peak_bytes",
+           "save_checkpoint", "step_flops", "train", "user_model_on_meta"]
 
 
 class GlobalBatches:
@@ -95,23 +97,42 @@ def _world() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
-def _job_model(job: Job) -> torch.nn.Module:
-    """The module ``parallelize`` takes: the job's (user) model on meta."""
+def user_model_on_meta(job: Job) -> torch.nn.Module:
+    """The module ``parallelize`` takes: the job's (user) model on meta (a job wrapper's inner model).
+
+    Example:
+        >>> from tensoropt.config import load_job
+        >>> type(user_model_on_meta(load_job("configs/jobs/mlp.yaml"))).__name__
+        'MLP'
+    """
     from tensoropt.job_model import build_job_model
 
     model = build_job_model(job, "meta")[0]
     return model.model if job.model.contract else model
 
 
-def _peak_bytes(device: torch.device) -> int:
-    """This process's peak memory: the CUDA allocator's peak, or on CPUs the peak resident set."""
+def process_peak_bytes(device: torch.device) -> int:
+    """This process's peak memory: the CUDA allocator's peak, or on CPUs the peak resident set.
+
+    Example:
+        >>> process_peak_bytes(torch.device("cpu")) > 0
+        True
+    """
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _step_flops(job: Job, plan: dict, devices: int) -> tuple[float | None, float | None]:
-    """(the step's training FLOPs, one device's peak FLOP/s) from the plan's predicted MFU and time."""
+def step_flops(job: Job, plan: dict, devices: int) -> tuple[float | None, float | None]:
+    """(the step's training FLOPs, one device's peak FLOP/s) from the plan's predicted MFU and time:
+    what the metrics' ``mfu`` divides by. The FLOPs are None when the plan has no MFU.
+
+    Example:
+        >>> from tensoropt.config import load_job
+        >>> flops, peak_flops = step_flops(load_job("configs/jobs/mlp.yaml"), {"mfu": 0.5, "time_s": 1.0}, 2)
+        >>> flops == 0.5 * 1.0 * 2 * peak_flops  # MFU x time x devices x one device's peak
+        True
+    """
     from tensoropt.job_model import load_job_cluster
     from tensoropt.precision import get_precision
 
@@ -122,11 +143,6 @@ def _step_flops(job: Job, plan: dict, devices: int) -> tuple[float | None, float
 
 
 CHECKPOINT_PREFIX = "step-"
-TRAINER_STATE = "trainer.json"
-"""Inside each checkpoint folder, beside the DCP shards: the step, the scheduler's state and the
-data position (written last: a folder without it is incomplete and ignored)."""
-
-
 def latest_checkpoint(directory: str | Path | None) -> Path | None:
     """The newest complete checkpoint folder under ``directory`` (``step-<n>`` with its trainer.json).
 
@@ -151,7 +167,7 @@ def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) 
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     folder = Path(directory) / f"{CHECKPOINT_PREFIX}{step}"
-    model_sd, optim_sd = get_state_dict(pm, optimizer)
+    model_sd, optim_sd = get_state_dict(pm, optimizer, options=FLAT_OPTIMIZER)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(folder))
     if dist.is_initialized():
         dist.barrier()
@@ -167,16 +183,27 @@ def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) 
 
 
 def load_checkpoint(folder: Path, pm, optimizer, scheduler) -> int:
-    """Load a :func:`save_checkpoint` folder into this run (any device count); returns its step."""
+    """Load a :func:`save_checkpoint` folder into this run (any device count); returns its step.
+
+    A pipelined run's checkpoint (:mod:`tensoropt.pipeline_runtime.checkpoint`, the same layout,
+    :mod:`tensoropt.checkpoint.trainer_format`) loads too: its schedule is a function of the step, so
+    the scheduler is set to that step's rate."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    model_sd, optim_sd = get_state_dict(pm, optimizer)
+    options = optimizer_options(folder)
+    model_sd, optim_sd = get_state_dict(pm, optimizer, options=options)
     state = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=str(folder))
-    set_state_dict(pm, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(pm, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                   options=options)
     trainer = json.loads((folder / TRAINER_STATE).read_text())
-    scheduler.load_state_dict(trainer["scheduler"])
+    if trainer.get("scheduler") is not None:
+        scheduler.load_state_dict(trainer["scheduler"])
+    else:  # LambdaLR after `step` steps: base rate x the schedule's factor at that step
+        scheduler.last_epoch = int(trainer["step"])
+        scheduler._last_lr = [base * f(scheduler.last_epoch)  # noqa: SLF001 - what step() sets
+                              for base, f in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
     pm.tensoropt_runtime.load_loss_scale(trainer.get("loss_scale"))
     for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
         group["lr"] = lr
@@ -211,7 +238,7 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
     job = resolve_job(job)
     total = int(steps if steps is not None else job.training.steps)
     m = int(plan.get("micro_batches", 1))
-    pm = parallelize(_job_model(job), plan, mode=mode)
+    pm = parallelize(user_model_on_meta(job), plan, mode=mode)
     optimizer = build_optimizer(pm.named_parameters(), effective_optimizer(job))
     scheduler = make_scheduler(optimizer, job.lr_scheduler, total)
     batches = GlobalBatches(job)
@@ -219,7 +246,7 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
     device = pm.tensoropt_runtime.device
     batch = job.training.global_batch_size
     tokens = tokens_per_sample(job)
-    flops, peak_flops = _step_flops(job, plan, _world())
+    flops, peak_flops = step_flops(job, plan, _world())
     max_norm = job.training.max_grad_norm or math.inf
     rank0 = _rank() == 0
     out_dir = Path(out_dir)
@@ -255,7 +282,8 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
             time_s = time.perf_counter() - start
             record = step_record(step=step + 1, loss=loss, lr=lr, grad_norm=grad_norm, time_s=time_s,
                                  samples=batch, tokens=batch * tokens if tokens else None, flops=flops,
-                                 peak_flops=peak_flops, devices=_world(), peak_bytes=_peak_bytes(device))
+                                 peak_flops=peak_flops, devices=_world(),
+                                 peak_bytes=process_peak_bytes(device))
             records.append(record)
             if rank0 and ((step + 1) % job.metrics.log_every == 0 or step + 1 == total):
                 log.log(record)

@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 from tensoropt.config import Job, effective_optimizer
 from tensoropt.job_model import tokens_per_sample
-from tensoropt.training.loop import GlobalBatches, _job_model, _peak_bytes, _step_flops
+from tensoropt.training.loop import GlobalBatches, process_peak_bytes, step_flops, user_model_on_meta
 from tensoropt.training.metrics import (
     VALIDATION_KEYS,
     MetricsLogger,
@@ -121,7 +121,7 @@ class StageTrainer:
         f = schedule_function(warmup_steps=s.warmup_steps, decay=s.decay, decay_steps=s.decay_steps,
                               min_lr_ratio=s.min_lr_ratio, total_steps=self.total)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: f(k + first_step))
-        self.flops, self.peak_flops = _step_flops(self.job, self.rt.plan, self.rt.world)
+        self.flops, self.peak_flops = step_flops(self.job, self.rt.plan, self.rt.world)
         self.tokens = tokens_per_sample(self.job)  # per sample, for tokens_per_s (None: no token inputs)
         if self.rt.rank == 0:
             metrics = self.job.metrics
@@ -153,7 +153,7 @@ class StageTrainer:
         record = step_record(step=step + 1, loss=loss, lr=lr, grad_norm=self.grad_norm, time_s=time_s,
                              samples=batch, tokens=batch * tokens if tokens else None, flops=self.flops,
                              peak_flops=self.peak_flops, devices=self.rt.world,
-                             peak_bytes=_peak_bytes(self.rt.device))
+                             peak_bytes=process_peak_bytes(self.rt.device))
         self.records.append(record)
         if self.log is not None and ((step + 1) % self.job.metrics.log_every == 0 or step + 1 == self.total):
             self.log.log(record)
@@ -188,9 +188,10 @@ class StageTrainer:
 def export_stages(runtime, job: Job, directory: str | Path) -> Path:
     """Write the whole model of a pipelined run as ``directory/model.safetensors`` (collective).
 
-    Each stage's first replica sends its stage's state (the model's own names) to rank 0, which
-    writes them in one file with :func:`tensoropt.parallel.save.save_model`: the keys of the user's
-    model's ``state_dict()``, in its order (a job wrapper's ``model.`` prefix dropped, as
+    Each stage's first replica sends its stage's tensors to rank 0 one at a time (point to point, as
+    raw bytes: any dtype, and no rank but 0 ever holds more than its own stage), and rank 0 writes
+    them in one file with :func:`tensoropt.parallel.save.save_model`: the keys of the user's model's
+    ``state_dict()``, in its order (a job wrapper's ``model.`` prefix dropped, as
     ``tensoropt.parallelize``'s export does; non-persistent buffers left out).
 
     Example:
@@ -198,24 +199,37 @@ def export_stages(runtime, job: Job, directory: str | Path) -> Path:
         >>> export_stages(runtime, job, "out/model")  # doctest: +SKIP
     """
     from tensoropt.parallel.save import save_model
-    mine = ({k: v.detach().cpu() for k, v in runtime.module.state_dict().items()}
-            if runtime.dp_index == 0 else {})
-    parts = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(mine, parts, dst=0)
-    user = _job_model(job)
-    if dist.get_rank() == 0:
-        names = list(user.state_dict())
-        gathered = {}
-        for part in parts:
-            for key, value in part.items():
-                gathered[_user_key(key, names)] = value
-        # the user's keys in the user's order; a stage's copies of non-persistent buffers (a causal
-        # mask) are not in the model's state_dict and stay out of the file
-        state = {k: gathered[k] for k in names if k in gathered}
-    else:
-        state = {}
+
+    user = user_model_on_meta(job)
+    names = list(user.state_dict())
+    mine = {_user_key(k, names): v.detach() for k, v in runtime.module.state_dict().items()} \
+        if runtime.dp_index == 0 else {}
+    mine = {k: v for k, v in mine.items() if k in names}
+    layout = [(k, tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in mine.items()]
+    layouts = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(layout, layouts, dst=0)  # names, shapes and dtypes only: a few KiB
+    gathered = {k: v.cpu() for k, v in mine.items()} if dist.get_rank() == 0 else {}
+    for sender in range(1, dist.get_world_size()):
+        if dist.get_rank() == sender:
+            for value in mine.values():
+                dist.send(_as_bytes(value.to(runtime.device)), dst=0)
+        elif dist.get_rank() == 0:
+            for key, shape, dtype in layouts[sender]:
+                dtype = getattr(torch, dtype)
+                count = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+                buffer = torch.empty(count, dtype=torch.uint8, device=runtime.device)
+                dist.recv(buffer, src=sender)
+                gathered[key] = buffer.cpu().view(dtype).reshape(shape)
+    # the user's keys in the user's order; a stage's copies of non-persistent buffers (a causal
+    # mask) are not in the model's state_dict and stay out of the file
+    state = {k: gathered[k] for k in names if k in gathered}
     shim = types.SimpleNamespace(state_dict=lambda: state, config=getattr(user, "config", None))
     return save_model(shim, directory)
+
+
+def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s data as a flat uint8 tensor (what a send of any dtype carries)."""
+    return tensor.contiguous().reshape(-1).view(torch.uint8)
 
 
 def _user_key(key: str, names: list[str]) -> str:

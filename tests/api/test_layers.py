@@ -23,6 +23,7 @@ LAYERS = {
     "tensoropt.plans": 3, "tensoropt.summary": 3, "tensoropt.solver_size": 3, "tensoropt.planner": 3,
     "tensoropt.selector": 3, "tensoropt.tables": 3, "tensoropt.baselines": 3, "tensoropt.pipeline": 3,
     "tensoropt.pipeline_candidate": 3,  # one pipeline's frontier through the planner (benchmarks, tests)
+    "tensoropt.peak_transients": 3,  # a plan's step-order tensor peak: the planner's and the executor's
     # execution: the DTensor executor and its checkpoints
     "tensoropt.checkpoint": 4, "tensoropt.executor": 4,
     # pipelined plans' runtime: stage modules on torch.distributed.pipelining, over the executor's pieces

@@ -8,7 +8,8 @@ the DTensor interpreter). ``measured.peak_tensor_bytes`` (the most tensor storag
 :mod:`tensoropt.executor.state.tensor_peak`) must be below the plain plan's under both options, and
 ``predicted.peak_tensor_bytes`` (:mod:`estimators.peak` without the runtime's own memory: the plan's
 memory plus the larger of backward's transient, a checkpointed block's rebuilt activations beyond
-what is not alive at its moment among them, :func:`estimators.peak.recompute_excess_bytes`, and the
+what is not alive at its moment among them, :func:`estimators.peak.recompute_excess_bytes`, with what
+the block's backward holds beside them, :mod:`tensoropt.executor.state.block_backward`, and the
 optimizer step's) within :data:`TOLERANCE` of it. Before the fix in
 :mod:`tensoropt.executor.state.block_checkpoint` (a block returned every value it computed, so each
 block's whole forward stayed alive through backward) the block plans' tensor peaks were 1.5 x the
@@ -33,10 +34,11 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(900)]
 
 SEQ = 64
 OPTIONS = ["block_recompute", "block_selective"]
-TOLERANCE = {"full": 0.12, "selective": 0.05}
-"""Relative error allowed between the predicted and the measured tensor peak of a block plan: measured
--11.1 % (``block_recompute``: the activation gradients in flight while the last block's rerun runs
-are not priced) and +1.9 % (``block_selective``)."""
+TOLERANCE = {"full": 0.05, "selective": 0.05}
+"""Relative error allowed between the predicted and the measured tensor peak of a block plan (the
+issue's 5 %): the prediction adds, at the block's rerun, what its backward holds beyond the rebuilt
+activations (:mod:`tensoropt.executor.state.block_backward`); without that term ``block_recompute``
+was -11.1 % here."""
 JOB = {"model": {"factory": "tensoropt.models.hf:llama",
                  "kwargs": {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
                             "num_key_value_heads": 2, "intermediate_size": 256, "vocab_size": 256,

@@ -94,14 +94,15 @@ LLAMA_VALIDATION = {"validation": {"data": {"factory": "tensoropt.training.data:
                                     "every": 2, "steps": 2}}
 
 
-def test_validation_of_a_pipelined_run_equals_the_plain_loop(tmp_path):
+def test_validation_and_export_of_a_pipelined_hf_run_equal_the_plain_loop(tmp_path):
     """HF Llama (4 layers; its loss a token mean), pp=2 1F1B, 4 steps validated every 2: the
-    held-out losses (the schedule's forward-only ``eval``) equal the 1-process model's."""
+    held-out losses (the schedule's forward-only ``eval``) equal the 1-process model's; the exported
+    folder loads with ``from_pretrained`` and its logits equal the 1-process trained model's."""
     data = yaml.safe_load((REPO / "configs/jobs/hf-llama.yaml").read_text())
     data["model"]["kwargs"]["num_hidden_layers"] = 4
     data["training"] = {**data["training"], "optimizer": "momentum", "learning_rate": 0.05, "steps": 4}
     data.update(devices=[2], metrics={"log_every": 1, "jsonl": str(tmp_path / "metrics.jsonl")},
-                **LLAMA_VALIDATION)
+                checkpoint={"export": str(tmp_path / "export")}, **LLAMA_VALIDATION)
     job = Job.from_dict(data)
     run = {"spec": TrainSpec.from_job(job).to_json(), "plan": plan("llama-val", 2, "1F1B", [[0, 2], [3, 5]]),
            "steps": 4, "job": job.to_dict(), "out_dir": str(tmp_path)}
@@ -110,7 +111,71 @@ def test_validation_of_a_pipelined_run_equals_the_plain_loop(tmp_path):
     code = launch_module("tensoropt.training.pipelined", [str(path)], LaunchOptions(2, timeout_s=400))
     assert code == 0
     logged = [json.loads(line) for line in (tmp_path / "validation.jsonl").read_text().splitlines()]
-    expected = [r for r in reference(job, 2, 4) if "val_loss" in r]
+    final: dict = {}
+    expected = [r for r in reference(job, 2, 4, final_state=final) if "val_loss" in r]
     assert [r["step"] for r in logged] == [r["step"] for r in expected] == [2, 4]
     for got, want in zip(logged, expected):
         assert abs(got["loss"] - want["val_loss"]) <= TOL * abs(want["val_loss"]), (got, want)
+    _assert_exported_logits(tmp_path / "export", final)
+
+
+def _assert_exported_logits(folder: Path, final: dict) -> None:
+    """``from_pretrained(folder)`` gives the logits of an HF model holding ``final`` (the 1-process
+    trained state; a job wrapper's ``model.`` prefix dropped)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    exported = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    trained = AutoModelForCausalLM.from_config(exported.config).eval()
+    own = set(trained.state_dict())
+    state = {k if k in own else k.removeprefix("model."): v for k, v in final.items()}
+    missing, unexpected = trained.load_state_dict(state, strict=False)
+    assert not unexpected and all("rotary" in k for k in missing), (missing, unexpected)
+    ids = torch.randint(0, exported.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got, want = exported(ids).logits, trained(ids).logits
+        untrained = AutoModelForCausalLM.from_config(exported.config)(ids).logits
+    assert float((got - want).abs().max()) <= TOL * float(want.abs().max())
+    assert float((got - untrained).abs().max()) > 1e-3, \
+        "the exported logits equal an untrained model's: the export wrote nothing trained"
+
+
+def test_checkpoints_resume_across_pipelined_and_unpipelined_plans(trained):
+    """The pipelined run's step-4 checkpoint resumes under a plan without stages (2 processes,
+    ``tensoropt run``'s loop) to step 6; the loop's own step-4 checkpoint resumes under the
+    pipelined plan. Both continue the 1-process run's losses, rates and norms within 1e-5."""
+    import shutil
+
+    from tensoropt.planner import plan_job
+    from tensoropt.plans import plan_file_text
+
+    tmp, job, _ = trained
+    expected = reference(Job.from_dict(job), 2, STEPS)
+    flat = {**job, "planner": {"pipeline": "off"}, "checkpoint": {}}
+    frontier = plan_job(Job.from_dict(flat)).to_json()
+    unpipelined = tmp / "flat-plan.json"
+    unpipelined.write_text(plan_file_text(frontier, frontier["frontiers"][0]["plans"][0]["id"]))
+    pipelined = tmp / "plan.json"
+    legs = {"from-pipelined": [(None, None)], "from-loop": [(unpipelined, FIRST)]}
+    shutil.copytree(tmp / "ckpt" / f"step-{FIRST}", tmp / "from-pipelined" / f"step-{FIRST}")
+    errors = []
+    for name, first_legs in legs.items():
+        folder = tmp / name
+        folder.mkdir(exist_ok=True)
+        metrics = folder / "metrics.jsonl"
+        job_path = folder / "job.yaml"
+        job_path.write_text(yaml.safe_dump({**flat, "metrics": {"log_every": 1, "jsonl": str(metrics)}}))
+        resumed_plan = unpipelined if name == "from-pipelined" else pipelined
+        runs = [(p, s) for p, s in first_legs if p is not None] + [(resumed_plan, None)]
+        for plan_path, steps in runs:
+            args = ["run", str(job_path), "--plan", str(plan_path), "--checkpoint-dir", str(folder / "ckpt"
+                    if name == "from-loop" else folder), "--checkpoint-every", "2", "--timeout-s", "300"]
+            assert main([*args, *(["--steps", str(steps)] if steps else [])]) == 0, (name, plan_path)
+        records = {r["step"]: r for r in map(json.loads, metrics.read_text().splitlines())}
+        assert min(records) <= FIRST + 1 and max(records) == STEPS, (name, sorted(records))
+        for want in expected[FIRST:]:
+            got = records[want["step"]]
+            for key in ("loss", "lr", "grad_norm"):
+                if abs(got[key] - want[key]) > TOL * abs(want[key]):
+                    errors.append(f"{name} step {want['step']} {key}: {got[key]} against {want[key]}")
+    assert not errors, "\n".join(errors)

@@ -86,9 +86,10 @@ FILE_KEYS = {
                  "layer_rows", "redistribution_rows", "op_rows", "data_parallel"},
     "plan.json": {"devices", "graph", "id", "job", "layers", "memory_bytes", "mesh", "ops", "placements",
                   "pipeline", "redistributions", "summary", "throughput_samples_per_s", "time_s", "version",
-                  "micro_batches", "tokens_per_s_per_device", "mfu", "selection"},
+                  "micro_batches", "tokens_per_s_per_device", "mfu", "selection", "peak_tensor_bytes"},
     "plan": {"id", "layers", "memory_bytes", "ops", "pipeline", "redistributions", "summary",
-             "throughput_samples_per_s", "time_s", "micro_batches", "tokens_per_s_per_device", "mfu"},
+             "throughput_samples_per_s", "time_s", "micro_batches", "tokens_per_s_per_device", "mfu",
+             "peak_tensor_bytes"},
     "layer": {"node", "op", "module", "config", "compute_s", "comm_s", "memory_bytes", "param_bytes",
               "grad_bytes", "optimizer_bytes", "activation_bytes", "recompute_bytes", "recompute_chain_bytes",
               "buffer_bytes"},
@@ -104,7 +105,8 @@ frontier ``pipeline_search``, absent here: one node, no pipeline); every plan's 
 (issue 26): a frontier's ``layer_rows``, ``redistribution_rows`` and ``op_rows``, which its plans'
 ``layers``, ``redistributions`` and ``ops`` index (the rows' keys are read from the tables); issue 29's
 ``selection`` (how the selected plan was chosen: rule, margin, gain) in frontier.json and plan.json
-and each frontier's ``data_parallel`` plan (every row inline)."""
+and each frontier's ``data_parallel`` plan (every row inline); every plan's ``peak_tensor_bytes`` of one
+micro-batch (the step-order tensor peak, :mod:`tensoropt.peak_transients`)."""
 
 
 def test_plan_files_keep_their_keys(planned):

@@ -87,3 +87,31 @@ def test_pipelined_frontier_through_the_chain_equals_the_solved_one():
         assert bound == 0.0 and len(ca) > 1
         assert _covered(ca, cb, 1 + 1e-9) and _covered(cb, ca, 1 + 1e-9)
         assert [q.point.blocks for q in b] and all(len(q.options) == p for q in b)
+
+
+@pytest.mark.parametrize("model,options", [(LLAMA, ["zero3"]), (GPT, [])])
+def test_one_set_of_three_objective_tables_gives_every_in_flight_counts_frontier(model, options):
+    """The frontier at k projected from the tables in (time, memory at 1, memory at 5) equals the FT
+    solve of the stage graph at k, for several k, with every table built once for all of them."""
+    _, blocks, _, make = _solvers(model, options)
+    old, new = make(None), make(ChainSettings(in_flight=(1, 5)))
+    L = blocks.count
+    for k in (1, 3, 5):
+        for first in range(L):
+            for last in range(first, L):
+                if first == 0 and last == L - 1:
+                    continue
+                a, b = _costs(old.options(first, last, k), 4), _costs(new.options(first, last, k), 4)
+                assert len(a) and len(b)
+                assert _covered(a, b, 1 + 1e-9) and _covered(b, a, 1 + 1e-9), (first, last, k)
+    # one set of tables for the three counts: no more eliminations and sweep steps than for one
+    assert new.solves == 0 and new.chain.eliminations <= 4 and new.chain.steps <= 3 * (L - 2)
+    assert all(F.cost.shape[1] == 3 for F in new.chain.finished.values())
+    # the projection follows k: every stage's leanest option holds more at k = 5 than at k = 1
+    for f in range(1, L - 1):
+        assert (min(o.memory_bytes for o in new.options(f, f, 5))
+                > min(o.memory_bytes for o in new.options(f, f, 1)))
+    # a count outside the range gets its own two-objective tables, still equal to the solve
+    a, b = _costs(old.options(1, 2, 7), 4), _costs(new.options(1, 2, 7), 4)
+    assert _covered(a, b, 1 + 1e-9) and _covered(b, a, 1 + 1e-9)
+    assert any(F.cost.shape[1] == 2 for F in new.chain.finished.values())

@@ -126,3 +126,50 @@ def test_micro_batches_that_divide_no_plan_s_batch_are_refused_with_the_key():
                          "training": {"micro_batches": 5}})
     with pytest.raises(PlanningError, match=r"training\.micro_batches: 5 does not divide"):
         plan_job(job)  # the preset's batch, known only once the model is resolved
+
+
+def test_a_micro_batch_step_s_terms_repeat_or_not_as_derived():
+    """The zoo GPT's step term by term (:func:`tensoropt.accumulation.step_terms`) at 1 and 4
+    micro-batches: the terms add up to the time the planner prices; the optimizer step and the
+    deferred gradient synchronisation are the same (once per step), the host overhead is exactly 4
+    times one micro-batch's (the same operators run 4 times), the roofline kernels of 4 quarter-size
+    micro-batches cost more than the whole batch's (launches and weight reads repeat) and less than 4
+    times; a model-parallel split's
+    collectives repeat per micro-batch, the data-parallel plan's loss all-reduce too."""
+    import numpy as np
+
+    from tensoropt.accumulation import step_terms
+    from tensoropt.data_parallel import data_parallel_assignment, plan_cost
+
+    cluster = load_cluster("cpu-local")
+    data = {"model": {"name": "gpt", "kwargs": {"layers": 1, "width": 64, "heads": 2, "seq_len": 32,
+                                                "vocab_size": 128, "dropout": 0.0}},
+            "cluster": "cpu-local", "devices": [2],
+            "training": {"global_batch_size": 16, "optimizer": "adamw"}}
+    job = Job.from_dict(data)
+    terms = {}
+    for m in (1, 4):
+        sub = micro_batch_job(job, m)
+        graph = capture_job(sub)
+        G = job_cost_graph(graph, sub, cluster, 2)
+        dp = data_parallel_assignment(G)
+        split = {n: next((i for i, c in enumerate(G.nodes[n]["configs"]) if c.startswith("out=")), dp[n])
+                 for n in G.nodes}  # every operator that can split its output does
+        terms[m] = {"dp": step_terms(G, graph.nx, dp, m, cluster.device),
+                    "split": step_terms(G, graph.nx, split, m, cluster.device)}
+        priced = price_micro_batches(G, m)
+        for name, a in (("dp", dp), ("split", split)):
+            assert terms[m][name]["total"] == pytest.approx(float(plan_cost(priced, a)[0]), rel=1e-9)
+    for name in ("dp", "split"):
+        one, four = terms[1][name], terms[4][name]
+        assert four["optimizer"] == pytest.approx(one["optimizer"]) and one["optimizer"] > 0
+        assert four["grad_sync"] == pytest.approx(one["grad_sync"])
+        assert four["overhead"] == pytest.approx(4 * one["overhead"]) and one["overhead"] > 0
+        # the flops split into quarters; launches and the weights' reads repeat per micro-batch
+        assert one["kernels"] < four["kernels"] < 4 * one["kernels"]
+    assert terms[1]["dp"]["grad_sync"] > 0
+    # the data-parallel plan's one blocking collective per micro-batch (the loss's), latency-bound: x 4
+    assert terms[4]["dp"]["redistribution"] == pytest.approx(4 * terms[1]["dp"]["redistribution"], rel=0.01)
+    moved = [terms[m]["split"]["comm"] + terms[m]["split"]["redistribution"] for m in (1, 4)]
+    assert moved[0] > 0 and moved[1] > 2 * moved[0]  # each micro-batch's collectives: latency-bound here
+    assert np.isfinite(moved).all()

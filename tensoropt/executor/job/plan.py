@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from estimators.peak import recompute_excess_bytes
+from estimators.peak import recompute_excess_by_chain
 from tensoropt.configspace.configuration import Configuration, Mesh
 
 
@@ -25,6 +25,8 @@ class ExecPlan:
             :func:`estimators.peak.recompute_excess_bytes`).
         graph: the fingerprint of the graph the plan was made for (plan.json's ``graph``;
             None for a hand-written plan or one written before fingerprints).
+        layers, redistributions: plan.json's operator and edge rows (empty where the file has none):
+            the step-order peak walks them (:mod:`estimators.step_peak`).
     """
 
     plan_id: str
@@ -32,6 +34,12 @@ class ExecPlan:
     placements: dict[str, Configuration]
     predicted: dict[str, float] = field(default_factory=dict)
     graph: dict | None = None
+    recompute_excess: dict[str, float] = field(default_factory=dict)
+    """Chain (a checkpointed block's name, else its last node) -> what its recompute transient adds
+    to ``memory_bytes`` at its moment in backward (:func:`estimators.peak.recompute_excess_by_chain`;
+    ``predicted["recompute_transient_bytes"]`` is the largest)."""
+    layers: tuple = ()
+    redistributions: tuple = ()
 
     @property
     def devices(self) -> int:
@@ -59,17 +67,20 @@ class ExecPlan:
         placements = {name: Configuration.from_json(c) for name, c in data["placements"].items()}
         predicted = {k: float(data[k]) for k in ("time_s", "memory_bytes") if data.get(k) is not None}
         rows = [row for row in data.get("layers") or [] if isinstance(row, dict)]
+        edges = [e for e in data.get("redistributions") or [] if isinstance(e, dict)]
+        excess: dict[str, float] = {}
         if any(float(row.get("recompute_chain_bytes") or 0) for row in rows):  # a recompute transient
             # (a checkpointed block's activations, a loss chunk) beyond what is not alive at its moment
-            edges = [e for e in data.get("redistributions") or [] if isinstance(e, dict)]
-            predicted["recompute_transient_bytes"] = recompute_excess_bytes(rows, edges)
+            excess = recompute_excess_by_chain(rows, edges)
+            predicted["recompute_transient_bytes"] = max(excess.values(), default=0.0)
         plan_id = str(data.get("id", data.get("plan_id", "plan")))
         if "devices" in data and int(data["devices"]) != mesh.num_devices:
             raise ValueError(
                 f"plan {plan_id}: 'devices' is {data['devices']} but its mesh {list(mesh.shape)} "
                 f"has {mesh.num_devices} devices"
             )
-        return ExecPlan(plan_id, mesh, placements, predicted, data.get("graph"))
+        return ExecPlan(plan_id, mesh, placements, predicted, data.get("graph"), excess, tuple(rows),
+                        tuple(edges))
 
     @staticmethod
     def load(path: str | Path) -> ExecPlan:
@@ -97,6 +108,8 @@ class ExecPlan:
             "placements": {k: c.to_json() for k, c in self.placements.items()},
             **self.predicted,
             **({"graph": self.graph} if self.graph is not None else {}),
+            **({"layers": list(self.layers), "redistributions": list(self.redistributions)}
+               if self.layers else {}),
         }
 
 

@@ -32,12 +32,19 @@ Example:
 from __future__ import annotations
 
 import ctypes
-import math
 import resource
 import sys
 from pathlib import Path
 
 import torch
+
+from tensoropt.peak_transients import (  # noqa: F401 - the executor's names for the graph's transients
+    backward_transients,
+    forward_transients,
+    local_output_bytes,
+    loss_turn_bytes,
+    plan_tensor_peak_bytes,
+)
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -196,15 +203,52 @@ def predicted_peak_bytes(trainer, runtime: bool = True) -> int | None:
         device = load_cluster(job["cluster"]).device
         overhead, per_node = device.runtime_overhead_bytes, device.bytes_per_program_node
     kind = "gpu" if trainer.device.type == "cuda" else "cpu"
+    if trainer.plan.layers and int(getattr(trainer, "micro_batches", 1)) <= 1:  # the step's moments in order
+        operands = getattr(trainer, "operands", None) or {}
+        graph, optimizer = trainer.ep.graph, trainer.spec.optimizer
+        tensors = plan_tensor_peak_bytes(graph, trainer.plan, operands, optimizer, kind)
+        if tensors is not None:
+            return tensors + overhead + program_bytes(traced_nodes(trainer), per_node)
     loss_forward, loss_backward = loss_turn_bytes(trainer.ep.graph, trainer.plan)
     return formula(memory_bytes, trainer.state_bytes(), trainer.spec.optimizer, max(sizes), sum(sizes),
                    overhead, kind, largest_activation_bytes(trainer.ep.graph, trainer.plan),
                    program_bytes(traced_nodes(trainer), per_node),
-                   int(trainer.plan.predicted.get("recompute_transient_bytes", 0)), grad_bytes=sum(sizes),
+                   recompute_transient_bytes(trainer), grad_bytes=sum(sizes),
                    loss_forward_bytes=loss_forward, loss_backward_bytes=loss_backward,
                    micro_batches=int(getattr(trainer, "micro_batches", 1)),
                    forward_transient_bytes=forward_transient_bytes(trainer.ep.graph, trainer.plan,
                                                                    getattr(trainer, "operands", None) or {}))
+
+
+def recompute_transient_bytes(trainer) -> int:
+    """What the plan's recompute transients add to its memory at their moment in backward, the largest:
+    each chain's excess from plan.json's rows (:func:`estimators.peak.recompute_excess_by_chain`) plus,
+    for a checkpointed block, the activation gradients in flight through it while its rebuilt
+    activations are alive (:func:`tensoropt.executor.state.block_backward.block_gradient_bytes`, from
+    the graph: the rows have no such term).
+
+    Example:
+        >>> recompute_transient_bytes(trainer)  # needs a Trainer on a process group  # doctest: +SKIP
+        18087936
+    """
+    plan = trainer.plan
+    excess = dict(getattr(plan, "recompute_excess", None) or {})
+    if not excess:
+        return int(plan.predicted.get("recompute_transient_bytes", 0))
+    from tensoropt.executor.state.block_backward import block_gradient_bytes
+
+    blocks = ((trainer.spec.job or {}).get("training") or {}).get("checkpoint_modules") or None
+    in_flight = block_gradient_bytes(trainer.ep.graph, plan, trainer.sig, blocks)
+    return int(max(value + _block_figure(in_flight, chain) for chain, value in excess.items()))
+
+
+def _block_figure(per_block: dict[str, int], chain: str) -> int:
+    """``per_block``'s figure for the rows' chain ``chain`` (a block's module path as the planner's
+    capture named it; the executor's graph may name it without a wrapper's prefix), 0 for another chain."""
+    if chain in per_block:
+        return per_block[chain]
+    return next((v for name, v in per_block.items()
+                 if chain.endswith("." + name) or name.endswith("." + chain)), 0)
 
 
 def traced_nodes(trainer) -> int:
@@ -231,115 +275,8 @@ def largest_activation_bytes(graph, plan) -> int:
         >>> largest_activation_bytes(trainer.ep.graph, trainer.plan)  # doctest: +SKIP
         33554432
     """
-    mesh = list(plan.mesh.shape)
-    best = 0
-    splits: dict[str, int] = {}
-    for node in graph.nodes:
-        val = node.meta.get("val")
-        config = plan.placements.get(node.name)
-        split = 1
-        if config is not None:
-            for axis, placement in enumerate(config.output):
-                if str(placement).startswith("S"):
-                    split *= mesh[axis]
-        else:  # unplaced: laid out as the tensor it reads
-            args = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
-            split = splits.get(args[0].name, 1) if args else 1
-        splits[node.name] = split
-        if node.op != "call_function" or not isinstance(val, torch.Tensor):
-            continue
-        best = max(best, val.numel() * val.element_size() // split)
-    return best
-
-
-_LOSSES = {"cross_entropy_loss"}
-"""Losses whose backward holds two tensors of its input's size at once (the gradient of the
-log-probabilities and of the logits; the log-probabilities themselves are saved, counted)."""
-
-
-def _split(layout, mesh: list[int]) -> int:
-    """How many pieces a layout (one placement string per mesh axis) cuts a tensor into."""
-    out = 1
-    for axis, placement in enumerate(layout or ()):
-        if str(placement).startswith("S"):
-            out *= mesh[axis]
-    return out
-
-
-def _nbytes(node) -> int:
-    val = node.meta.get("val")
-    return val.numel() * val.element_size() if isinstance(val, torch.Tensor) else 0
-
-
-def loss_turn_bytes(graph, plan) -> tuple[int, int]:
-    """(forward, backward): what the loss adds to the saved activations at the forward/backward turn, on
-    one process, from ``graph`` and ``plan``.
-
-    For each cross entropy the plan does not run chunked (a ``chunked_loss`` never holds the logits:
-    its chunk is its recompute transient): its logits operand, reached through the unplaced views
-    between it and the node that computes it, at that node's output layout.
-
-    * forward: the logits, which nothing saves when every reader of them is a loss (cross entropy
-      saves its log-probabilities, new, counted with the activations), plus the copy laid out for
-      the loss where its input layout is another (both alive while the loss computes);
-    * backward: the gradient of the log-probabilities and of the logits at the loss's input layout,
-      alive at once (the log-probabilities are saved, counted); where the loss's layout is another
-      than the logits', the logits' gradient laid back beside the first.
-
-    Example:
-        >>> # not run here: needs a Trainer's exported graph and plan
-        >>> loss_turn_bytes(trainer.ep.graph, trainer.plan)  # doctest: +SKIP
-        (4194304, 8388608)
-    """
-    from tensoropt.executor.job.program import packet_name
-    from tensoropt.executor.ops.chunked_loss import is_chunked
-
-    mesh = list(plan.mesh.shape)
-    forward = backward = 0
-    for node in graph.nodes:
-        config = plan.placements.get(node.name)
-        if node.op != "call_function" or packet_name(node) not in _LOSSES or config is None \
-                or is_chunked(config) or not node.args or not hasattr(node.args[0], "meta"):
-            continue
-        producer = node.args[0]
-        while producer.op == "call_function" and producer.name not in plan.placements and \
-                producer.all_input_nodes:
-            producer = producer.all_input_nodes[0]
-        made = plan.placements.get(producer.name)
-        made_layout = tuple(made.output) if made is not None else ()
-        loss_layout = tuple(config.inputs[0]) if config.inputs else made_layout
-        whole = _nbytes(node.args[0])
-        at_producer, at_loss = whole // _split(made_layout, mesh), whole // _split(loss_layout, mesh)
-        moved = made_layout != loss_layout
-        readers = _readers(producer, plan)
-        unsaved = at_producer if readers and all(packet_name(r) in _LOSSES for r in readers) else 0
-        forward = max(forward, unsaved + (at_loss if moved else 0))
-        backward = max(backward, at_loss + (max(at_loss, at_producer) if moved else at_loss))
-    return forward, backward
-
-
-def _readers(node, plan) -> list:
-    """The placed nodes that read ``node``'s value, through unplaced nodes (views) between."""
-    out, todo, seen = [], list(node.users), set()
-    while todo:
-        user = todo.pop()
-        if user in seen:
-            continue
-        seen.add(user)
-        if user.op == "call_function" and user.name not in plan.placements:
-            todo.extend(user.users)
-        else:
-            out.append(user)
-    return out
-
-
-def _split(layout, mesh: list[int]) -> int:
-    """How many pieces a layout cuts a tensor into (the product of its sharded mesh axes)."""
-    split = 1
-    for axis, placement in enumerate(layout):
-        if str(placement).startswith("S"):
-            split *= mesh[axis]
-    return split
+    local = local_output_bytes(graph, plan)
+    return max((local[n.name] for n in graph.nodes if n.op == "call_function"), default=0)
 
 
 def forward_transient_bytes(graph, plan, operands: dict) -> int:
@@ -363,42 +300,4 @@ def forward_transient_bytes(graph, plan, operands: dict) -> int:
         >>> forward_transient_bytes(trainer.ep.graph, trainer.plan, trainer.operands)  # doctest: +SKIP
         16777216
     """
-    from tensoropt.configspace.configuration import shard_dim
-    from tensoropt.executor.job.program import arg_nodes
-
-    mesh = list(plan.mesh.shape)
-    roots: dict[str, str] = {}
-    best = 0
-    for node in graph.nodes:
-        config = plan.placements.get(node.name)
-        if config is None:  # a view (or an unplaced op): laid out as the tensor it reads
-            args = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
-            roots[node.name] = roots.get(args[0].name, args[0].name) if args else node.name
-            continue
-        roots[node.name] = node.name
-        val = node.meta.get("val")
-        if node.op != "call_function" or not isinstance(val, torch.Tensor):
-            continue
-        here = 0
-        if config.partial_axes:
-            here = 2 * val.numel() * val.element_size() // _split(config.output, mesh)
-        for a, o in zip(arg_nodes(node), operands.get(node.name, [])):
-            if o.get("role") != "input" or o["index"] >= len(config.inputs):
-                continue
-            source = plan.placements.get(roots.get(a.name, a.name))
-            target = config.inputs[o["index"]]
-            if source is None:
-                continue
-            axes = [axis for axis, (p, t) in enumerate(zip(source.output, target))
-                    if shard_dim(p) is not None and shard_dim(t) != shard_dim(p)]
-            if not axes:
-                continue
-            gathered = [shard_dim(source.output[axis]) for axis in axes]
-            whole = ["R" if axis in axes else t for axis, t in enumerate(target)]  # S(d) -> S(e): gathered
-            dtype = getattr(a.meta.get("val"), "dtype", torch.float32)
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            nbytes = math.prod(o["shape"]) * itemsize // _split(whole, mesh)
-            here = max(here, nbytes * (2 if any(d != 0 for d in gathered) else 1))
-        best = max(best, here)
-    return best
-
+    return max(forward_transients(graph, plan, operands).values(), default=0)

@@ -1,0 +1,58 @@
+"""The checkpoint layout both trainers write, so a run resumes across runtimes.
+
+``tensoropt run``'s loop (:mod:`tensoropt.training.loop`, a parallelized model) and the pipelined
+runtime (:mod:`tensoropt.pipeline_runtime.checkpoint`, one stage per rank) write the same folder:
+``step-<n>/`` with DCP's shards of ``{"model": ..., "optim": ...}`` under the model's own parameter
+names, the optimizer state *flattened per parameter name* (:data:`FLAT_OPTIMIZER`:
+``optim.state.<name>.exp_avg``, ``optim.param_groups.<name>.lr``: no key depends on how the
+parameters are grouped or which stage holds them), and :data:`TRAINER_STATE` written last. So a
+checkpoint of a pipelined plan resumes under a plan without stages, at another device count, and
+the other way round.
+
+Checkpoints of the loop written before this layout keep the optimizer's groups by index
+(``optim.param_groups.0.lr``); :func:`optimizer_options` tells which layout a folder holds, and
+loading reads either.
+
+Example:
+    >>> FLAT_OPTIMIZER.flatten_optimizer_state_dict
+    True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+TRAINER_STATE = "trainer.json"
+"""Inside each checkpoint folder, beside the DCP shards: the step, the scheduler's state (null when
+the schedule is a function of the step alone, as a pipelined run writes it), the data position and
+fp16-mixed's loss scale (written last: a folder without it is incomplete and ignored)."""
+
+FLAT_OPTIMIZER = StateDictOptions(flatten_optimizer_state_dict=True)
+"""``get_state_dict`` / ``set_state_dict`` options of the shared layout."""
+
+_GROUPS = "optim.param_groups."
+
+
+def optimizer_options(folder: str | Path) -> StateDictOptions:
+    """The ``get_state_dict`` / ``set_state_dict`` options that read ``folder``'s optimizer state:
+    :data:`FLAT_OPTIMIZER`, or the default ones for a folder whose groups are kept by index.
+
+    Example:
+        >>> import tempfile, torch, torch.distributed.checkpoint as dcp
+        >>> from torch.distributed.checkpoint.state_dict import get_state_dict
+        >>> m = torch.nn.Linear(2, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        >>> folders = [tempfile.mkdtemp(), tempfile.mkdtemp()]
+        >>> for folder, options in zip(folders, (StateDictOptions(), FLAT_OPTIMIZER)):
+        ...     model_sd, optim_sd = get_state_dict(m, opt, options=options)
+        ...     _ = dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=folder)
+        >>> [optimizer_options(f).flatten_optimizer_state_dict for f in folders]
+        [False, True]
+    """
+    import torch.distributed.checkpoint as dcp
+
+    keys = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    groups = [k.removeprefix(_GROUPS).split(".") for k in keys if k.startswith(_GROUPS)]
+    by_index = bool(groups) and all(len(g) == 2 and g[0].isdigit() for g in groups)
+    return StateDictOptions() if by_index else FLAT_OPTIMIZER
