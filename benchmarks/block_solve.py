@@ -11,6 +11,7 @@ ratio to the first set, the plans and the printed bound.
 Usage (one command)::
 
     .venv/bin/python benchmarks/block_solve.py [--layers 4] [--seq 32768] [--batch 8] [--rounds 2]
+                                               [--save FILE]
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--save", help="pickle the cost graphs here (for benchmarks/solver_ab.py)")
     args = parser.parse_args()
     print(f"load: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; Llama-3-8B shape, "
           f"{args.layers} layers, seq {args.seq}, batch {args.batch}, {args.devices} H100")
@@ -85,6 +87,11 @@ def main() -> int:
         G = job_cost_graph(graph, j, cluster, args.devices)
         rows = sum(len(G.nodes[n]["configs"]) for n in G.nodes)
         graphs[name] = (G, rows, time.process_time() - cpu, time.perf_counter() - wall)
+    if args.save:
+        import pickle
+
+        with open(args.save, "wb") as f:
+            pickle.dump({name: g[0] for name, g in graphs.items()}, f)
     solves: dict[str, list] = {name: [] for name in OPTION_SETS}
     for _ in range(args.rounds):
         for name in OPTION_SETS:

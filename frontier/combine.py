@@ -147,7 +147,9 @@ class Combiner:
         width = 1 if drop is None else self.sizes[drop]
         groups = [_projection(t, full, shape) for t in tables]
         counts = [t.counts[g] for t, g in zip(tables, groups)]
-        per_x = np.prod(np.stack(counts).astype(np.float64), axis=0)
+        per_x = counts[0].astype(np.float64)
+        for c in counts[1:]:
+            per_x *= c
         per_out = per_x.reshape(-1, width).sum(axis=1)
         self.stats.candidates += int(per_out.sum())
         boxed = int(drop is not None and self.box_eps > 0 and per_out.sum() > self.box_min_candidates)
