@@ -224,8 +224,8 @@ def with_block_options(
 
     Each configuration without ``recompute`` gains one variant per block option in ``options``;
     inside a block the block options replace the per-operator ``recompute`` (its variants are
-    dropped there: a whole block keeps less than any chain inside it, and the solve stays within
-    1.5 x the time without block options; docs/results.md).
+    dropped there: a whole block keeps less than any chain inside it; with both block options the
+    exact solve takes 1.47-1.55 x the time without them, docs/results.md).
 
     Example:
         >>> c = Configuration("replicate", (), (), (), ())
