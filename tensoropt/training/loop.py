@@ -251,13 +251,6 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
     rank0 = _rank() == 0
     out_dir = Path(out_dir)
     log = val_log = bar = None
-    if rank0:
-        tb = TensorBoardWriter(job.metrics.tensorboard) if job.metrics.tensorboard else None
-        jsonl = Path(job.metrics.jsonl) if job.metrics.jsonl else out_dir / "metrics.jsonl"
-        log = MetricsLogger(jsonl, tensorboard=tb)
-        val_log = MetricsLogger(jsonl.with_name("validation.jsonl"), keys=VALIDATION_KEYS, tensorboard=tb,
-                                prefix="val/") if held_out is not None else None
-        bar = ProgressLine(total, stream=stream)
     records = []
     first = 0
     resume = latest_checkpoint(checkpoint_dir)
@@ -265,6 +258,13 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
         first = load_checkpoint(resume, pm, optimizer, scheduler)
         if rank0:
             print(f"[tensoropt] resumed from {resume} at step {first} on {_world()} process(es)", flush=True)
+    if rank0:  # the logs keep the steps up to where this run starts (a restart rewrites the rest)
+        tb = TensorBoardWriter(job.metrics.tensorboard) if job.metrics.tensorboard else None
+        jsonl = Path(job.metrics.jsonl) if job.metrics.jsonl else out_dir / "metrics.jsonl"
+        log = MetricsLogger(jsonl, tensorboard=tb, after_step=first)
+        val_log = MetricsLogger(jsonl.with_name("validation.jsonl"), keys=VALIDATION_KEYS, tensorboard=tb,
+                                prefix="val/", after_step=first) if held_out is not None else None
+        bar = ProgressLine(total, stream=stream)
     last = min(total, stop_after) if stop_after is not None else total
     try:
         for step in range(first, last):

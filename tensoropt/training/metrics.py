@@ -87,18 +87,28 @@ class MetricsLogger:
         keys: the keys every line carries (missing values are written as null; others refused).
         tensorboard: an optional :class:`TensorBoardWriter` that gets the same scalars.
         prefix: the TensorBoard tag prefix (``train/``, ``val/``).
+        after_step: the step the run starts after (0 fresh, else the resumed checkpoint's): the
+            file's lines of later steps, or not whole (a run killed while writing, or restarted
+            before its first checkpoint), are dropped, so every step appears once.
 
     Example:
         >>> import io
         >>> out = io.StringIO(); MetricsLogger(out, keys=("step", "loss")).log({"step": 3, "loss": 0.5})
         >>> out.getvalue()
         '{"step": 3, "loss": 0.5}\\n'
+        >>> import tempfile; path = Path(tempfile.mkdtemp()) / "m.jsonl"
+        >>> _ = path.write_text('{"step": 1}\\n{"step": 2}\\n{"step": 3}\\n{"ste')
+        >>> MetricsLogger(path, keys=("step",), after_step=2).close(); path.read_text()
+        '{"step": 1}\\n{"step": 2}\\n'
     """
 
     def __init__(self, sink: str | os.PathLike | TextIO, keys: tuple[str, ...] = METRIC_KEYS,
-                 tensorboard: TensorBoardWriter | None = None, prefix: str = "train/"):
+                 tensorboard: TensorBoardWriter | None = None, prefix: str = "train/",
+                 after_step: int | None = None):
         if isinstance(sink, (str, os.PathLike)):
             Path(sink).parent.mkdir(parents=True, exist_ok=True)
+            if after_step is not None:
+                _keep_steps_upto(Path(sink), after_step)
             self.stream, self._owned = open(sink, "a", buffering=1), True
         else:
             self.stream, self._owned = sink, False
@@ -121,6 +131,23 @@ class MetricsLogger:
             self.stream.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
+
+
+def _keep_steps_upto(path: Path, step: int) -> None:
+    """Rewrite ``path`` (atomically) keeping its whole JSON lines of steps <= ``step``."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
+            kept.append(line + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(kept))
+    tmp.replace(path)
 
 
 class TensorBoardWriter:

@@ -127,11 +127,11 @@ class StageTrainer:
             metrics = self.job.metrics
             tb = TensorBoardWriter(metrics.tensorboard) if metrics.tensorboard else None
             jsonl = Path(metrics.jsonl) if metrics.jsonl else self.out_dir / "metrics.jsonl"
-            self.log = MetricsLogger(jsonl, tensorboard=tb)
+            self.log = MetricsLogger(jsonl, tensorboard=tb, after_step=first_step)
             self.bar = ProgressLine(self.total)
             if self.held_out is not None:
                 self.val_log = MetricsLogger(jsonl.with_name("validation.jsonl"), keys=VALIDATION_KEYS,
-                                             tensorboard=tb, prefix="val/")
+                                             tensorboard=tb, prefix="val/", after_step=first_step)
 
     @property
     def lr(self) -> float:
