@@ -94,7 +94,7 @@ def measure_device(tiny: bool = False, repeats: int = 5) -> dict:
     each depending on the last.
 
     Example:
-        >>> m = measure_device(tiny=True, repeats=1)  # doctest: +SKIP
+        >>> m = measure_device(tiny=True, repeats=1)
         >>> sorted(m)
         ['bandwidth', 'device', 'gemms', 'kernel_launch_s']
     """
@@ -157,7 +157,7 @@ def calibrate_device(base: str | None = None, tiny: bool = False) -> tuple[dict,
     :func:`estimators.device_fit.measured_device_profile` over ``base`` (default: from the name).
 
     Example:
-        >>> profile, timings = calibrate_device(tiny=True)  # doctest: +SKIP
+        >>> profile, timings = calibrate_device(tiny=True)
         >>> profile["name"]
         'cpu-measured'
     """
