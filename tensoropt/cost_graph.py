@@ -135,6 +135,7 @@ def cost_graph(
     checkpoint_modules: Sequence[str] | None = None,
     loss_chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     profile_clock: str | None = None,
+    price_layout_copies: bool = True,
 ) -> nx.DiGraph:
     """Price every configuration of every operator of ``graph`` on ``num_devices`` devices of ``cluster``.
 
@@ -171,6 +172,8 @@ def cost_graph(
         profile_clock: profiled mode's clock, ``"thread"`` or ``"wall"`` (None: the device's,
             :func:`estimators.profiled.timing_clock`; a thread-clock timing also files the same runs'
             wall-clock means, so a wall-clock cost graph after it reads them without timing again).
+        price_layout_copies: price the local copies around redistributions' collectives
+            (:mod:`estimators.layout_copies`); False: the estimator without them (ablations).
         precision: the training precision (:mod:`tensoropt.precision`); capture the graph in its
             compute dtype. A mixed one prices float32 master parameters, gradients (reduced in
             float32) and optimizer state, and the compute-dtype copies of the parameters ops keep.
@@ -219,7 +222,8 @@ def cost_graph(
         batch_norm = "native"
     rules = SavingRules(cl.device.kind, sdpa_backend, batch_norm)
     model = CostModel(cl, mesh, optimizer, compute_time=timer, rules=rules,
-                      precision=get_precision(precision), batch_norm_stats=batch_norm_stats)
+                      precision=get_precision(precision), batch_norm_stats=batch_norm_stats,
+                      layout_copies=price_layout_copies)
     info = GraphInfo.of(g, rules)
     if memory_options:
         from tensoropt.configspace.options import with_options
