@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from frontier import staircase
+from frontier import staircase, staircase3
 from frontier.bounded import bounded_sum_union
 from frontier.cover import grouped_cover
 from frontier.memory_limit import SolverMemoryError, limit_message
@@ -34,8 +34,9 @@ from frontier.table import Table
 CHUNK_POINTS = 4_000_000
 #: Combines with more candidates than this use the bounded kernel (two objectives, numpy).
 BOUNDED_MIN = 50_000
-#: Two-objective combines use the compiled staircase merge (:mod:`frontier.staircase`)
-#: when numba is installed; False selects the numpy kernels (comparisons, tests).
+#: Two-objective combines use the compiled staircase merge (:mod:`frontier.staircase`), and
+#: three-objective ones its three-objective form (:mod:`frontier.staircase3`), when numba is
+#: installed; False selects the numpy kernels (comparisons, tests).
 COMPILED_KERNEL = True
 
 
@@ -82,7 +83,8 @@ class Combiner:
     bounded: bool = True
     """Skip blocks of candidates that a partial frontier already dominates (K = 2, numpy kernel)."""
     compiled: bool = True
-    """Use the compiled staircase merge for K = 2 (:mod:`frontier.staircase`) when numba is installed."""
+    """Use the compiled staircase merge for K = 2 (:mod:`frontier.staircase`) and K = 3
+    (:mod:`frontier.staircase3`) when numba is installed."""
     memory_limit_bytes: float | None = None
     """Most bytes of kept tables before :class:`frontier.memory_limit.SolverMemoryError` (None: no limit)."""
     stats: CombineStats = field(default_factory=CombineStats)
@@ -170,6 +172,8 @@ class Combiner:
             start = np.r_[0, np.cumsum(np.bincount(out_group, minlength=n_full // width))].astype(np.int64)
             self.stats.kept += len(cost)
             return cost, start, rows, (vals if drop is not None else None), boxed
+        if self.compiled and COMPILED_KERNEL and staircase3.AVAILABLE and tables[0].cost.shape[1] == 3:
+            return self._compute3(tables, groups, n_full // width, width, per_x, per_out, drop, boxed)
         parts = []
         for lo, hi in _chunks(per_out):
             parts.append(
@@ -184,6 +188,19 @@ class Combiner:
         start = np.r_[0, np.cumsum(np.bincount(out_group, minlength=n_full // width))].astype(np.int64)
         self.stats.kept += len(cost)
         return cost, start, rows, vals, boxed
+
+    def _compute3(self, tables, groups, n_out, width, per_x, per_out, drop, boxed):
+        """The compiled three-objective sum-and-union (:func:`frontier.staircase3.sum_union_3d`);
+        boxed: one point per (1 + e)-box of the exact set (:func:`frontier.pareto.pareto_select`)."""
+        cost, out_group, rows, vals = staircase3.sum_union_3d(
+            [t.cost for t in tables], [t.start for t in tables], groups, n_out, width,
+            work=float(per_out.sum()), live=per_x > 0)
+        if boxed:  # every candidate is within 1 + e of a kept point: its exact dominator's box
+            keep = pareto_select(cost, out_group, self.box_eps)
+            cost, out_group, rows, vals = cost[keep], out_group[keep], rows[keep], vals[keep]
+        start = np.r_[0, np.cumsum(np.bincount(out_group, minlength=n_out))].astype(np.int64)
+        self.stats.kept += len(cost)
+        return cost, start, rows, (vals if drop is not None else None), boxed
 
     def _compute_range(self, tables, groups, counts, x_lo, x_hi, width, out_lo, boxed):
         """Sum and prune the candidates of the joint configurations x_lo <= x < x_hi."""

@@ -268,9 +268,10 @@ CHAIN_MIN_BLOCKS = 16
 
 
 #: One set of three-objective stage tables for every in-flight count (exact, ``ChainSettings.in_flight``)
-#: instead of two-objective tables per count. Off: the three-objective combines run on the numpy
-#: kernels (enumerate, then prune), and a 8B block's transfer table took over 100 x the CPU of one
-#: count's (docs/results.md, 2026-11-28 pp70b), more than the 8 counts it replaces.
+#: instead of two-objective tables per count. Off: even on the compiled three-objective kernel
+#: (:mod:`frontier.staircase3`) an 8B block's transfer table for the counts 1..8 has 26 x the rows of
+#: one count's (1.1 M against 42-62 k) and costs 2.6 x the CPU of all 8 two-objective ones
+#: (docs/results.md, 2026-11-28 pp3obj; it was over 100 x one count's on the numpy kernel, pp70b).
 PIPELINE_SHARED_IN_FLIGHT = False
 
 
