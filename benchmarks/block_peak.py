@@ -22,6 +22,11 @@ Usage (one command; about 10 minutes on 2 loaded cores)::
 
     .venv/bin/python benchmarks/block_peak.py [--steps 3] [--models llama gpt2 gpt] [--json OUT]
         [--precision fp32|bf16-mixed] [--zero3] [--mode replay|interpret]
+        [--layers 4] [--width 256] [--seq 256] [--malloc glibc|peak]
+
+``--malloc peak``: the workers' malloc as the memory benchmark sets it (``TENSOROPT_WORKER_MALLOC=peak``:
+freed tensors over 128 KiB returned to the system), the setting the issue's resident-peak target names;
+``glibc`` (default) leaves glibc's dynamic thresholds, under which freed tensors stay resident.
 
 ``--precision bf16-mixed --zero3``: the same in bf16 mixed precision with zero3 wherever offered (in
 the plain plan too, so the block option is the only difference).
@@ -40,32 +45,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_peak import _run  # noqa: E402
 
 SEQ = 256
-MODELS = {
-    "llama": {"factory": "tensoropt.models.hf:llama",
-              "kwargs": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
-                         "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 512,
-                         "max_position_embeddings": SEQ},
-              "inputs": {"input_ids": {"shape": [SEQ], "dtype": "int64", "high": 512},
-                         "labels": {"shape": [SEQ], "dtype": "int64", "high": 512}},
-              "loss": "model"},
-    "gpt2": {"factory": "tensoropt.models.hf:gpt2",
-             "kwargs": {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": SEQ, "vocab_size": 512,
-                        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
-             "inputs": {"input_ids": {"shape": [SEQ], "dtype": "int64", "high": 512},
-                        "labels": {"shape": [SEQ], "dtype": "int64", "high": 512}},
-             "loss": "model"},
-    "gpt": {"name": "gpt", "kwargs": {"layers": 4, "width": 256, "heads": 4, "seq_len": SEQ,
-                                      "vocab_size": 512, "dropout": 0.0}},
-}
+
+
+def model_jobs(layers: int = 4, width: int = 256, seq: int = SEQ) -> dict:
+    """Model name -> its ``model:`` section: ``layers`` layers of width ``width`` (4 heads; HF Llama's MLP
+    2 x the width, 2 KV heads), ``seq`` tokens per sample, a 512-token vocabulary.
+
+    Example:
+        >>> model_jobs(2, 128, 64)["gpt"]["kwargs"]["width"]
+        128
+    """
+    return {
+        "llama": {"factory": "tensoropt.models.hf:llama",
+                  "kwargs": {"num_hidden_layers": layers, "hidden_size": width, "num_attention_heads": 4,
+                             "num_key_value_heads": 2, "intermediate_size": 2 * width, "vocab_size": 512,
+                             "max_position_embeddings": seq},
+                  "inputs": {"input_ids": {"shape": [seq], "dtype": "int64", "high": 512},
+                             "labels": {"shape": [seq], "dtype": "int64", "high": 512}},
+                  "loss": "model"},
+        "gpt2": {"factory": "tensoropt.models.hf:gpt2",
+                 "kwargs": {"n_layer": layers, "n_embd": width, "n_head": 4, "n_positions": seq,
+                            "vocab_size": 512, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+                 "inputs": {"input_ids": {"shape": [seq], "dtype": "int64", "high": 512},
+                            "labels": {"shape": [seq], "dtype": "int64", "high": 512}},
+                 "loss": "model"},
+        "gpt": {"name": "gpt", "kwargs": {"layers": layers, "width": width, "heads": 4, "seq_len": seq,
+                                          "vocab_size": 512, "dropout": 0.0}},
+    }
+
+
+MODELS = model_jobs()
 OPTIONS = ["block_recompute", "block_selective"]
 VARIANTS = {"plain": "", "block_recompute": ",block_recompute", "block_selective": ",block_selective"}
 
 
-def _job(name: str, precision: str = "fp32", zero3: bool = False):
+def _job(name: str, precision: str = "fp32", zero3: bool = False, shape: tuple = (4, 256, SEQ)):
     from tensoropt.config import Job
 
     options = ["zero3", *OPTIONS] if zero3 else OPTIONS
-    return Job.from_dict({"model": MODELS[name], "cluster": "cpu-local", "devices": [2],
+    return Job.from_dict({"model": model_jobs(*shape)[name], "cluster": "cpu-local", "devices": [2],
                           "training": {"global_batch_size": 8, "optimizer": "momentum", "learning_rate": 0.01,
                                        "precision": precision, "memory_options": options, "seed": 0}})
 
@@ -79,14 +97,15 @@ def _with(cg, assignment: dict, suffix: str) -> dict:
     return out
 
 
-def plans(name: str, precision: str = "fp32", zero3: bool = False) -> tuple:
+def plans(name: str, precision: str = "fp32", zero3: bool = False, shape: tuple = (4, 256, SEQ)) -> tuple:
     """(job, {variant: plan.json dict}) of one model: one split, plain and under each block option
-    (``zero3``: every variant with zero3 wherever offered, the plain one too)."""
+    (``zero3``: every variant with zero3 wherever offered, the plain one too; ``shape``: layers, width,
+    tokens per sample)."""
     import frontier
     from estimators.breakdown import plan_breakdown
     from tensoropt.planner import capture_job, job_cost_graph, load_job_cluster
 
-    job = _job(name, precision, zero3)
+    job = _job(name, precision, zero3, shape)
     cg = job_cost_graph(capture_job(job), job, load_job_cluster(job), 2)
     fastest = frontier.solve(cg)[0].assignment
     plain = {}
@@ -108,17 +127,19 @@ def plans(name: str, precision: str = "fp32", zero3: bool = False) -> tuple:
 
 
 def measure(steps: int, models: list[str], precision: str = "fp32", zero3: bool = False,
-            mode: str = "replay") -> list[dict]:
-    """One row per (model, variant)."""
+            mode: str = "replay", shape: tuple = (4, 256, SEQ), malloc: str = "glibc") -> list[dict]:
+    """One row per (model, variant); ``malloc``: the workers' ``TENSOROPT_WORKER_MALLOC`` (``peak``:
+    the memory benchmark's allocator settings, :data:`tensoropt.launch.WORKER_MALLOC`)."""
     from tensoropt.executor.job.spec import TrainSpec
 
     rows = []
+    env = {"TENSOROPT_WORKER_MALLOC": malloc}
     with tempfile.TemporaryDirectory(prefix="block-peak-") as tmp:
         for name in models:
-            job, docs = plans(name, precision, zero3)
+            job, docs = plans(name, precision, zero3, shape)
             spec = TrainSpec.from_job(job, steps=steps)
             for variant, doc in docs.items():
-                m = _run(spec, doc, 2, steps, Path(tmp), name, mode)
+                m = _run(spec, doc, 2, steps, Path(tmp), name, mode, env)
                 transient = max((r.get("recompute_chain_bytes", 0.0) for r in doc["layers"]), default=0.0)
                 rows.append({"model": name, "plan": variant, "predicted_memory": doc["memory_bytes"],
                              "memory": m["measured"]["memory_bytes"], "transient": transient,
@@ -156,10 +177,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32")
     parser.add_argument("--zero3", action="store_true", help="zero3 wherever offered, in every variant")
     parser.add_argument("--mode", choices=("replay", "interpret"), default="replay")
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--seq", type=int, default=SEQ, help="tokens per sample")
+    parser.add_argument("--malloc", choices=("glibc", "peak"), default="glibc",
+                        help="the workers' TENSOROPT_WORKER_MALLOC (peak: the memory benchmark's settings)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
-    rows = measure(args.steps, args.models, args.precision, args.zero3, args.mode)
+    rows = measure(args.steps, args.models, args.precision, args.zero3, args.mode,
+                   (args.layers, args.width, args.seq), args.malloc)
     print(table(rows))
     print(f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
     if args.json:

@@ -165,6 +165,11 @@ def worker(options: dict) -> None:
     rank = dist.get_rank()
     steps, rounds = options["steps"], options["rounds"]
     systems, times, peaks, predicted_peaks, errors, ops = [], {}, {}, {}, {}, {}
+    cpu_times: dict[str, list[float]] = {}  # the process's CPU seconds per timed step (all threads)
+    thread_times: dict[str, list[float]] = {}  # the main thread's CPU seconds per timed step
+    op_rows: dict[str, dict] = {}  # per aten op: (self CPU s per step, calls per step), rank 0
+    unloaded: dict[str, list[float]] = {}  # wall seconds less the main thread's run delay, per step
+    from micro_batch_time import run_delay_s
     live_sets: dict[str, str] = {}
     sum_form_peaks: dict[str, int | None] = {}
     peak_moments: dict[str, str] = {}
@@ -184,8 +189,19 @@ def worker(options: dict) -> None:
                 continue
 
             def one_round(r, key=key, trainer=trainer):
-                res = trainer.train(steps, start_step=2 + r * steps)  # step 0 of each call: the tensor peak
+                clocks = [(time.process_time(), time.thread_time(), run_delay_s())]
+
+                def tick(_done):  # the CPU clocks at the end of each step (after its log line)
+                    clocks.append((time.process_time(), time.thread_time(), run_delay_s()))
+
+                res = trainer.train(steps, start_step=2 + r * steps,  # step 0 of each call: the tensor peak
+                                    after_step=tick)
                 times.setdefault(key, []).extend(s["time_s"] for s in res.steps[1:])
+                cpu_times.setdefault(key, []).extend(b[0] - a[0] for a, b in zip(clocks[1:-1], clocks[2:]))
+                thread_times.setdefault(key, []).extend(b[1] - a[1] for a, b in zip(clocks[1:-1], clocks[2:]))
+                delays = [b[2] - a[2] for a, b in zip(clocks[1:-1], clocks[2:])]
+                # the step without the time its main thread waited runnable for a core (the host's load)
+                unloaded.setdefault(key, []).extend(s["time_s"] - d for s, d in zip(res.steps[1:], delays))
                 peaks.setdefault(key, []).append(res.peak_tensor_bytes)
                 if trackers:
                     from tensoropt.executor.state.peak_memory import largest_activation_bytes
@@ -213,14 +229,20 @@ def worker(options: dict) -> None:
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 walls = [trainer.step(1000 + i, measure_memory=False)[1] for i in range(n)]
             table: dict[str, float] = {}
+            rows: dict[str, list[float]] = {}
             for e in prof.key_averages():
                 if e.key.startswith(("aten::", "c10d::", "_c10d_functional::", "gloo:")):
                     cls = op_class(e.key)
                     table[cls] = table.get(cls, 0.0) + e.self_cpu_time_total / 1e6 / n
+                    rows[e.key] = [e.self_cpu_time_total / 1e6 / n, e.count / n, cls]
+            op_rows[key] = rows
             table["step (wall, profiled)"] = statistics.median(walls)
             ops[key] = table
     if rank == 0:
         Path(options["out"]).write_text(json.dumps({"times": times, "peaks": peaks, "ops": ops,
+                                                    "cpu_times": cpu_times, "thread_times": thread_times,
+                                                    "unloaded": unloaded,
+                                                    "op_rows": op_rows,
                                                     "predicted_peaks": predicted_peaks, "errors": errors,
                                                     "sum_form_peaks": sum_form_peaks,
                                                     "peak_moments": peak_moments,
@@ -325,6 +347,26 @@ def add_rows(name: str, plans: dict) -> None:
         plans[label]["redistributions"] = [move.to_json() for move in moves]
 
 
+def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | None = None) -> dict:
+    """Price each plan of model ``name`` that runs (``plans["run"]``) with the current estimator:
+    ``{label: priced classes}`` (:func:`priced_classes`, ``"total"`` its step seconds). ``clock``: the
+    profiled timer's (None: the device's; ``"wall"``: the estimator before the thread clock, read from
+    the wall-clock means a thread-clock timing files beside its own)."""
+    from runtime import spec_of
+
+    from tensoropt.capture import capture
+    from tensoropt.cost_graph import cost_graph
+    from tensoropt.executor.job.data import synthetic_batch
+
+    spec = spec_of(name, models=MODELS)
+    batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
+    graph = capture(spec.build_model(), batch)
+    cg = cost_graph(graph, cluster, NPROC, batch_size=spec.global_batch_size, optimizer="adamw",
+                    compute_mode=compute, profile_clock=clock)
+    return {label: priced_classes(cg, {n: c["label"] for n, c in plans[label]["placements"].items()})
+            for label in plans["run"]}
+
+
 def _err(predicted: float | None, measured: float | None) -> float | None:
     """``(measured - predicted) / measured``: the error relative to what was measured.
 
@@ -348,10 +390,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compute", choices=("roofline", "profiled"), default="profiled")
     parser.add_argument("--ops", action="store_true", help="also the per-operator-class breakdown")
     parser.add_argument("--ops-steps", type=int, default=3, help="steps profiled per plan with --ops")
+    parser.add_argument("--ops-top", type=int, default=30, help="aten ops listed per plan with --ops")
     parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument("--plans", default="dp,fast,lean", help="comma-separated, of dp, fast, lean")
     parser.add_argument("--plan-cache", default=None,
                         help="read the planned plans here, else plan and write them")
+    parser.add_argument("--reprice", action="store_true",
+                        help="price plans read from --plan-cache with the current estimator and cache")
     parser.add_argument("--live-set", action="store_true", help="print what is alive at each measured peak")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
@@ -370,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                      "choose from dp, fast, lean")
     cache = Path(args.plan_cache) if args.plan_cache else None
     cached = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
-    plans, priced = {}, {}
+    plans, priced, wall_priced = {}, {}, {}
     for name in names:
         if name in cached:
             priced.update(cached[name]["priced"])
@@ -392,6 +437,13 @@ def main(argv: list[str] | None = None) -> int:
         if name in cached and "plans" in cached[name]:
             plans[name] = cached[name]["plans"]
         plans[name] = {**plans[name], "run": [p for p in plans[name]["run"] if p in wanted]}
+        if args.reprice and name in cached:  # the cached plans, priced by this estimator (this cache)
+            for label, classes in reprice(name, plans[name], args.cluster, args.compute).items():
+                priced[f"{name}/{label}"] = classes
+                plans[name][label] = {**plans[name][label], "time_s": classes["total"]}
+        if args.compute == "profiled":  # the same plans on the wall clock's timings of the same runs
+            for label, classes in reprice(name, plans[name], args.cluster, args.compute, "wall").items():
+                wall_priced[f"{name}/{label}"] = classes
         add_rows(name, plans[name])
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
@@ -409,11 +461,19 @@ def main(argv: list[str] | None = None) -> int:
             key = f"{name}/{label}"
             pred_ms = plans[name][label]["time_s"] * 1e3
             meas_ms = _median_ms(res["times"].get(key, []))
+            cpu_ms = _median_ms(res.get("cpu_times", {}).get(key, []))
+            thread_ms = _median_ms(res.get("thread_times", {}).get(key, []))
+            unloaded_ms = _median_ms(res.get("unloaded", {}).get(key, []))
             pred_peak = res["predicted_peaks"].get(key)
             sum_peak = res.get("sum_form_peaks", {}).get(key)
             meas_peak = max(res["peaks"].get(key, [0])) or None
+            wall_ms = wall_priced[key]["total"] * 1e3 if key in wall_priced else None
             row = {"model": name, "plan": label, "predicted_ms": pred_ms, "measured_ms": meas_ms,
-                   "time_error": _err(pred_ms, meas_ms), "predicted_peak_tensor_bytes": pred_peak,
+                   "wall_clock_predicted_ms": wall_ms, "wall_clock_time_error": _err(wall_ms, meas_ms),
+                   "wall_clock_priced": wall_priced.get(key),
+                   "time_error": _err(pred_ms, meas_ms), "process_cpu_ms": cpu_ms, "thread_cpu_ms": thread_ms,
+                   "cpu_time_error": _err(pred_ms, thread_ms), "unloaded_ms": unloaded_ms,
+                   "unloaded_error": _err(pred_ms, unloaded_ms), "predicted_peak_tensor_bytes": pred_peak,
                    "peak_tensor_bytes": meas_peak, "peak_error": _err(pred_peak, meas_peak),
                    "sum_form_peak_bytes": sum_peak, "sum_form_peak_error": _err(sum_peak, meas_peak),
                    "peak_moment": res.get("peak_moments", {}).get(key, "-"),
@@ -424,25 +484,48 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:14} {pred_ms:8.1f} {meas_ms:8.1f} {_pct(te):>8} {_mib(pred_peak):>13} "
                   f"{_mib(meas_peak):>13} {_pct(pe):>8} {_mib(sum_peak):>9} "
                   f"{_pct(row['sum_form_peak_error']):>8}  {row['peak_moment']:24}  {row['summary']}")
-    print("\nper family: median |time error|, worst |peak error|")
+    print(f"\n{'plan':14} {'pred ms':>8} {'wall ms':>8} {'err':>7} {'wall-delay':>10} {'err':>7} "
+          f"{'proc CPU':>8} {'main CPU':>8} {'err':>7} {'wall-clock pred':>15} {'err':>7} {'err w-d':>7}")
+    for r in rows:
+        wc = r["wall_clock_predicted_ms"]
+        print(f"{r['model'] + '/' + r['plan']:14} {r['predicted_ms']:8.1f} {r['measured_ms']:8.1f} "
+              f"{_pct(r['time_error']):>7} {r['unloaded_ms']:10.1f} {_pct(r['unloaded_error']):>7} "
+              f"{r['process_cpu_ms']:8.1f} {r['thread_cpu_ms']:8.1f} {_pct(r['cpu_time_error']):>7} "
+              f"{wc if wc is not None else float('nan'):15.1f} {_pct(r['wall_clock_time_error']):>7} "
+              f"{_pct(_err(wc, r['unloaded_ms'])):>7}")
+    print("\nper family: median |time error| (wall; wall less the run delay), worst |peak error|")
     for name in plans:
+        ue = [abs(r["unloaded_error"]) for r in rows
+              if r["model"] == name and r["unloaded_error"] is not None]
+        print(f"  {name:8} wall less run delay {_pct(statistics.median(ue)) if ue else '-':>7}")
+        for field, what in (("wall_clock_time_error", "wall-clock timings, wall"),
+                            ("cpu_time_error", "thread-clock timings, main-thread CPU")):
+            xs = [abs(r[field]) for r in rows if r["model"] == name and r[field] is not None]
+            print(f"  {name:8} {what} {_pct(statistics.median(xs)) if xs else '-':>7}")
         te = [abs(r["time_error"]) for r in rows if r["model"] == name and r["time_error"] is not None]
         pe = [abs(r["peak_error"]) for r in rows if r["model"] == name and r["peak_error"] is not None]
         print(f"  {name:8} time {_pct(statistics.median(te)) if te else '-':>7}   "
               f"peak {_pct(max(pe)) if pe else '-':>7}")
     if args.ops:
+        options_top = args.ops_top
         for r in rows:
             if not r["profiled"]:
                 continue
             print(f"\n{r['model']}/{r['plan']}: ms per step, priced against profiled (rank 0, self CPU)")
             classes = sorted(set(r["priced"]) | set(r["profiled"]) - {"total", "step (wall, profiled)"},
                              key=lambda c: -max(r["priced"].get(c, 0.0), r["profiled"].get(c, 0.0)))
+            wall = r.get("wall_clock_priced") or {}
             for c in classes:
                 if c in ("total", "step (wall, profiled)"):
                     continue
-                print(f"  {c:22} {r['priced'].get(c, 0.0) * 1e3:8.2f} {r['profiled'].get(c, 0.0) * 1e3:8.2f}")
+                print(f"  {c:22} {r['priced'].get(c, 0.0) * 1e3:8.2f} {r['profiled'].get(c, 0.0) * 1e3:8.2f}"
+                      f"   wall-clock priced {wall.get(c, 0.0) * 1e3:8.2f}")
             print(f"  {'total / step':22} {r['priced']['total'] * 1e3:8.2f} "
                   f"{r['profiled']['step (wall, profiled)'] * 1e3:8.2f}")
+            top = sorted(res.get("op_rows", {}).get(f"{r['model']}/{r['plan']}", {}).items(),
+                         key=lambda kv: -kv[1][0])[:options_top]
+            for op, (self_s, calls, cls) in top:
+                print(f"    {op:44} {self_s * 1e3:8.2f} ms {calls:6.0f} calls  {cls}")
     for key, table in res.get("live_sets", {}).items():
         print(f"\n{key}: rank 0, {table}")
     for key, err in res["errors"].items():
@@ -452,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.perf_counter() - start:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "errors": res["errors"],
+                                               "op_rows": res.get("op_rows", {}),
                                                "load_before": load_before, "load_after": load_after,
                                                "compute": args.compute,
                                                "cluster": args.cluster}, indent=1))

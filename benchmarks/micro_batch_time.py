@@ -130,7 +130,7 @@ def priced_terms(job, micro_batches: int, devices: int, placements: dict) -> dic
         >>> priced_terms(job, 4, 2, labels)["overhead"]  # doctest: +SKIP
         0.00108
     """
-    from estimators.breakdown import _index
+    from estimators.breakdown import configuration_index
     from tensoropt.accumulation import step_terms
     from tensoropt.planner import (
         build_job_model,
@@ -149,7 +149,7 @@ def priced_terms(job, micro_batches: int, devices: int, placements: dict) -> dic
         warnings.simplefilter("ignore")
         graph = capture_job(sub, (model, spec))
         G = job_cost_graph(graph, sub, cluster, devices)
-    a = {n: _index(G, n, placements[n]) for n in G.nodes}
+    a = {n: configuration_index(G, n, placements[n]) for n in G.nodes}
     return step_terms(G, graph.nx, a, micro_batches, cluster.device)
 
 

@@ -21,7 +21,16 @@ _WALK_KEY = "_plan_breakdown_walk"
 _ROWS_KEY = "_plan_breakdown_rows"
 
 
-def _index(cg: nx.DiGraph, node: str, choice) -> int:
+def configuration_index(cg: nx.DiGraph, node: str, choice) -> int:
+    """Row of ``choice`` (a configuration label or an index) among ``node``'s configurations; an
+    unknown label is an error naming the node and its labels.
+
+    Example:
+        >>> import networkx as nx
+        >>> g = nx.DiGraph(); g.add_node("mm", configs=["replicate", "batch=2"])
+        >>> configuration_index(g, "mm", "batch=2"), configuration_index(g, "mm", 0)
+        (1, 0)
+    """
     if isinstance(choice, str):
         labels = cg.nodes[node]["configs"]
         if choice not in labels:
@@ -123,7 +132,7 @@ def plan_breakdown(cg: nx.DiGraph, assignment: dict) -> dict:
     missing = [n for n in cg if n not in assignment]
     if missing:
         raise ValueError(f"assignment has no configuration for node(s) {missing[:5]}")
-    idx = {n: _index(cg, n, assignment[n]) for n in cg}
+    idx = {n: configuration_index(cg, n, assignment[n]) for n in cg}
     nodes, edge_order = _walk(cg)
     layers, edges = [], []
     time_s = memory = buffer = 0.0

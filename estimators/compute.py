@@ -61,8 +61,10 @@ def op_bytes(op: LocalOp) -> int:
     return total + numel(op.out_shape) * size
 
 
-def _roof(device: Device, flops: float, nbytes: float, matmul: bool, kernels: int) -> float:
-    eff = device.matmul_efficiency if matmul else device.memory_efficiency
+def _roof(device: Device, flops: float, nbytes: float, matmul: bool, kernels: int,
+          matmul_efficiency: float | None = None) -> float:
+    eff = (device.matmul_efficiency if matmul_efficiency is None else matmul_efficiency) if matmul \
+        else device.memory_efficiency
     flop_s = flops / (device.peak_flops("float32") * eff) if flops else 0.0
     byte_s = nbytes / (device.memory_bandwidth_gbps * 1e9 * device.memory_efficiency)
     return max(flop_s, byte_s) + kernels * device.kernel_launch_s
@@ -83,14 +85,15 @@ def roofline_time_s(device: Device, op: LocalOp) -> tuple[float, float]:
     peak_dtype_scale = device.peak_flops("float32") / device.peak_flops(op.dtype)
     flops = op.flops * peak_dtype_scale
     nbytes = op_bytes(op)
-    fwd = _roof(device, flops, nbytes, matmul, 1)
+    eff = device.matmul_efficiency_for(op.dtype)
+    fwd = _roof(device, flops, nbytes, matmul, 1, eff)
     grads = int(op.has_params) + sum(op.inputs_need_grad)
     if grads == 0:
         return fwd, 0.0
     if op.kind == "sdpa":
-        bwd = _roof(device, 2 * flops, 2 * nbytes, True, 2)
+        bwd = _roof(device, 2 * flops, 2 * nbytes, True, 2, eff)
     elif matmul:
-        bwd = _roof(device, grads * flops, grads * nbytes, True, grads)
+        bwd = _roof(device, grads * flops, grads * nbytes, True, grads, eff)
     else:
         bwd = _roof(device, flops, 1.5 * nbytes, False, 1)
     return fwd, bwd

@@ -53,6 +53,7 @@ from estimators.batch_norm import synchronized as bn_synchronized
 from estimators.collectives import GRAD_BUCKET_BYTES, CommModel, grad_all_reduce_time_s, grad_bucket_fixed_s
 from estimators.compute import LocalOp, cast_time_s, optimizer_time_s, roofline_time_s
 from estimators.configuration import Configuration, Mesh
+from estimators.layout_copies import layout_copy_time_s
 from estimators.memory import (  # noqa: F401 - copies_operand re-exported (was defined here)
     SavingRules,
     copies_operand,
@@ -71,6 +72,7 @@ from estimators.precision import Precision, get_precision
 from estimators.profiles import Cluster
 from estimators.redistribution import (
     edge_time_s,
+    gradient_layout,
     local_shape,
     redistribution_steps,
     redistribution_time_s,
@@ -136,6 +138,9 @@ class CostModel:
     compute_time: Callable | None = None
     rules: SavingRules = field(default_factory=SavingRules)
     precision: Precision = field(default_factory=lambda: get_precision("fp32"))
+    layout_copies: bool = True
+    """Price the local copies DTensor makes around a redistribution's collectives
+    (:mod:`estimators.layout_copies`); False: the estimator without them (for before/after tables)."""
     batch_norm_stats: str = "synchronized"
     """``training.batch_norm``: a batch-split batch norm's statistics summed across ranks (priced:
     :mod:`estimators.batch_norm`) or per rank (``local``, free)."""
@@ -465,6 +470,9 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
             comm_s += redistribution_time_s(
                 comm, tuple(node["out_shape"]), itemsize(out_dtype), src, config.output
             )
+            if model.layout_copies:  # a reduce-scatter to a dim > 0 lays its input out first
+                comm_s += layout_copy_time_s(device, tuple(node["out_shape"]), itemsize(out_dtype), src,
+                                             tuple(config.output), mesh.shape)
         buffer = max(buffer, numel(op.out_shape) * itemsize(out_dtype))
         if device.redistribute_overhead_s and not reduced_locally:  # a DTensor redistribution
             comm_s += device.redistribute_overhead_s * (1 + bool(info.needs_grad.get(name)))
@@ -502,6 +510,14 @@ def _operand_move(model: CostModel, out_shape, size, src, dim_map, shape, dst, s
     fwd, bwd = edge_time_s(comm, shape, size, translated, dst, split_axes, grad)
     redistributions = (gathered != src) + (translated != dst)
     t += model.cluster.device.redistribute_overhead_s * redistributions * (1 + bool(grad))
+    if model.layout_copies:  # the local copies around the collectives, forward and backward
+        device, mesh_shape = model.cluster.device, model.mesh.shape
+        if gathered != src:
+            t += layout_copy_time_s(device, out_shape, size, src, gathered, mesh_shape)
+        t += layout_copy_time_s(device, shape, size, translated, dst, mesh_shape)
+        if grad:
+            back = gradient_layout(dst, split_axes)
+            t += layout_copy_time_s(device, shape, size, back, translated, mesh_shape)
     buf = 0.0
     if moved:
         buf = max(

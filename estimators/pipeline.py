@@ -86,3 +86,52 @@ def schedule_overhead_s(cluster: Cluster, num_stages: int) -> float:
         (0.002, 0.0)
     """
     return cluster.device.pipeline_microbatch_s if num_stages > 1 else 0.0
+
+
+def tied_all_reduce_s(cluster: Cluster, nbytes: float, devices_per_stage: int) -> float:
+    """Seconds of the once-per-step all-reduce (sum) of a tied parameter's gradient between the two
+    stages holding a copy (the embedding's on the first stage, the head's on the last): a ring of 2
+    ranks, a reduce-scatter and an all-gather of ``nbytes / 2`` each, on the link between stages
+    (:func:`p2p_time_s`'s).
+
+    Example:
+        >>> from estimators.profiles import load_cluster
+        >>> c = load_cluster("h100-4x8-ib")
+        >>> tied_all_reduce_s(c, 1e9, 8) > tied_all_reduce_s(c, 1e9, 4) > 0, tied_all_reduce_s(c, 0, 8)
+        (True, 0.0)
+    """
+    if nbytes <= 0:
+        return 0.0
+    return 2 * p2p_time_s(cluster, nbytes / 2, devices_per_stage)
+
+
+def tied_copy_cost(model: CostModel, node: dict, config: Configuration, key: str) -> dict[str, float]:
+    """What the stage of a tied parameter's other user (``node``: the head reading the embedding's
+    weight ``key``) pays for its own copy of it when the parameter's first user sits in another stage:
+    the state the node's cost leaves to the first user (``shared_params``), in the node's parameter
+    layout -- ``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` -- and ``step_s``, the copy's
+    once-per-step work: its gradient's all-reduce over the configuration's ``grad_sync_axes`` and its
+    optimizer step (priced as :func:`once_per_step_s` prices an own parameter). The all-reduce
+    between the two stages is :func:`tied_all_reduce_s`.
+
+    Example:
+        >>> from estimators.profiles import load_cluster
+        >>> from estimators.configuration import Mesh
+        >>> model = CostModel(load_cluster("h100x8"), Mesh((2,), ("gpu",)), "adamw")
+        >>> node = {"params": {"w": (1024, 256)}, "shared_params": ["w"], "out_dtype": "float32"}
+        >>> c = Configuration("batch=2", (("batch", (0,)),), (("S(0)",),), (("w", ("R",)),), ("S(0)",),
+        ...                   grad_sync_axes=(("w", (0,)),))
+        >>> cost = tied_copy_cost(model, node, c, "w")
+        >>> cost["param_bytes"], cost["grad_bytes"], cost["optimizer_bytes"], cost["step_s"] > 0
+        (1048576.0, 1048576.0, 2097152.0, True)
+    """
+    from estimators.memory import optimizer_factor
+
+    shape = node["params"][key]
+    layout = dict(config.params).get(key, ("R",) * len(model.mesh.shape))
+    pb = param_bytes(model, shape, layout, str(node.get("out_dtype", "float32")))
+    sync = dict(config.grad_sync_axes).get(key)
+    step_s = grad_all_reduce_time_s(model.comm, pb.grad, sync, None) if sync else 0.0
+    step_s += optimizer_time_s(model.cluster.device, pb.stored, 1, model.optimizer)
+    return {"param_bytes": float(pb.stored), "grad_bytes": float(pb.grad),
+            "optimizer_bytes": float(pb.stored * optimizer_factor(model.optimizer)), "step_s": step_s}

@@ -16,6 +16,19 @@ Anything that cannot be timed (an op whose arguments do not fit the local shapes
 the roofline, counted in ``fallbacks``.
 
 Default cache directory: ``$TENSOROPT_CACHE`` or ``~/.cache/tensoropt``.
+
+**The clock** (:func:`timing_clock`). On a CPU whose workers run one thread each (torchrun's
+default), an op runs on the calling thread, forward and backward (autograd runs CPU backward on
+the thread that calls it), so its cost is that thread's CPU time (``time.thread_time``): what the
+op takes on a core of its own, which a dedicated host gives every rank. Wall time (``perf_counter``)
+adds the time the thread waited for a core, i.e. whatever else the host ran meanwhile, and the
+cache keeps it keyed by shape: measured on this 2-core machine at load 6-8, the decoder's (HF
+GPT-2, width 256) data-parallel GEMMs were priced 843.7 ms a step from a wall-clock cache, 4x
+the 217.5 ms of CPU the whole step's main thread spent (``benchmarks/fidelity.py``, docs/results.md
+2026-11-28, branch ``fidelity2``). The co-running ranks' threads still share the caches and the
+memory bandwidth: their stalls are CPU time of the timed thread. GPUs and multi-threaded CPU workers
+keep the wall clock (kernels run asynchronously, or on other threads). Timings taken with the
+thread clock have their own cache keys.
 """
 
 from __future__ import annotations
@@ -46,6 +59,17 @@ def default_cache_dir() -> Path:
 #: Tag of how timings are taken; part of every cache key, so a change re-measures.
 TIMING = "mean-v2"
 # (a timing taken beside co-running ranks adds their count to its key)
+
+
+def timing_clock(device_kind: str) -> str:
+    """``"thread"`` (the timing thread's CPU time) for a CPU whose workers run one thread, else
+    ``"wall"`` (see the module docstring: the thread clock leaves out the time the host gave others).
+
+    Example:
+        >>> timing_clock("gpu")
+        'wall'
+    """
+    return "thread" if device_kind == "cpu" and worker_threads() == 1 else "wall"
 
 
 def worker_threads() -> int:
@@ -87,10 +111,10 @@ def gemm_shapes(node: dict, op: LocalOp) -> tuple[tuple[tuple[int, ...], ...], t
     return ((rows, shapes[0][-1]),) + shapes[1:], (rows, out[-1])
 
 
-def cache_key(device_name: str, node: dict, op: LocalOp, co_runners: int = 0) -> str:
+def cache_key(device_name: str, node: dict, op: LocalOp, co_runners: int = 0, clock: str = "wall") -> str:
     """Stable key of one timing: device, aten op, local shapes and dtypes, attributes, what needs grad
-    (and the co-running ranks, when there are any). A linear's shapes are keyed as the GEMM it
-    computes (:func:`gemm_shapes`).
+    (and the co-running ranks, when there are any; the clock, when it is not the wall clock:
+    :func:`timing_clock`). A linear's shapes are keyed as the GEMM it computes (:func:`gemm_shapes`).
 
     Example:
         >>> op = LocalOp("elementwise", "float32", 8.0, ((8,),), ("float32",), (), (8,), False, (True,))
@@ -114,7 +138,8 @@ def cache_key(device_name: str, node: dict, op: LocalOp, co_runners: int = 0) ->
             op.inputs_need_grad,
             node.get("attrs") or {},
         ]
-        + ([f"co-runners={co_runners}"] if co_runners else []),
+        + ([f"co-runners={co_runners}"] if co_runners else [])
+        + ([f"clock={clock}"] if clock != "wall" else []),
         sort_keys=True,
         default=str,
     )
@@ -141,10 +166,13 @@ class ProfiledCompute:
 
     def __init__(
         self, device: Device, program=None, cache_dir: str | os.PathLike | None = None, repeats: int = 10,
-        co_runners: int = 0,
+        co_runners: int = 0, clock: str | None = None,
     ):
         self.device, self.program, self.repeats = device, program, repeats
         self.co_runners = co_runners if device.kind == "cpu" else 0
+        self.clock = clock or timing_clock(device.kind)
+        if self.clock not in ("thread", "wall"):
+            raise ValueError(f"profiled compute: clock must be 'thread' or 'wall', got {self.clock!r}")
         self.path = Path(cache_dir or default_cache_dir()) / f"{device.name}.json"
         self.cache: dict[str, list[float]] = read_json_object(self.path)
         self.fx_nodes = {n.name: n for n in program.graph.nodes} if program is not None else {}
@@ -152,7 +180,7 @@ class ProfiledCompute:
 
     def __call__(self, name: str, node: dict, config, op: LocalOp) -> tuple[float, float] | None:
         """(forward, backward) seconds of the local shard, or None to use the roofline."""
-        key = cache_key(self.device.name, node, op, self.co_runners)
+        key = cache_key(self.device.name, node, op, self.co_runners, self.clock)
         if key in self.cache:
             self.hits += 1
             return tuple(self.cache[key])
@@ -160,13 +188,16 @@ class ProfiledCompute:
         if fx_node is None:
             self.fallbacks += 1
             return None
+        walls: dict[str, list[float]] = {}
         try:
-            fwd, bwd = time_local_op(fx_node, node, op, self.repeats, self.co_runners)
+            fwd, bwd = time_local_op(fx_node, node, op, self.repeats, self.co_runners, self.clock, walls)
         except Exception:  # arguments that do not fit the local shapes: the roofline answers
             self.fallbacks += 1
             return None
         self.measured += 1
         self.cache[key] = [fwd, bwd]
+        if self.clock == "thread":  # the same runs on the wall clock, under the wall clock's key
+            self.cache.setdefault(cache_key(self.device.name, node, op, self.co_runners), walls["wall"])
         self._save()
         return fwd, bwd
 
@@ -201,9 +232,12 @@ def local_constant_shape(shape: tuple[int, ...], node: dict, op: LocalOp) -> tup
 
 
 def time_local_op(
-    fx_node, node: dict, op: LocalOp, repeats: int = 10, co_runners: int = 0
+    fx_node, node: dict, op: LocalOp, repeats: int = 10, co_runners: int = 0, clock: str = "wall",
+    walls: dict | None = None,
 ) -> tuple[float, float]:
-    """Run the aten op of ``fx_node`` at ``op``'s local shapes; mean forward and backward seconds.
+    """Run the aten op of ``fx_node`` at ``op``'s local shapes; mean forward and backward seconds,
+    on the ``clock`` of :func:`timing_clock` (``"thread"``: the timing thread's CPU seconds).
+    ``walls``, when given, receives ``"wall"``: the same runs' means on the wall clock.
 
     The mean leaves the slowest 10 % of the repetitions out (:func:`estimators.calibration.summarise_s`);
     on the CPU the op runs on :func:`worker_threads` threads, as it will in a worker, while
@@ -226,6 +260,7 @@ def time_local_op(
 
     dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    now = time.thread_time if clock == "thread" and dev.type == "cpu" else time.perf_counter
     params = iter(())
     inputs = list(zip(op.in_shapes, op.in_dtypes, op.inputs_need_grad))
 
@@ -258,15 +293,17 @@ def time_local_op(
     def once() -> tuple[float, float]:
         args, kwargs, leaves = arguments()
         sync()
-        t0 = time.perf_counter()
+        w0, t0 = time.perf_counter(), now()
         out = fx_node.target(*args, **kwargs)
         out = out[0] if isinstance(out, (tuple, list)) else out
         sync()
-        t1 = time.perf_counter()
-        if leaves and out.requires_grad:
+        w1, t1 = time.perf_counter(), now()
+        backward = bool(leaves and out.requires_grad)
+        if backward:
             out.backward(torch.ones_like(out))
             sync()
-        return t1 - t0, time.perf_counter() - t1 if leaves and out.requires_grad else 0.0
+        w2, t2 = time.perf_counter(), now()
+        return t1 - t0, t2 - t1 if backward else 0.0, w1 - w0, w2 - w1 if backward else 0.0
 
     stop = threading.Event()
 
@@ -298,4 +335,6 @@ def time_local_op(
         for r in runners:
             r.join()
         torch.set_num_threads(threads)
+    if walls is not None:
+        walls["wall"] = [summarise_s([r[2] for r in runs], "mean"), summarise_s([r[3] for r in runs], "mean")]
     return summarise_s([r[0] for r in runs], "mean"), summarise_s([r[1] for r in runs], "mean")

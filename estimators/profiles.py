@@ -62,6 +62,10 @@ class Device:
     """Usable device memory in bytes."""
     matmul_efficiency: float = 0.7
     """Fraction of peak FLOP/s large matmuls and convolutions reach."""
+    matmul_efficiency_by_dtype: dict[str, float] = field(default_factory=dict)
+    """Per compute dtype, where it differs from :attr:`matmul_efficiency` (a measured profile:
+    ``tensoropt calibrate --device`` times float32 GEMMs on CUDA cores and bfloat16 ones on tensor
+    cores; each reaches its own fraction of its own peak). Empty: one efficiency for every dtype."""
     memory_efficiency: float = 0.8
     """Fraction of peak bandwidth memory-bound kernels reach."""
     kernel_launch_s: float = 5e-6
@@ -107,6 +111,17 @@ class Device:
         """
         return 1e12 * self.peak_tflops.get(dtype, self.peak_tflops["float32"])
 
+    def matmul_efficiency_for(self, dtype: str) -> float:
+        """The fraction of ``dtype``'s peak its large matmuls reach (:attr:`matmul_efficiency_by_dtype`,
+        else :attr:`matmul_efficiency`).
+
+        Example:
+            >>> d = load_device("h100-sxm-80gb")
+            >>> d.matmul_efficiency_for("bfloat16") == d.matmul_efficiency
+            True
+        """
+        return self.matmul_efficiency_by_dtype.get(dtype, self.matmul_efficiency)
+
     @staticmethod
     def from_dict(data: dict, where: str = "<inline device>") -> Device:
         """Build and validate a device from its YAML mapping.
@@ -126,6 +141,7 @@ class Device:
                 "memory_bandwidth_gbps",
                 "memory_bytes",
                 "matmul_efficiency",
+                "matmul_efficiency_by_dtype",
                 "memory_efficiency",
                 "kernel_launch_s",
                 *OVERHEAD_KEYS,
@@ -148,6 +164,19 @@ class Device:
             raise ProfileError(f"{where}: key 'peak_tflops' has no citation; add it under 'sources:'")
         pr = _Reader(peaks, where, "peak_tflops.", {f"peak_tflops.{k}": "" for k in peaks})
         peak_tflops = {str(k): pr.number(str(k)) for k in peaks}
+        by_dtype = data.get("matmul_efficiency_by_dtype") or {}
+        if not isinstance(by_dtype, dict):
+            raise ProfileError(f"{where}: key 'matmul_efficiency_by_dtype' must map dtype names to fractions")
+        if by_dtype and "matmul_efficiency_by_dtype" not in r.sources:
+            raise ProfileError(f"{where}: key 'matmul_efficiency_by_dtype' has no citation; "
+                               "add it under 'sources:'")
+        er = _Reader(by_dtype, where, "matmul_efficiency_by_dtype.",
+                     {f"matmul_efficiency_by_dtype.{k}": "" for k in by_dtype})
+        matmul_by_dtype = {str(k): er.number(str(k)) for k in by_dtype}
+        for k, v in matmul_by_dtype.items():
+            if v > 1:
+                raise ProfileError(f"{where}: key 'matmul_efficiency_by_dtype.{k}' is a fraction of peak "
+                                   "and must be <= 1")
         dev = Device(
             name=r.text("name", Path(where).stem),
             kind=kind,
@@ -155,6 +184,7 @@ class Device:
             memory_bandwidth_gbps=r.number("memory_bandwidth_gbps"),
             memory_bytes=int(r.number("memory_bytes")),
             matmul_efficiency=r.number("matmul_efficiency", default=0.7, cited="matmul_efficiency" in data),
+            matmul_efficiency_by_dtype=matmul_by_dtype,
             memory_efficiency=r.number("memory_efficiency", default=0.8, cited="memory_efficiency" in data),
             kernel_launch_s=r.number(
                 "kernel_launch_s", positive=False, default=5e-6, cited="kernel_launch_s" in data
@@ -414,6 +444,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
                           "bytes_per_program_node")
                 if k in d.sources
             },
+            **({"matmul_efficiency_by_dtype": dict(d.matmul_efficiency_by_dtype)}
+               if d.matmul_efficiency_by_dtype else {}),
             "sources": dict(d.sources),
         },
         "devices_per_node": cluster.devices_per_node,

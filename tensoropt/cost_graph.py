@@ -134,6 +134,8 @@ def cost_graph(
     memoise: bool = True,
     checkpoint_modules: Sequence[str] | None = None,
     loss_chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    profile_clock: str | None = None,
+    price_layout_copies: bool = True,
 ) -> nx.DiGraph:
     """Price every configuration of every operator of ``graph`` on ``num_devices`` devices of ``cluster``.
 
@@ -167,6 +169,11 @@ def cost_graph(
             None: the repeated modules the capture finds).
         loss_chunk_tokens: tokens per chunk of the ``chunked_loss`` option (``training.loss_chunk_tokens``:
             :mod:`estimators.chunked_loss`, offered on each head + cross entropy pair it fuses).
+        profile_clock: profiled mode's clock, ``"thread"`` or ``"wall"`` (None: the device's,
+            :func:`estimators.profiled.timing_clock`; a thread-clock timing also files the same runs'
+            wall-clock means, so a wall-clock cost graph after it reads them without timing again).
+        price_layout_copies: price the local copies around redistributions' collectives
+            (:mod:`estimators.layout_copies`); False: the estimator without them (ablations).
         precision: the training precision (:mod:`tensoropt.precision`); capture the graph in its
             compute dtype. A mixed one prices float32 master parameters, gradients (reduced in
             float32) and optimizer state, and the compute-dtype copies of the parameters ops keep.
@@ -210,12 +217,13 @@ def cost_graph(
         # on a CPU host the other ranks compute at the same time, sharing caches and memory bandwidth
         co_runners = min(num_devices, cl.devices_per_node) - 1
         timer = ProfiledCompute(cl.device, program=getattr(graph, "program", None), cache_dir=cache_dir,
-                                co_runners=co_runners)
+                                co_runners=co_runners, clock=profile_clock)
     if batch_norm == "auto":
         batch_norm = "native"
     rules = SavingRules(cl.device.kind, sdpa_backend, batch_norm)
     model = CostModel(cl, mesh, optimizer, compute_time=timer, rules=rules,
-                      precision=get_precision(precision), batch_norm_stats=batch_norm_stats)
+                      precision=get_precision(precision), batch_norm_stats=batch_norm_stats,
+                      layout_copies=price_layout_copies)
     info = GraphInfo.of(g, rules)
     if memory_options:
         from tensoropt.configspace.options import with_options

@@ -14,7 +14,7 @@ from collections import Counter
 
 import networkx as nx
 
-from estimators.breakdown import plan_breakdown
+from estimators.breakdown import configuration_index, plan_breakdown
 from estimators.memory_parts import MEMORY_PARTS, TRANSIENT_PARTS
 from tensoropt.plans import Layer, Redistribution
 
@@ -62,11 +62,6 @@ def summarize_split(ops: dict[str, str], nx_graph: nx.DiGraph, max_labels: int =
     return "; ".join(parts)
 
 
-def _config_index(G: nx.DiGraph, node: str, choice) -> int:
-    """Row of ``choice`` (an index or a label) among ``node``'s configurations."""
-    return G.nodes[node]["configs"].index(choice) if isinstance(choice, str) else int(choice)
-
-
 def plan_summary(graph, ops: dict[str, str]) -> str:
     """:func:`summarize_split` of an OpGraph (or a networkx graph)."""
     return summarize_split(ops, getattr(graph, "nx", graph))
@@ -96,7 +91,7 @@ def plan_layers(G: nx.DiGraph, graph, assignment: dict[str, int]) -> tuple[list[
     edge_memory: dict[str, float] = {}
     for r in b["redistributions"]:
         edge_memory[r["dst"]] = edge_memory.get(r["dst"], 0.0) + r["memory_bytes"]
-    buffers = {n: float(G.nodes[n]["buffer_bytes"][_config_index(G, n, assignment[n])])
+    buffers = {n: float(G.nodes[n]["buffer_bytes"][configuration_index(G, n, assignment[n])])
                for n in G if "buffer_bytes" in G.nodes[n]}
     layers = []
     for row in b["layers"]:

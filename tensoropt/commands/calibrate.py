@@ -52,7 +52,8 @@ def add_parser(subparsers) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--nproc", type=int, required=True, help="number of local processes (>= 2)")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="number of local processes (>= 2) for the collectives (not with --device)")
     p.add_argument("--out", default=None, help="profile YAML to write (default: ./<cluster>-calibrated.yaml)")
     p.add_argument(
         "--cluster",
@@ -80,6 +81,14 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="also measure the executor's per-operator and per-redistribution host overhead",
     )
+    p.add_argument(
+        "--device",
+        action="store_true",
+        help="measure this device instead of collectives (one process, CUDA when visible): GEMM "
+        "efficiency per dtype, elementwise memory bandwidth and the per-kernel launch floor; writes a "
+        "device profile (default ./<device>-measured.yaml)",
+    )
+    p.add_argument("--tiny", action="store_true", help="with --device: small sizes (a quick CPU check)")
     p.add_argument(
         "--memory",
         action="store_true",
@@ -462,11 +471,53 @@ def runtime_memory(steps: int = 3, timeout_s: float = 300.0) -> tuple[dict[str, 
     return {"runtime_overhead_bytes": overhead, "bytes_per_program_node": per_node}, why
 
 
+def run_device(args: argparse.Namespace) -> int:
+    """``--device``: time this device's kernels, write the measured device profile, print the table."""
+    from estimators.device_fit import gemm_efficiency
+    from estimators.profiles import Device, ProfileError, load_device
+    from tensoropt.commands.calibrate_device import calibrate_device
+
+    base = None
+    if args.cluster:  # a device profile's name, or a cluster's (its device)
+        try:
+            base = load_device(args.cluster)
+        except (ProfileError, FileNotFoundError):
+            from estimators.profiles import load_cluster
+
+            base = load_cluster(args.cluster).device
+    profile, timings = calibrate_device(base.name if base else None, tiny=args.tiny)
+    Device.from_dict(profile, "<measured>")  # refuses what the loader would refuse, before writing
+    datasheet = load_device(base.name if base else profile["name"].removesuffix("-measured"))
+    desc = timings["device"]
+    print(f"device: {desc['name']} (torch {desc['torch']}, driver {desc.get('driver')})")
+    print(f"{'gemm':<22}{'ms':>10}{'TFLOP/s':>10}{'of peak':>9}")
+    for row in timings["gemms"]:
+        size = f"{row['dtype']} {row['m']}^3"
+        tflops = 2 * row["m"] * row["n"] * row["k"] / row["time_s"] / 1e12
+        eff = gemm_efficiency(row, datasheet)
+        print(f"{size:<22}{row['time_s'] * 1e3:>10.3f}{tflops:>10.1f}{eff:>9.1%}")
+    for row in timings["bandwidth"]:
+        gbps = row["bytes"] / row["time_s"] / 1e9
+        print(f"{row['kind']:<22}{row['time_s'] * 1e3:>10.3f}{gbps:>10.0f} GB/s")
+    print(f"kernel launch: {timings['kernel_launch_s'] * 1e6:.2f} us; matmul_efficiency "
+          f"{profile['matmul_efficiency']:.3f}, memory_efficiency {profile['memory_efficiency']:.3f}")
+    out = Path(args.out or f"{profile['name']}.yaml")
+    header = "# written by: tensoropt calibrate --device" + (" --tiny" if args.tiny else "") + "\n"
+    write_text_atomic(out, header + yaml.safe_dump(profile, sort_keys=False))
+    print(f"wrote {out}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Measure, fit, write the profile, print the fit errors."""
     from estimators.calibration import calibrated_profile
     from estimators.profiles import Cluster, load_cluster
 
+    if getattr(args, "device", False):
+        return run_device(args)
+    if args.nproc is None:
+        raise CommandError("--nproc is required to calibrate collectives (or pass --device to measure "
+                           "this device's kernels)")
     if args.nproc < 2:
         raise CommandError(f"--nproc must be >= 2 (collectives need two processes), got {args.nproc}")
     try:

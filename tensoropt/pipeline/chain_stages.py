@@ -22,8 +22,8 @@ one stage mesh reads the same tables (without a range: a set of two-objective ta
 Exact with ``step_epsilon = 0``; otherwise the sweep steps
 (and block eliminations past ``box_min_candidates``) are boxed on the planner's grid and the bound
 ``(1 + e)^depth - 1`` is tracked per table (:attr:`StageChain.bound`, printed with the plan).
-Applies when the blocks are identical, every boundary between blocks is a cut (one tensor crosses)
-and no middle block reads a graph input (:meth:`StageChain.applies`); otherwise
+Applies when the blocks are identical, every boundary between blocks is a cut (one tensor crosses),
+no middle block reads a graph input or a tied weight (:meth:`StageChain.applies`); otherwise
 :class:`tensoropt.pipeline.search.StageSolver` solves each stage graph by the FT solve.
 """
 
@@ -99,7 +99,8 @@ class StageChain:
         for j in range(1, b.count - 1):
             if any(G.nodes[u]["kind"] == "input" for n in b.nodes[j] for u in G.predecessors(n)):
                 return False
-        return True
+        ends = b.nodes[0] | b.nodes[-1]  # a tied weight read in a middle block: blocks differ in cost
+        return all(u in ends and v in ends for u, v, _ in getattr(solver, "tie_pairs", ()))
 
     def _kw(self) -> dict:
         return {"step_epsilon": self.settings.step_epsilon,

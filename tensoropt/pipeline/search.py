@@ -18,7 +18,10 @@ For ``p`` stages, ``m`` micro-batches and a schedule, on ``D`` devices:
    stage's time per micro-batch. A stage option's memory is what the stage holds
    (:mod:`tensoropt.pipeline.stage_memory`: the state, ``k_s`` micro-batches of activations with the
    output kept to send, the receive buffers torch keeps per micro-batch); its tensor peak adds the
-   largest transient (``pipeline_detail.stages[s].peak_bytes``).
+   largest transient (``pipeline_detail.stages[s].peak_bytes``). A tied weight whose two users
+   fall in different stages (GPT-2's embedding and head) adds its copy's state and once-per-step
+   work to the stage of its other user, and the all-reduce of its gradient between the two stages to
+   both stages' once-per-step part (:mod:`tensoropt.pipeline.tied_stages`).
 3. The stage's intra-operator frontier is the FT solve of that graph (``solve``: the planner's,
    memory options included), thinned to at most ``max_options`` plans with a proven cover.
 4. :func:`frontier.pipeline.pipeline_frontier` combines the stage options exactly:
@@ -54,6 +57,7 @@ from estimators.dtypes import itemsize as itemsize_of
 from estimators.memory_parts import STATE_PARTS
 from estimators.op_costs import CostModel
 from estimators.pipeline import once_per_step_s, p2p_time_s, schedule_overhead_s
+from estimators.tied import tied_pairs
 from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
 from frontier.pipeline_interleaved import interleaved_bubble_fraction, interleaved_frontier
 from tensoropt.configspace.configuration import local_shape
@@ -62,6 +66,7 @@ from tensoropt.pipeline.in_flight_memory import split_memory
 from tensoropt.pipeline.schedules import in_flight_micro_batches, stages_per_rank
 from tensoropt.pipeline.stage_memory import StageMemory, stage_memory
 from tensoropt.pipeline.stages import Blocks, block_order
+from tensoropt.pipeline.tied_stages import StageTie, add_tied_terms, stage_ties
 
 #: Models of more blocks than this keep each stage within ``BALANCE`` blocks of the even split.
 ALL_SIZES_UP_TO = 16
@@ -204,6 +209,11 @@ class StageSolver:
         model = CostModel(
             cluster, mesh, G.graph.get("optimizer", "adamw"), precision=G.graph.get("precision", "fp32")
         )
+        self.cost_model = model
+        """The cost model of the stage mesh (what :mod:`tensoropt.pipeline.tied_stages` prices with)."""
+        self.tie_pairs = tied_pairs(g)
+        """Every tied parameter's (first user, other user, key) (:func:`estimators.tied.tied_pairs`)."""
+        self._ties: dict[tuple[int, int], list[StageTie]] = {}
         self.step_s: dict[str, np.ndarray] = {}
         self.p2p_s: dict[str, np.ndarray] = {}
         self.boundary_bytes: dict[str, np.ndarray] = {}
@@ -246,7 +256,18 @@ class StageSolver:
             return (first, last, in_flight)
         holds_first, holds_last = first == 0, last == b.count - 1
         after_first = first == 1  # receives the first block's output (the embedding's, not a block's)
-        return (last - first + 1, holds_first, holds_last, after_first, in_flight)
+        ties = tuple((t.key, t.role) for t in self.ties(first, last))  # tied weights across stages
+        return (last - first + 1, holds_first, holds_last, after_first, in_flight) + ((ties,) if ties else ())
+
+    def ties(self, first: int, last: int) -> list[StageTie]:
+        """The tied parameters the stage ``[first, last]`` holds one user of, the other user in
+        another stage (:func:`tensoropt.pipeline.tied_stages.stage_ties`)."""
+        if not self.tie_pairs:
+            return []
+        if (first, last) not in self._ties:
+            nodes = set().union(*self.blocks.nodes[first : last + 1])
+            self._ties[first, last] = stage_ties(self.g, nodes, self.tie_pairs)
+        return self._ties[first, last]
 
     def canonical(self, first: int, last: int) -> list[str]:
         """The stage's nodes in an order that identical stages share: the received tensor's
@@ -341,6 +362,7 @@ class StageSolver:
             if isinstance(k, tuple) and cost.shape[-1] == 2:  # the received tensor: no memory
                 cost = split_memory(cost, 0.0, cost[:, 1], k)
             H.add_node(n, **{**d, "cost": cost, "step_s": step})
+        add_tied_terms(H, self.ties(first, last), self.g, self.cost_model, self.m, self.devices)
         for u, v, e in G.edges(data=True):
             if u in keep and v in keep and v != received:
                 cost = split_memory(e["cost"].copy(), 0.0, e["cost"][..., 1], k)

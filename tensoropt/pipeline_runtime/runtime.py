@@ -14,7 +14,9 @@ Ranks are laid out stage-major (rank ``s * dp + d`` holds stage ``s`` for data-p
    the gradients are those of the whole batch's token mean however the labels fall; else by
    ``1/m``;
 3. the gradients of the stage's parameters are averaged over its data-parallel group, once per
-   step (one flat all-reduce);
+   step (one flat all-reduce); a weight tied across stages (GPT-2's embedding and head) has a copy
+   on each of its stages, whose gradients one all-reduce between those stages then sums
+   (:mod:`tensoropt.pipeline_runtime.tied`);
 4. the job's optimizer (AdamW...) steps the stage's parameters.
 
 ``Interleaved1F1B`` plans list ``2 p`` virtual stages in ``blocks``: rank ``r`` of the ``pp``
@@ -38,6 +40,7 @@ from torch import nn
 
 from tensoropt.pipeline.schedules import PipelineError, check_pipeline, stages_per_rank
 from tensoropt.pipeline_runtime.stage_modules import build_stages, load_initial_values, merge_stage_modules
+from tensoropt.pipeline_runtime.tied import TiedGradients, share_on_rank
 
 SCHEDULE_CLASSES = ("1F1B", "GPipe", "Interleaved1F1B")
 """Schedules this runtime drives (``Interleaved1F1B``: two virtual stages per rank)."""
@@ -81,9 +84,11 @@ class PipelineRuntime:
         device: where the stage runs (default: this rank's CUDA device, else the CPU).
         replay: run the stage as traced forward and backward programs (default), else eagerly
             (autograd through each operator: the reference).
+        timeout_s: the limit of the collectives of the process groups it makes (tied weights').
     """
 
-    def __init__(self, spec, plan: dict, device: torch.device | None = None, replay: bool = True):
+    def __init__(self, spec, plan: dict, device: torch.device | None = None, replay: bool = True,
+                 timeout_s: float = 120.0):
         pipe = plan.get("pipeline")
         if not pipe:
             raise PipelineError(f"plan {plan.get('id')}: \"pipeline\" is null; "
@@ -117,9 +122,15 @@ class PipelineRuntime:
 
         from tensoropt.pipeline_runtime.replay import ReplayedStage
 
+        loaded = {v: load_initial_values(stages, v, device) for v in self.virtual_stages}
+        share_on_rank(loaded, stages.ties)  # an interleaved rank's stages reading one tied tensor
+        self.tied = TiedGradients(stages.ties, self.virtual_stages, self.num_stages, self.dp_index, self.dp,
+                                  self.mesh.get_group("pp"), timeout_s)
+        """The once-per-step sum of the copies of weights tied across stages (:mod:`tensoropt.
+        pipeline_runtime.tied`; nothing to do for a model without such weights)."""
         modules, self.stage_modules, self.stages, names = [], [], [], []
         for v in self.virtual_stages:
-            module = load_initial_values(stages, v, device)
+            module = loaded[v]
             own = stages.input_names[v]
             wrapped = ReplayedStage(module, own, received=v > 0) if replay else module
             modules.append(module)
@@ -233,7 +244,12 @@ class PipelineRuntime:
     def sync_gradients(self) -> None:
         """Average the stage's gradients over its data-parallel group (one flat all-reduce), copied
         back into each ``.grad`` in place: one flat copy of the gradients alive at once, not two
-        (:mod:`tensoropt.pipeline.stage_memory` prices it)."""
+        (:mod:`tensoropt.pipeline.stage_memory` prices it); then sum the copies of weights tied
+        across stages with their other stages' (:class:`~tensoropt.pipeline_runtime.tied.TiedGradients`)."""
+        self._average_over_replicas()
+        self.tied.all_reduce(self.module)
+
+    def _average_over_replicas(self) -> None:
         if self.dp == 1:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.module.parameters()]

@@ -25,13 +25,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import fx, nn
 
 from tensoropt.pipeline.schedules import PipelineError
 from tensoropt.pipeline.stages import Blocks, find_blocks
+from tensoropt.pipeline_runtime.tied import tied_parameters
 
 RECEIVED = "received"
 """The name of a stage's first argument: the activation the previous stage sends."""
@@ -49,6 +50,8 @@ class StageModules:
             micro-batch size).
         blocks: the export's :class:`~tensoropt.pipeline.stages.Blocks`.
         skeleton: the model the stages were cut from (parameters on meta, buffers real).
+        ties: the parameters several stages read (tied weights), per tensor stage -> the key
+            that stage holds it by (:func:`tensoropt.pipeline_runtime.tied.tied_parameters`).
     """
 
     modules: list[fx.GraphModule]
@@ -56,6 +59,7 @@ class StageModules:
     boundary_meta: list[torch.Tensor]
     blocks: Blocks
     skeleton: object
+    ties: list[dict[int, str]] = field(default_factory=list)
 
 
 def _stage_of_nodes(graph: fx.Graph, blocks: Blocks, ranges: list[list[int]]) -> dict[str, int]:
@@ -106,9 +110,13 @@ def cut_stages(gm: fx.GraphModule, blocks: Blocks, ranges: list[list[int]]) -> t
     Returns:
         ``(modules, input_names, boundary_meta)`` as in :class:`StageModules`.
 
+    A parameter read by operators of two stages (tied weights across stages) is in both stages'
+    modules (:func:`tensoropt.pipeline_runtime.tied.tied_parameters` finds it), and every stage
+    reads a tied parameter by its first name (:func:`canonical_names`: ``transformer.wte.weight``,
+    not the alias ``lm_head.weight`` the export may read it by), as one process names it.
+
     Raises:
-        PipelineError: a parameter read by operators of two stages (tied weights across stages),
-            or a stage reading an activation of a stage other than the one before it.
+        PipelineError: a stage reading an activation of a stage other than the one before it.
     """
     stage_of = _stage_of_nodes(gm.graph, blocks, ranges)
     nodes = list(gm.graph.nodes)
@@ -117,9 +125,9 @@ def cut_stages(gm: fx.GraphModule, blocks: Blocks, ranges: list[list[int]]) -> t
     while isinstance(loss, (tuple, list)):
         loss = loss[0]
     boundaries = [blocks.boundary[blocks.names[last]] for _, last in ranges[:-1]]
+    named = canonical_names(gm)
     by_name = {n.name: n for n in nodes}
     modules, input_names, metas = [], [], []
-    attr_stage: dict[str, int] = {}
     for s in range(len(ranges)):
         own = {n for n in nodes if stage_of.get(n.name) == s}
         received = by_name[boundaries[s - 1]] if s > 0 else None
@@ -152,13 +160,9 @@ def cut_stages(gm: fx.GraphModule, blocks: Blocks, ranges: list[list[int]]) -> t
                 names.append(n.target)
                 env[n] = g.placeholder(n.target)
                 continue
-            if n.op == "get_attr":
-                if attr_stage.setdefault(str(n.target), s) != s and _is_parameter(gm, str(n.target)):
-                    raise PipelineError(
-                        f"parameter {n.target!r} is read by stages {attr_stage[str(n.target)]} and {s}: tied "
-                        "weights across stages are not run yet; untie them (e.g. tie_weights: false) or keep "
-                        "their readers in one stage")
             env[n] = g.node_copy(n, env.__getitem__)
+            if n.op == "get_attr" and str(n.target) in named:  # a tied alias: the model's own name
+                env[n].target = named[str(n.target)]
         g.output(env[target])
         g.lint()
         modules.append(fx.GraphModule(gm, g, class_name=f"Stage{s}"))
@@ -166,8 +170,23 @@ def cut_stages(gm: fx.GraphModule, blocks: Blocks, ranges: list[list[int]]) -> t
     return modules, input_names, metas
 
 
-def _is_parameter(gm: nn.Module, target: str) -> bool:
-    return target in dict(gm.named_parameters(remove_duplicate=False))
+def canonical_names(root: nn.Module) -> dict[str, str]:
+    """Each alias of a tied parameter of ``root`` -> the parameter's first name
+    (``named_parameters()``'s, what one process, its optimizer and its checkpoints call it); names
+    that are their parameter's first are left out.
+
+    Example:
+        >>> root = nn.Module(); root.emb = nn.Embedding(4, 2); root.head = nn.Linear(2, 4, bias=False)
+        >>> root.head.weight = root.emb.weight
+        >>> canonical_names(root)
+        {'head.weight': 'emb.weight'}
+    """
+    first: dict[int, str] = {}
+    out = {}
+    for key, p in root.named_parameters(remove_duplicate=False):
+        if first.setdefault(id(p), key) != key:
+            out[key] = first[id(p)]
+    return out
 
 
 def build_stages(spec, pipeline: dict, micro_batch_rows: int, device: torch.device | None = None,
@@ -203,8 +222,10 @@ def build_stages(spec, pipeline: dict, micro_batch_rows: int, device: torch.devi
         raise PipelineError(f"plan pipeline: {pipeline['stages']} stages under {pipeline.get('schedule')} "
                             f"need {int(pipeline['stages']) * chunks} block ranges (virtual stages), "
                             f"got {len(ranges)}")
-    modules, names, metas = cut_stages(ep.module(), blocks, ranges)
-    return StageModules(modules, names, metas, blocks, skeleton)
+    gm = ep.module()
+    modules, names, metas = cut_stages(gm, blocks, ranges)
+    reads = [{str(n.target) for n in m.graph.nodes if n.op == "get_attr"} for m in modules]
+    return StageModules(modules, names, metas, blocks, skeleton, tied_parameters(gm, reads))
 
 
 def load_initial_values(stages: StageModules, which: int, device: torch.device) -> fx.GraphModule:

@@ -72,7 +72,8 @@ class PlanRun:
             gc.collect()
             self.before_bytes = live_tensor_bytes()
         self.peak = PeakMemory(device)  # the level before the stage is built (as the executor's worker)
-        self.rt = PipelineRuntime(spec, config["plan"], device, replay=config.get("replay", True))
+        self.rt = PipelineRuntime(spec, config["plan"], device, replay=config.get("replay", True),
+                                  timeout_s=float(config.get("timeout_s", 120)))
         self.peak.start()
         self.start = 0
         self.steps = int(config["steps"])
@@ -250,6 +251,8 @@ def main(argv: list[str], trainer_factory=None) -> int:
 
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend, timeout=timedelta(seconds=float(config.get("timeout_s", 120))))
+    for entry in config["runs"]:  # the launch's limit, for the groups a run makes
+        entry.setdefault("timeout_s", config.get("timeout_s", 120))
     try:
         if config.get("interleave"):
             for entry, metrics in zip(config["runs"], run_interleaved(config["runs"], trainer_factory)):

@@ -12,7 +12,8 @@ for a rank holding one stage of a pipelined plan:
   from the step the run starts at (a resumed run continues the rate the checkpoint's step had);
 * ``training.max_grad_norm``: the total norm over *every* stage's gradients, as
   ``torch.nn.utils.clip_grad_norm_`` computes it over the whole model: each stage's sum of squares,
-  summed over the pipeline group after the data-parallel average (replicas hold equal gradients);
+  summed over the pipeline group after the data-parallel average (replicas hold equal gradients;
+  a weight tied across stages counted once, on its first stage);
   every stage scales its gradients by ``max_norm / (norm + 1e-6)`` when that is below 1;
 * ``metrics``: rank 0 writes ``metrics.jsonl`` (the contract's keys,
   :data:`tensoropt.training.metrics.METRIC_KEYS`) every ``log_every`` steps and the progress line;
@@ -56,21 +57,24 @@ UNSUPPORTED_KEYS: tuple[str, ...] = ()
 """Trainer keys a pipelined run does not honour yet (refused before any worker starts)."""
 
 
-def clip_across_stages(parameters, max_norm: float, group=None) -> float:
+def clip_across_stages(parameters, max_norm: float, group=None, counted=None) -> float:
     """The total 2-norm of the gradients of every stage (``group``: the pipeline group; None: this
     process holds the whole model), and every gradient scaled by ``max_norm / (norm + 1e-6)`` when
     that is below 1, as ``torch.nn.utils.clip_grad_norm_`` does on one process; returns the norm
-    before clipping.
+    before clipping. ``counted``: the parameters whose gradients the norm sums (default: all of
+    ``parameters``; a weight tied across stages is counted on one of its stages only).
 
     Example:
         >>> w = torch.nn.Parameter(torch.zeros(2)); w.grad = torch.tensor([3.0, 4.0])
         >>> clip_across_stages([w], 1.0), [round(float(g), 4) for g in w.grad]
         (5.0, [0.6, 0.8])
     """
+    parameters = list(parameters)
     grads = [p.grad for p in parameters if p.grad is not None]
     squares = torch.zeros((), dtype=torch.float64)
-    for g in grads:
-        squares += float(torch.linalg.vector_norm(g.detach(), 2)) ** 2
+    for p in parameters if counted is None else counted:
+        if p.grad is not None:
+            squares += float(torch.linalg.vector_norm(p.grad.detach(), 2)) ** 2
     if group is not None and dist.get_world_size(group) > 1:
         dist.all_reduce(squares, group=group)
     norm = math.sqrt(float(squares))
@@ -140,8 +144,9 @@ class StageTrainer:
 
     def before_update(self) -> None:
         """Between the gradient sync and the optimizer step: the norm over every stage, clipped."""
-        self.grad_norm = clip_across_stages(self.rt.module.parameters(), self.max_norm,
-                                            self.rt.mesh.get_group("pp"))
+        rt = self.rt
+        self.grad_norm = clip_across_stages(rt.module.parameters(), self.max_norm, rt.mesh.get_group("pp"),
+                                            rt.tied.counted(rt.module))
 
     def after_step(self, step: int, local_loss: float | None, lr: float, time_s: float) -> dict:
         """Advance the schedule; on rank 0 log ``step``'s record (``step`` counted from 0); validate
@@ -222,6 +227,10 @@ def export_stages(runtime, job: Job, directory: str | Path) -> Path:
                 gathered[key] = buffer.cpu().view(dtype).reshape(shape)
     # the user's keys in the user's order; a stage's copies of non-persistent buffers (a causal
     # mask) are not in the model's state_dict and stay out of the file
+    from tensoropt.pipeline_runtime.stage_modules import canonical_names
+
+    aliases = canonical_names(user)  # a tied weight: its stages hold it by its first name only
+    gathered.update({k: gathered[first] for k, first in aliases.items() if first in gathered})
     state = {k: gathered[k] for k in names if k in gathered}
     shim = types.SimpleNamespace(state_dict=lambda: state, config=getattr(user, "config", None))
     return save_model(shim, directory)

@@ -110,7 +110,7 @@ def test_profiled_cache_key_separates_shapes_and_devices(tmp_path):
     ]
     for op in ops:
         assert timer("linear", g.nx.nodes["linear"], None, op) is not None
-    assert timer.measured == 2 and len(json.loads(timer.path.read_text())) == 2
+    assert timer.measured == 2 and len(json.loads(timer.path.read_text())) == 4  # each on both clocks
     assert timer("linear", g.nx.nodes["linear"], None, ops[0]) is not None and timer.hits == 1
 
 
@@ -142,11 +142,50 @@ def test_profiled_timing_beside_co_running_ranks(tmp_path, monkeypatch):
     assert alone("linear", g.nx.nodes["linear"], None, op) is not None and calls["co"] == 0
     assert beside("linear", g.nx.nodes["linear"], None, op) is not None and calls["co"] > 0
     assert threading.active_count() == before  # the co-runners stopped with the timing
-    assert len(json.loads(beside.path.read_text())) == 2  # two keys: alone and beside 2 ranks
+    assert len(json.loads(beside.path.read_text())) == 4  # alone and beside 2 ranks, each on both clocks
     node = g.nx.nodes["linear"]
     assert profiled.cache_key("cpu", node, op, 2) != profiled.cache_key("cpu", node, op)
     gpu = ProfiledCompute(load_cluster("h100x8").device, g.program, cache_dir=tmp_path, co_runners=7)
     assert gpu.co_runners == 0  # a GPU is timed alone: its ranks do not share it
+
+
+def test_the_thread_clock_leaves_out_what_the_host_gave_others(tmp_path, monkeypatch):
+    """A CPU op is timed on its thread's CPU time: the time the thread spends off a core (here a 40 ms
+    sleep inside the op, as a loaded host's run queue would take it) is not priced; the same runs' wall
+    times are filed too, and a wall-clock cost graph reads them without timing again."""
+    import time
+
+    import estimators.profiled as profiled
+    from estimators.op_costs import GraphInfo, local_op
+
+    g = capture(MLP(), mlp_inputs())
+    plan = {k: [v] for k, v in mlp_plans()["dp"].items()}
+    dp = cost_graph(g, "cpu-local", 2, configurations=plan)
+    op = local_op(g.nx.nodes["linear"], dp.nodes["linear"]["configurations"][0], dp.graph["mesh"],
+                  GraphInfo.of(g.nx))
+    fx_node = {n.name: n for n in g.program.graph.nodes}["linear"]
+    real = fx_node.target
+
+    def descheduled(*args, **kwargs):  # off the core for 40 ms, then the real GEMM
+        time.sleep(0.04)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fx_node, "target", descheduled)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a worker's one thread
+    cluster = load_cluster("cpu-local")
+    device, co_runners = cluster.device, min(2, cluster.devices_per_node) - 1  # as cost_graph times
+    assert profiled.timing_clock(device.kind) == "thread"
+    timer = ProfiledCompute(device, g.program, cache_dir=tmp_path, repeats=3, co_runners=co_runners)
+    fwd, _ = timer("linear", g.nx.nodes["linear"], None, op)
+    wall_fwd, _ = json.loads(timer.path.read_text())[
+        profiled.cache_key("cpu", g.nx.nodes["linear"], op, co_runners)]
+    assert wall_fwd >= 0.04 > 0.01 > fwd  # the sleep is wall time, not the thread's CPU time
+    monkeypatch.setattr(fx_node, "target", real)
+    walled = cost_graph(g, "cpu-local", 2, compute_mode="profiled", cache_dir=tmp_path, configurations=plan,
+                        profile_clock="wall")
+    assert walled.nodes["linear"]["compute_s"][0] > 0.04  # the filed wall means, not a new timing
+    with pytest.raises(ValueError, match="clock must be 'thread' or 'wall'"):
+        ProfiledCompute(device, g.program, cache_dir=tmp_path, clock="cpu")
 
 
 def test_a_linear_is_keyed_as_the_gemm_it_computes():

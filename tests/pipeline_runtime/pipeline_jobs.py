@@ -71,3 +71,14 @@ def plan_pipelined(job: dict, out: Path) -> tuple[Path, Path]:
     plan_path = out / "plan.json"
     plan_path.write_text(plan_file_text(frontier, pipelined[0]))
     return job_path, plan_path
+
+
+def tied_gpt2_spec(optimizer: str = "momentum") -> TrainSpec:
+    """configs/jobs/hf-gpt2.yaml (HF GPT-2, 2 layers: embedding, 2 blocks, head), its token embedding
+    tied to the LM head (``tie_word_embeddings``, GPT-2's default), trained by momentum SGD in fp32
+    (its attention key biases have an exactly-zero gradient that AdamW would amplify, see
+    :func:`gpt_spec`)."""
+    data = yaml.safe_load((ROOT / "configs/jobs/hf-gpt2.yaml").read_text())
+    data["model"]["kwargs"]["tie_word_embeddings"] = True
+    data["training"]["optimizer"] = optimizer
+    return TrainSpec.from_job(Job.from_dict(data))

@@ -58,12 +58,18 @@ def test_a_stage_holds_only_its_blocks():
     assert tuple(stages.boundary_meta[0].shape) == (4, 8, 32)
 
 
-def test_tied_weights_across_stages_are_refused():
+def test_a_weight_tied_across_stages_is_a_copy_in_each_stage_with_one_initial_value():
     spec = gpt_spec()
     tied = dataclasses.replace(spec, job=None, model="gpt", model_kwargs={**spec.job["model"]["kwargs"],
                                                                          "tie_weights": True})
-    with pytest.raises(PipelineError, match=r"'head.weight' is read by stages 0 and 1|tied weights"):
-        build_stages(tied, {"stages": 2, "blocks": [[0, 1], [2, 3]]}, 4)
+    stages = build_stages(tied, {"stages": 2, "blocks": [[0, 1], [2, 3]]}, 4)
+    assert len(stages.ties) == 1 and sorted(stages.ties[0]) == [0, 1]
+    key0, key1 = stages.ties[0][0], stages.ties[0][1]
+    first, last = (load_initial_values(stages, s, torch.device("cpu")) for s in (0, 1))
+    w0, w1 = first.get_parameter(key0), last.get_parameter(key1)
+    assert w0 is not w1 and torch.equal(w0, w1)
+    untied = build_stages(spec, {"stages": 2, "blocks": [[0, 1], [2, 3]]}, 4)
+    assert untied.ties == []
 
 
 def test_block_ranges_are_checked():

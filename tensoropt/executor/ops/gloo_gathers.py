@@ -53,8 +53,9 @@ def start_all_gather(local: torch.Tensor, group_size: int, group_name: str) -> G
     from torch.distributed.distributed_c10d import _resolve_process_group
 
     output = local.new_empty((local.shape[0] * group_size, *local.shape[1:]))
-    work = dist.all_gather_into_tensor(output, local.contiguous(), group=_resolve_process_group(group_name),
-                                       async_op=True)
+    # torch 2.13 deprecates the old name (a FutureWarning in every run); older torch has only it
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    work = gather(output, local.contiguous(), group=_resolve_process_group(group_name), async_op=True)
     return GatherInFlight(output, work)
 
 

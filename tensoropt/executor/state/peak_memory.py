@@ -225,7 +225,10 @@ def recompute_transient_bytes(trainer) -> int:
     each chain's excess from plan.json's rows (:func:`estimators.peak.recompute_excess_by_chain`) plus,
     for a checkpointed block, the activation gradients in flight through it while its rebuilt
     activations are alive (:func:`tensoropt.executor.state.block_backward.block_gradient_bytes`, from
-    the graph: the rows have no such term).
+    the graph: the rows have no such term), less the parameters' compute-dtype copies the later blocks'
+    checkpoints kept and released once their backward ran
+    (:func:`tensoropt.executor.state.block_backward.released_copy_bytes`: the rows count them in
+    ``param_bytes``, alive throughout).
 
     Example:
         >>> recompute_transient_bytes(trainer)  # needs a Trainer on a process group  # doctest: +SKIP
@@ -235,11 +238,73 @@ def recompute_transient_bytes(trainer) -> int:
     excess = dict(getattr(plan, "recompute_excess", None) or {})
     if not excess:
         return int(plan.predicted.get("recompute_transient_bytes", 0))
-    from tensoropt.executor.state.block_backward import block_gradient_bytes
+    from tensoropt.executor.state.block_backward import (
+        block_copy_bytes,
+        block_gradient_bytes,
+        released_copy_bytes,
+    )
+    from tensoropt.executor.state.block_checkpoint import block_spans
 
     blocks = ((trainer.spec.job or {}).get("training") or {}).get("checkpoint_modules") or None
     in_flight = block_gradient_bytes(trainer.ep.graph, plan, trainer.sig, blocks)
-    return int(max(value + _block_figure(in_flight, chain) for chain, value in excess.items()))
+    spans = block_spans(trainer.ep.graph, plan.placements, set(), blocks)
+    excess = chains_by_block(excess, spans.values(), plan.layers)
+    released = released_copy_bytes(block_copy_bytes(spans.values(), param_copy_bytes(trainer)))
+    return int(max(value + _block_figure(in_flight, chain) - _block_figure(released, chain)
+                   for chain, value in excess.items()))
+
+
+def chains_by_block(excess: dict[str, float], spans, rows) -> dict[str, float]:
+    """The rows' recompute chains (:attr:`~tensoropt.executor.job.plan.ExecPlan.recompute_excess`)
+    with each checkpointed block's under its block's name (the span's, as the executor's graph names it).
+
+    plan.json's rows as ``tensoropt select`` writes them (:class:`tensoropt.plans.Layer`) name no
+    ``block``, so each row of a block is a chain of its own, keyed by its node, and the ones before
+    the block's last row subtract too few gradients: a block's excess is its last row's (in the rows'
+    forward order), as :func:`estimators.peak.recompute_excess_by_chain` gives it for rows that name
+    their block. Chains keyed by a block already, and chains outside every block, are kept as they are.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> spans = [S(name="h.0", nodes=[S(name="a"), S(name="b")])]
+        >>> rows = [{"node": "a"}, {"node": "b"}, {"node": "loss"}]
+        >>> chains_by_block({"a": 9.0, "b": 5.0, "loss": 1.0}, spans, rows)
+        {'h.0': 5.0, 'loss': 1.0}
+    """
+    block_of = {n.name: span.name for span in spans for n in span.nodes}
+    position = {str(r.get("node")): i for i, r in enumerate(rows)}
+    out: dict[str, float] = {}
+    last: dict[str, int] = {}
+    for chain, value in excess.items():
+        block = block_of.get(chain)
+        if block is None:
+            out[chain] = value
+        elif position.get(chain, -1) >= last.get(block, -1):
+            out[block], last[block] = value, position.get(chain, -1)
+    return out
+
+
+def param_copy_bytes(trainer) -> dict[str, int]:
+    """Parameter placeholder name -> bytes of the compute-dtype copy the interpreter casts it to on this
+    process (:func:`tensoropt.executor.state.mixed_precision.cast_param`: the local shard, in the mixed
+    precision's compute dtype); empty without a mixed precision (nothing is cast).
+
+    Example:
+        >>> param_copy_bytes(trainer)  # needs a Trainer on a process group  # doctest: +SKIP
+        {'p_model_layers_0_self_attn_q_proj_weight': 65536, ...}
+    """
+    from tensoropt.executor.state.memory import local
+
+    mixed = getattr(trainer.spec, "mixed", None)
+    if mixed is None:
+        return {}
+    compute = getattr(torch, mixed.compute_dtype)
+    out: dict[str, int] = {}
+    for name, key in trainer.sig.params.items():
+        p = trainer.params.get(key)
+        if isinstance(p, torch.Tensor) and p.requires_grad and p.is_floating_point() and p.dtype != compute:
+            out[name] = local(p).numel() * compute.itemsize
+    return out
 
 
 def _block_figure(per_block: dict[str, int], chain: str) -> int:
