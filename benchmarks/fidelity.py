@@ -23,6 +23,12 @@ communication of the plan's operators (``estimators.breakdown.plan_breakdown``, 
 captured op) against ``torch.profiler``'s self CPU time of the replayed step's aten operators
 (forward and backward together) on rank 0, per step.
 
+``--node-clock``: also where the main thread's CPU goes, per aten op of the replayed program
+(:func:`clocked_steps`): each node of the local program timed on the thread's CPU clock
+(``time.thread_time``, which the host's load does not inflate), the optimizer step beside it, and
+the rest of the step's main-thread CPU (the loop's own Python, the batch); per operator class
+against the priced classes, with the optimizer and the executor's per-operator overhead apart.
+
 ``--plans dp,lean``: run only those of each model's distinct plans. ``--plan-cache FILE``: the planned
 plans are read from FILE where it exists (no re-planning: the same plans for every launch), else
 written to it. ``--live-set``: rank 0 also prints what is alive at each plan's measured tensor peak
@@ -30,7 +36,7 @@ written to it. ``--live-set``: rank 0 also prints what is alive at each plan's m
 :attr:`tensoropt.executor.state.tensor_peak.TensorPeak.peak_live`).
 
 Usage (one command): ``.venv/bin/python benchmarks/fidelity.py [--models decoder,encoder,vit,cnn]
-[--plans dp,fast,lean] [--steps 4] [--rounds 3] [--ops] [--live-set] [--plan-cache plans.json]
+[--plans dp,fast,lean] [--steps 4] [--rounds 3] [--ops] [--node-clock] [--live-set] [--plan-cache plans.json]
 [--json out.json]``.
 """
 
@@ -131,20 +137,25 @@ def op_class(name: str) -> str:
 
 def priced_classes(cg, assignment: dict) -> dict[str, float]:
     """Priced seconds per step of a plan by operator class: each operator's compute (forward and
-    backward) under its class, its communication and every redistribution under ``collective``.
+    backward) under its class, its optimizer step under ``optimizer``, its communication and every
+    redistribution under ``collective``.
 
     Example:
         >>> # not run here: needs a cost graph (see main)
         >>> priced_classes(cg, plan_assignment)["GEMM"]  # doctest: +SKIP
         0.0123
     """
-    from estimators.breakdown import plan_breakdown
+    from estimators.breakdown import configuration_index, plan_breakdown
 
     b = plan_breakdown(cg, assignment)
-    out: dict[str, float] = {}
+    out: dict[str, float] = {"optimizer": 0.0}
     for layer in b["layers"]:
         cls = KIND_CLASSES.get(layer["kind"], "elementwise / other")
-        out[cls] = out.get(cls, 0.0) + layer["compute_s"]
+        d = cg.nodes[layer["node"]]
+        i = configuration_index(cg, layer["node"], assignment[layer["node"]])
+        step = float(d["step_compute_s"][i]) if "step_compute_s" in d else 0.0  # the optimizer's part
+        out[cls] = out.get(cls, 0.0) + layer["compute_s"] - step
+        out["optimizer"] += step
         out["collective"] = out.get("collective", 0.0) + layer["comm_s"]
     out["collective"] = out.get("collective", 0.0) + sum(e["comm_s"] for e in b["redistributions"])
     out["total"] = b["time_s"]
@@ -220,6 +231,11 @@ def worker(options: dict) -> None:
         for _key, one_round, _t in (order[::-1] if r % 2 else order):
             dist.barrier()
             one_round(r)
+    clocked: dict[str, dict] = {}
+    if options.get("node_clock"):
+        for key, _fn, trainer in systems:
+            dist.barrier()
+            clocked[key] = clocked_steps(trainer, options["ops_steps"], 2000)
     if options.get("ops"):
         from torch.profiler import ProfilerActivity, profile
 
@@ -242,7 +258,7 @@ def worker(options: dict) -> None:
         Path(options["out"]).write_text(json.dumps({"times": times, "peaks": peaks, "ops": ops,
                                                     "cpu_times": cpu_times, "thread_times": thread_times,
                                                     "unloaded": unloaded,
-                                                    "op_rows": op_rows,
+                                                    "op_rows": op_rows, "clocked": clocked,
                                                     "predicted_peaks": predicted_peaks, "errors": errors,
                                                     "sum_form_peaks": sum_form_peaks,
                                                     "peak_moments": peak_moments,
@@ -250,6 +266,75 @@ def worker(options: dict) -> None:
     systems.clear()
     dist.barrier()
     end_process_group()
+
+
+def _target_name(target) -> str:
+    """A program node's target as the profiler names it (``aten::addmm``, ``_c10d_functional::wait_tensor``).
+
+    Example:
+        >>> import torch
+        >>> _target_name(torch.ops.aten.addmm.default)
+        'aten::addmm'
+    """
+    name = getattr(target, "name", None)
+    if callable(name):  # an OpOverload: "aten::addmm.default" -> "aten::addmm"
+        return str(name()).split(".")[0]
+    return getattr(target, "__name__", str(target))
+
+
+def clocked_steps(trainer, steps: int, start: int) -> dict:
+    """Run ``steps`` steps of ``trainer`` with every node of its replayed program timed on the main
+    thread's CPU clock: ``{"ops": {target: [CPU s, calls, output bytes] per step}, "optimizer_s",
+    "step_s"}`` (the optimizer step's and the whole step's main-thread CPU seconds, medians over the
+    steps). Empty when the trainer has no replayed program. Both ranks run it (the program's
+    collectives); the fx interpreter's own Python runs outside the timed spans.
+
+    Example:
+        >>> clocked_steps(trainer, 3, 2000)["optimizer_s"]  # needs a process group  # doctest: +SKIP
+        0.0031
+    """
+    import torch.fx as fx
+
+    program = getattr(trainer.graph, "program", None)
+    if program is None or not program.programs:
+        return {}
+    acc: dict[str, list[float]] = {}
+
+    class Clocked(fx.Interpreter):
+        def call_function(self, target, args, kwargs):  # the call alone: not the interpreter's lookups
+            t0 = time.thread_time()
+            out = super().call_function(target, args, kwargs)
+            dt = time.thread_time() - t0
+            row = acc.setdefault(_target_name(target), [0.0, 0.0, 0.0])
+            row[0] += dt
+            row[1] += 1
+            row[2] += out.nbytes if isinstance(out, torch.Tensor) else 0  # what it wrote (its output)
+            return out
+
+    saved = dict(program.programs)
+    for key, (lowered, call) in saved.items():
+        program.programs[key] = (lowered, lambda *a, call=call: Clocked(call).run(*a))
+    optimizer, optimizer_s, step_s = trainer.optimizer, [], []
+    step = optimizer.step
+
+    def timed_step(*args, **kwargs):
+        t0 = time.thread_time()
+        out = step(*args, **kwargs)
+        optimizer_s.append(time.thread_time() - t0)
+        return out
+
+    optimizer.step = timed_step
+    try:
+        for i in range(steps):
+            t0 = time.thread_time()
+            trainer.step(start + i, measure_memory=False)
+            step_s.append(time.thread_time() - t0)
+    finally:
+        program.programs.update(saved)
+        del optimizer.step
+    return {"ops": {k: [v[0] / steps, v[1] / steps, v[2] / steps] for k, v in acc.items()},
+            "optimizer_s": statistics.median(optimizer_s) if optimizer_s else 0.0,
+            "step_s": statistics.median(step_s)}
 
 
 def _peak_moment(trainer) -> str:
@@ -347,11 +432,31 @@ def add_rows(name: str, plans: dict) -> None:
         plans[label]["redistributions"] = [move.to_json() for move in moves]
 
 
-def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | None = None) -> dict:
+def before_step_terms(cluster: str):
+    """``cluster`` as the estimator priced it before fidelity3's step terms: the optimizer step at the
+    copy bandwidth and ``kernel_launch_s`` per tensor (its device's ``optimizer_bandwidth_gbps`` and
+    ``optimizer_tensor_s`` unset); pass ``price_bucket_copies=False`` beside it.
+
+    Example:
+        >>> before_step_terms("cpu-local").device.optimizer_tensor_s
+        0.0
+    """
+    import dataclasses
+
+    from estimators.profiles import load_cluster
+
+    cl = load_cluster(cluster)
+    return dataclasses.replace(cl, device=dataclasses.replace(cl.device, optimizer_bandwidth_gbps=0.0,
+                                                              optimizer_tensor_s=0.0))
+
+
+def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | None = None,
+            before: bool = False) -> dict:
     """Price each plan of model ``name`` that runs (``plans["run"]``) with the current estimator:
     ``{label: priced classes}`` (:func:`priced_classes`, ``"total"`` its step seconds). ``clock``: the
     profiled timer's (None: the device's; ``"wall"``: the estimator before the thread clock, read from
-    the wall-clock means a thread-clock timing files beside its own)."""
+    the wall-clock means a thread-clock timing files beside its own). ``before``: the estimator before
+    fidelity3's step terms (:func:`before_step_terms`, no gradient-bucket copies)."""
     from runtime import spec_of
 
     from tensoropt.capture import capture
@@ -361,8 +466,9 @@ def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | Non
     spec = spec_of(name, models=MODELS)
     batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
     graph = capture(spec.build_model(), batch)
-    cg = cost_graph(graph, cluster, NPROC, batch_size=spec.global_batch_size, optimizer="adamw",
-                    compute_mode=compute, profile_clock=clock)
+    cg = cost_graph(graph, before_step_terms(cluster) if before else cluster, NPROC,
+                    batch_size=spec.global_batch_size, optimizer="adamw", compute_mode=compute,
+                    profile_clock=clock, price_bucket_copies=not before)
     return {label: priced_classes(cg, {n: c["label"] for n, c in plans[label]["placements"].items()})
             for label in plans["run"]}
 
@@ -398,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reprice", action="store_true",
                         help="price plans read from --plan-cache with the current estimator and cache")
     parser.add_argument("--live-set", action="store_true", help="print what is alive at each measured peak")
+    parser.add_argument("--node-clock", action="store_true",
+                        help="also each replayed program node's main-thread CPU time (clocked_steps)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
     from runtime import _median_ms, _summary, plan_model
@@ -415,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                      "choose from dp, fast, lean")
     cache = Path(args.plan_cache) if args.plan_cache else None
     cached = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
-    plans, priced, wall_priced = {}, {}, {}
+    plans, priced, wall_priced, before_priced = {}, {}, {}, {}
     for name in names:
         if name in cached:
             priced.update(cached[name]["priced"])
@@ -441,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
             for label, classes in reprice(name, plans[name], args.cluster, args.compute).items():
                 priced[f"{name}/{label}"] = classes
                 plans[name][label] = {**plans[name][label], "time_s": classes["total"]}
+        for label, classes in reprice(name, plans[name], args.cluster, args.compute, before=True).items():
+            before_priced[f"{name}/{label}"] = classes  # the same plans, timings and launch: before
         if args.compute == "profiled":  # the same plans on the wall clock's timings of the same runs
             for label, classes in reprice(name, plans[name], args.cluster, args.compute, "wall").items():
                 wall_priced[f"{name}/{label}"] = classes
@@ -449,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         res = launch_workers(__file__, {"plans": plans, "steps": args.steps, "rounds": args.rounds,
                                         "ops": args.ops, "ops_steps": args.ops_steps,
+                                        "node_clock": args.node_clock,
                                         "live_set": args.live_set}, Path(tmp),
                              timeout_s=3600)
     load_after = os.getloadavg()
@@ -474,11 +585,15 @@ def main(argv: list[str] | None = None) -> int:
                    "time_error": _err(pred_ms, meas_ms), "process_cpu_ms": cpu_ms, "thread_cpu_ms": thread_ms,
                    "cpu_time_error": _err(pred_ms, thread_ms), "unloaded_ms": unloaded_ms,
                    "unloaded_error": _err(pred_ms, unloaded_ms), "predicted_peak_tensor_bytes": pred_peak,
+
                    "peak_tensor_bytes": meas_peak, "peak_error": _err(pred_peak, meas_peak),
                    "sum_form_peak_bytes": sum_peak, "sum_form_peak_error": _err(sum_peak, meas_peak),
                    "peak_moment": res.get("peak_moments", {}).get(key, "-"),
                    "summary": _summary(plans[name][label]), "priced": priced.get(key),
-                   "profiled": res["ops"].get(key)}
+                   "profiled": res["ops"].get(key), "clocked": res.get("clocked", {}).get(key),
+                   "before_priced": before_priced.get(key)}
+            before_ms = before_priced[key]["total"] * 1e3 if key in before_priced else None
+            row.update(before_predicted_ms=before_ms, before_unloaded_error=_err(before_ms, unloaded_ms))
             rows.append(row)
             te, pe = row["time_error"], row["peak_error"]
             print(f"{key:14} {pred_ms:8.1f} {meas_ms:8.1f} {_pct(te):>8} {_mib(pred_peak):>13} "
@@ -493,6 +608,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['process_cpu_ms']:8.1f} {r['thread_cpu_ms']:8.1f} {_pct(r['cpu_time_error']):>7} "
               f"{wc if wc is not None else float('nan'):15.1f} {_pct(r['wall_clock_time_error']):>7} "
               f"{_pct(_err(wc, r['unloaded_ms'])):>7}")
+    print_before_after(rows)
     print("\nper family: median |time error| (wall; wall less the run delay), worst |peak error|")
     for name in plans:
         ue = [abs(r["unloaded_error"]) for r in rows
@@ -526,6 +642,10 @@ def main(argv: list[str] | None = None) -> int:
                          key=lambda kv: -kv[1][0])[:options_top]
             for op, (self_s, calls, cls) in top:
                 print(f"    {op:44} {self_s * 1e3:8.2f} ms {calls:6.0f} calls  {cls}")
+    if args.node_clock:
+        for r in rows:
+            if r["clocked"]:
+                print_clocked(r, args.ops_top)
     for key, table in res.get("live_sets", {}).items():
         print(f"\n{key}: rank 0, {table}")
     for key, err in res["errors"].items():
@@ -540,6 +660,83 @@ def main(argv: list[str] | None = None) -> int:
                                                "compute": args.compute,
                                                "cluster": args.cluster}, indent=1))
     return 0
+
+
+def compute_ms(priced: dict | None) -> float | None:
+    """A plan's priced milliseconds less its collectives and redistributions (:func:`priced_classes`).
+
+    Example:
+        >>> compute_ms({"total": 0.012, "collective": 0.002})
+        10.0
+    """
+    if not priced:
+        return None
+    return (priced["total"] - priced.get("collective", 0.0)) * 1e3
+
+
+def print_before_after(rows: list[dict]) -> None:
+    """The whole step (against the wall less the main thread's run delay) and the compute (against the
+    main thread's CPU), priced before and after fidelity3's step terms, from one launch's measurement;
+    per family the median absolute errors."""
+    print(f"\n{'plan':14} {'before':>8} {'after':>8} {'wall-delay':>10} {'err before':>10} {'err after':>9} "
+          f"{'comp before':>11} {'comp after':>10} {'main CPU':>8} {'err before':>10} {'err after':>9}")
+    for r in rows:
+        cb, ca = compute_ms(r.get("before_priced")), compute_ms(r.get("priced"))
+        r["compute_before_ms"], r["compute_after_ms"] = cb, ca
+        r["compute_before_error"] = _err(cb, r["thread_cpu_ms"])
+        r["compute_after_error"] = _err(ca, r["thread_cpu_ms"])
+        key = r["model"] + "/" + r["plan"]
+        print(f"{key:14} {r['before_predicted_ms'] or 0.0:8.1f} {r['predicted_ms']:8.1f} "
+              f"{r['unloaded_ms']:10.1f} {_pct(r['before_unloaded_error']):>10} "
+              f"{_pct(r['unloaded_error']):>9} "
+              f"{cb or 0.0:11.1f} {ca or 0.0:10.1f} {r['thread_cpu_ms']:8.1f} "
+              f"{_pct(r['compute_before_error']):>10} {_pct(r['compute_after_error']):>9}")
+    for name in dict.fromkeys(r["model"] for r in rows):
+        out = []
+        for field in ("before_unloaded_error", "unloaded_error", "compute_before_error",
+                      "compute_after_error"):
+            xs = [abs(r[field]) for r in rows if r["model"] == name and r[field] is not None]
+            out.append(_pct(statistics.median(xs)) if xs else "-")
+        print(f"  {name:8} median |error|: step before {out[0]}, after {out[1]}; compute before {out[2]}, "
+              f"after {out[3]}")
+
+
+def clocked_classes(clocked: dict) -> dict[str, float]:
+    """Main-thread CPU seconds per step by operator class (:func:`op_class`) of :func:`clocked_steps`'
+    nodes, with ``optimizer`` (the optimizer step) and ``rest`` (the step's main-thread CPU outside the
+    program and the optimizer: the loop's Python, the batch, the fx interpreter's own work).
+
+    Example:
+        >>> c = clocked_classes({"ops": {"aten::mm": [0.002, 4], "aten::cat": [0.001, 2]},
+        ...                      "optimizer_s": 0.001, "step_s": 0.005})
+        >>> {k: round(v, 4) for k, v in sorted(c.items())}
+        {'GEMM': 0.002, 'copy / layout': 0.001, 'optimizer': 0.001, 'rest': 0.001}
+    """
+    out: dict[str, float] = {}
+    for op, (cpu_s, *_calls_bytes) in clocked["ops"].items():
+        cls = op_class(op)
+        out[cls] = out.get(cls, 0.0) + cpu_s
+    out["optimizer"] = out.get("optimizer", 0.0) + clocked["optimizer_s"]
+    out["rest"] = clocked["step_s"] - sum(out.values())
+    return out
+
+
+def print_clocked(row: dict, top: int) -> None:
+    """Print one plan's priced classes against its clocked main-thread CPU (:func:`clocked_classes`)."""
+    clocked = clocked_classes(row["clocked"])
+    priced = row["priced"] or {}
+    print(f"\n{row['model']}/{row['plan']}: ms per step, priced against main-thread CPU "
+          "(thread clock, rank 0)")
+    classes = sorted((set(priced) | set(clocked)) - {"total"},
+                     key=lambda c: -max(priced.get(c, 0.0), clocked.get(c, 0.0)))
+    for c in classes:
+        print(f"  {c:22} {priced.get(c, 0.0) * 1e3:8.2f} {clocked.get(c, 0.0) * 1e3:8.2f}")
+    print(f"  {'total / step CPU':22} {priced.get('total', 0.0) * 1e3:8.2f} "
+          f"{row['clocked']['step_s'] * 1e3:8.2f}")
+    ops = sorted(row["clocked"]["ops"].items(), key=lambda kv: -kv[1][0])[:top]
+    for op, (cpu_s, calls, *nbytes) in ops:
+        written = nbytes[0] / 2**20 if nbytes else 0.0
+        print(f"    {op:44} {cpu_s * 1e3:8.2f} ms {calls:6.0f} calls {written:8.2f} MiB out  {op_class(op)}")
 
 
 def _pct(x) -> str:

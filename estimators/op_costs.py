@@ -7,7 +7,8 @@ Node cost c(v, s) (shared/guide/ALGORITHM.md):
 * communication inside the operator: the partial-sum reduction of its output
   (``Configuration.partial_axes``: all-reduce to R, or reduce-scatter to S with an all-gather
   backward) and the weight-gradient all-reduce over ``grad_sync_axes``, bucketed
-  (:func:`estimators.collectives.grad_all_reduce_time_s`);
+  (:func:`estimators.collectives.grad_all_reduce_time_s`), with the gradient's copy into its bucket
+  (:func:`estimators.layout_copies.bucket_copy_time_s`);
 * a cross entropy whose logits' class dim is split: its two blocking forward all-reduces
   (:mod:`estimators.vocab_parallel`);
 * a training batch norm whose batch is split, with synchronised statistics: one all-reduce of
@@ -53,7 +54,7 @@ from estimators.batch_norm import synchronized as bn_synchronized
 from estimators.collectives import GRAD_BUCKET_BYTES, CommModel, grad_all_reduce_time_s, grad_bucket_fixed_s
 from estimators.compute import LocalOp, cast_time_s, optimizer_time_s, roofline_time_s
 from estimators.configuration import Configuration, Mesh
-from estimators.layout_copies import layout_copy_time_s
+from estimators.layout_copies import bucket_copy_time_s, layout_copy_time_s
 from estimators.memory import (  # noqa: F401 - copies_operand re-exported (was defined here)
     SavingRules,
     copies_operand,
@@ -141,6 +142,9 @@ class CostModel:
     layout_copies: bool = True
     """Price the local copies DTensor makes around a redistribution's collectives
     (:mod:`estimators.layout_copies`); False: the estimator without them (for before/after tables)."""
+    bucket_copies: bool = True
+    """Price the copy of each synchronised gradient into its all-reduce bucket
+    (:func:`estimators.layout_copies.bucket_copy_time_s`); False: the estimator without it."""
     batch_norm_stats: str = "synchronized"
     """``training.batch_norm``: a batch-split batch norm's statistics summed across ranks (priced:
     :mod:`estimators.batch_norm`) or per rank (``local``, free)."""
@@ -441,6 +445,8 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
                 sync_s += grad_all_reduce_time_s(comm, pb.grad, sync[key], bucketed)  # bucketed
                 buffer = max(buffer, pb.grad)
                 sync_s += _bucket_fixed_share_s(comm, bucketed, numel(shape) * grad_itemsize)
+                if model.bucket_copies:  # concatenated into its bucket before the all-reduce
+                    sync_s += bucket_copy_time_s(model.cluster.device, pb.grad)
     comm_s += sync_s
     device = model.cluster.device
     step_s = optimizer_time_s(device, own_param_bytes, len(node["params"]), model.optimizer)

@@ -89,6 +89,16 @@ class Device:
     actions' bookkeeping and their blocking point-to-point exchanges (the waiting rank loses its
     core: the same effect as ``sync_point_s``) (:func:`estimators.pipeline.schedule_overhead_s`;
     ``benchmarks/pipeline_step.py`` fits it). 0 by default (not measured)."""
+    optimizer_bandwidth_gbps: float = 0.0
+    """GB/s an Adam / AdamW step reaches over its parameter-sized passes (read p, g, both moments; write
+    p and the moments: :data:`estimators.compute.OPTIMIZER_PASSES`) in torch's fused kernel, which the
+    executor runs (:mod:`tensoropt.executor.state.local_optim`): one pass over the seven streams, not
+    one copy after another (:func:`estimators.compute.optimizer_time_s`). 0 by default: the memory
+    bandwidth times the memory efficiency, as any memory-bound kernel."""
+    optimizer_tensor_s: float = 0.0
+    """Host time of an optimizer step per parameter tensor beyond its bytes (the optimizer's
+    per-tensor Python: state lookup, grouping, the gradient's unwrapping). 0 by default:
+    :attr:`kernel_launch_s`."""
     runtime_overhead_bytes: int = 0
     """Memory a training process spends beyond the plan's tensors and the optimizer step's
     temporaries (the exported program, autograd, the collective backend's buffers, allocator
@@ -147,6 +157,8 @@ class Device:
                 *OVERHEAD_KEYS,
                 "sync_point_s",
                 "pipeline_microbatch_s",
+                "optimizer_bandwidth_gbps",
+                "optimizer_tensor_s",
                 "runtime_overhead_bytes",
                 "bytes_per_program_node",
                 "description",
@@ -193,6 +205,10 @@ class Device:
             sync_point_s=r.number("sync_point_s", positive=False, default=0.0, cited="sync_point_s" in data),
             pipeline_microbatch_s=r.number("pipeline_microbatch_s", positive=False, default=0.0,
                                            cited="pipeline_microbatch_s" in data),
+            optimizer_bandwidth_gbps=r.number("optimizer_bandwidth_gbps", positive=False, default=0.0,
+                                              cited="optimizer_bandwidth_gbps" in data),
+            optimizer_tensor_s=r.number("optimizer_tensor_s", positive=False, default=0.0,
+                                        cited="optimizer_tensor_s" in data),
             runtime_overhead_bytes=int(r.number("runtime_overhead_bytes", positive=False, default=0,
                                                 cited="runtime_overhead_bytes" in data)),
             bytes_per_program_node=int(r.number("bytes_per_program_node", positive=False, default=0,
@@ -440,7 +456,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             **{
                 k: getattr(d, k)
                 for k in ("matmul_efficiency", "memory_efficiency", "kernel_launch_s", *OVERHEAD_KEYS,
-                          "sync_point_s", "pipeline_microbatch_s", "runtime_overhead_bytes",
+                          "sync_point_s", "pipeline_microbatch_s", "optimizer_bandwidth_gbps",
+                          "optimizer_tensor_s", "runtime_overhead_bytes",
                           "bytes_per_program_node")
                 if k in d.sources
             },

@@ -136,6 +136,7 @@ def cost_graph(
     loss_chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     profile_clock: str | None = None,
     price_layout_copies: bool = True,
+    price_bucket_copies: bool = True,
 ) -> nx.DiGraph:
     """Price every configuration of every operator of ``graph`` on ``num_devices`` devices of ``cluster``.
 
@@ -174,6 +175,8 @@ def cost_graph(
             wall-clock means, so a wall-clock cost graph after it reads them without timing again).
         price_layout_copies: price the local copies around redistributions' collectives
             (:mod:`estimators.layout_copies`); False: the estimator without them (ablations).
+        price_bucket_copies: price each synchronised gradient's copy into its all-reduce bucket
+            (:func:`estimators.layout_copies.bucket_copy_time_s`); False: without it (ablations).
         precision: the training precision (:mod:`tensoropt.precision`); capture the graph in its
             compute dtype. A mixed one prices float32 master parameters, gradients (reduced in
             float32) and optimizer state, and the compute-dtype copies of the parameters ops keep.
@@ -223,7 +226,7 @@ def cost_graph(
     rules = SavingRules(cl.device.kind, sdpa_backend, batch_norm)
     model = CostModel(cl, mesh, optimizer, compute_time=timer, rules=rules,
                       precision=get_precision(precision), batch_norm_stats=batch_norm_stats,
-                      layout_copies=price_layout_copies)
+                      layout_copies=price_layout_copies, bucket_copies=price_bucket_copies)
     info = GraphInfo.of(g, rules)
     if memory_options:
         from tensoropt.configspace.options import with_options
