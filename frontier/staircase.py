@@ -223,6 +223,28 @@ def _grow_f(a, need):
 
 
 @njit(cache=True)
+def _write_back_pointers(out_rows, r, m, kind, shift, index, copy_start, allrow, group_row):
+    """Row ``r``'s back-pointers of a merged point: one row index per input table.
+
+    ``index`` is the point's place in the merge's base array; a kind-0 copy (a prefix point
+    shifted by a row of the last table) takes the prefix's rows and ``shift`` as the last table's
+    row; a kind-1 copy (the last table's rows shifted by prefix point ``shift``) takes that prefix
+    point's rows and the last table's row ``group_row + (index - copy_start)``. Shared by the
+    two- and three-objective merges.
+    """
+    if m == 1:
+        out_rows[r, 0] = allrow[index, 0]
+    elif kind == 0:
+        for u in range(m - 1):
+            out_rows[r, u] = allrow[index, u]
+        out_rows[r, m - 1] = shift
+    else:
+        for u in range(m - 1):
+            out_rows[r, u] = allrow[shift, u]
+        out_rows[r, m - 1] = group_row + (index - copy_start)
+
+
+@njit(cache=True)
 def _sum_group(cost, row_off, start, start_off, groups, m, x, k_last, px, py, prow):
     """Staircase of T_0[x] (+) ... (+) T_{k_last-1}[x] into px, py, prow; returns (n, px, py, prow)."""
     g = groups[0, x]
@@ -426,19 +448,10 @@ def _sum_union(cost, row_off, start, start_off, groups, m, live, o_lo, o_hi, wid
             out_cost[r, 1] = oy[j]
             out_group[r] = o
             out_vals[r] = cs[c]
-            if m == 1:
-                out_rows[r, 0] = allrow[oi[j], 0]
-            elif ckind[c] == 0:
-                for u in range(m - 1):
-                    out_rows[r, u] = allrow[oi[j], u]
-                out_rows[r, m - 1] = cshift[c]
-            else:
-                p = cshift[c]
-                for u in range(m - 1):
-                    out_rows[r, u] = allrow[p, u]
-                s = cs[c]
-                g = groups[m - 1, o * width + s]
-                out_rows[r, m - 1] = start[start_off[m - 1] + g] + (oi[j] - cstart[c])
+            group_row = 0
+            if m > 1 and ckind[c] == 1:
+                group_row = start[start_off[m - 1] + groups[m - 1, o * width + cs[c]]]
+            _write_back_pointers(out_rows, r, m, ckind[c], cshift[c], oi[j], cstart[c], allrow, group_row)
         total = need
     return out_cost[:total], out_group[:total], out_rows[:total], out_vals[:total]
 

@@ -47,7 +47,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from frontier.staircase import AVAILABLE, PARALLEL_MIN_CANDIDATES, _grow_f, _threads, njit
+from frontier.staircase import (
+    AVAILABLE,
+    PARALLEL_MIN_CANDIDATES,
+    _grow_f,
+    _threads,
+    _write_back_pointers,
+    njit,
+)
 
 __all__ = ["AVAILABLE", "sum_union_3d"]
 
@@ -610,18 +617,10 @@ def _sum_union3(cost, row_off, start, start_off, groups, m, live, grid_min, o_lo
             out_cost[r, 2] = oz[j]
             out_group[r] = o
             out_vals[r] = cs[c]
-            if m == 1:
-                out_rows[r, 0] = allrow[oi[j], 0]
-            elif ckind[c] == 0:
-                for u in range(m - 1):
-                    out_rows[r, u] = allrow[oi[j], u]
-                out_rows[r, m - 1] = cshift[c]
-            else:
-                p = cshift[c]
-                for u in range(m - 1):
-                    out_rows[r, u] = allrow[p, u]
-                g = groups[m - 1, o * width + cs[c]]
-                out_rows[r, m - 1] = start[start_off[m - 1] + g] + (oi[j] - cstart[c])
+            group_row = 0
+            if m > 1 and ckind[c] == 1:
+                group_row = start[start_off[m - 1] + groups[m - 1, o * width + cs[c]]]
+            _write_back_pointers(out_rows, r, m, ckind[c], cshift[c], oi[j], cstart[c], allrow, group_row)
         total = need
     return out_cost[:total], out_group[:total], out_rows[:total], out_vals[:total]
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import yaml
 
 from tensoropt.config import Job
 from tensoropt.executor.job.spec import TrainSpec
+from tensoropt.launch import LaunchOptions, launch_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,11 +31,11 @@ def gpt_spec(optimizer: str = "adamw", dtype: str = "float32") -> TrainSpec:
     return dataclasses.replace(TrainSpec.from_job(job), dtype=dtype)
 
 
-def llama_spec(layers: int = 4) -> TrainSpec:
+def llama_spec(layers: int = 4, dtype: str = "float32") -> TrainSpec:
     """configs/jobs/hf-llama.yaml with ``num_hidden_layers`` 4 (embedding, 4 layers, head: 6 blocks)."""
     data = yaml.safe_load((ROOT / "configs/jobs/hf-llama.yaml").read_text())
     data["model"]["kwargs"]["num_hidden_layers"] = layers
-    return TrainSpec.from_job(Job.from_dict(data))
+    return dataclasses.replace(TrainSpec.from_job(Job.from_dict(data)), dtype=dtype)
 
 
 def padded_llama_spec(layers: int = 4) -> TrainSpec:
@@ -82,3 +84,36 @@ def tied_gpt2_spec(optimizer: str = "momentum") -> TrainSpec:
     data["model"]["kwargs"]["tie_word_embeddings"] = True
     data["training"]["optimizer"] = optimizer
     return TrainSpec.from_job(Job.from_dict(data))
+
+
+def run_entries(out: Path, chosen: list[tuple[str, str, dict]], specs: dict, steps: int,
+                checkpointed: str, resumed: str, resumed_steps: int) -> list[tuple[str, str, dict]]:
+    """(name, spec key, worker run entry) of each chosen (name, spec key, plan): run ``checkpointed``
+    writes ``out/<checkpointed>-ckpt``, which run ``resumed`` resumes for ``resumed_steps``; a name
+    ending in ``-eager`` runs without replay."""
+    runs = []
+    for name, key, entry in chosen:
+        run = {"spec": specs[key].to_json(), "plan": entry, "steps": steps,
+               "metrics": str(out / f"{name}.json"), "params_dir": str(out / name)}
+        if name.endswith("-eager"):
+            run["replay"] = False
+        if name == checkpointed:
+            run["checkpoint_dir"] = str(out / f"{checkpointed}-ckpt")
+        if name == resumed:
+            run.update(steps=resumed_steps, resume_from=str(out / f"{checkpointed}-ckpt"))
+        runs.append((name, key, run))
+    return runs
+
+
+def launch_worlds(out: Path, worlds: tuple[int, ...], runs_of_world) -> tuple[dict, dict]:
+    """One worker launch per world size, in order (``runs_of_world(out, world)`` gives its runs):
+    (exit code by world, (spec key, run entry) by run name)."""
+    codes, runs = {}, {}
+    for world in worlds:
+        chosen = runs_of_world(out, world)
+        path = out / f"run-{world}.json"
+        path.write_text(json.dumps({"runs": [r for _, _, r in chosen], "timeout_s": 120}))
+        codes[world] = launch_module("tensoropt.pipeline_runtime.worker", [str(path)],
+                                     LaunchOptions(world, timeout_s=400))
+        runs.update({name: (key, run) for name, key, run in chosen})
+    return codes, runs

@@ -14,10 +14,9 @@ import json
 from pathlib import Path
 
 import pytest
-from pipeline_jobs import gpt_spec, llama_spec, plan
+from pipeline_jobs import gpt_spec, launch_worlds, llama_spec, plan, run_entries
 from test_pipeline_runs import _errors, _slices
 
-from tensoropt.launch import LaunchOptions, launch_module
 from tensoropt.pipeline_runtime.reference import reference_run
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -42,29 +41,13 @@ def _runs(out: Path, world: int) -> list[tuple[str, str, dict]]:
                   ("gpt-il-m2", "gpt-fp32-momentum", _interleaved("gpt-il-m2", 2, GPT_VIRTUAL, 2))]
     else:
         chosen = [("llama-il-resumed", "llama", plan("llama-il-resumed", 1, "1F1B", [[0, 5]]))]
-    runs = []
-    for name, key, entry in chosen:
-        run = {"spec": specs[key].to_json(), "plan": entry, "steps": STEPS,
-               "metrics": str(out / f"{name}.json"), "params_dir": str(out / name)}
-        if name == "llama-il-m2":
-            run["checkpoint_dir"] = str(out / "llama-il-ckpt")
-        if name == "llama-il-resumed":
-            run.update(steps=RESUMED_STEPS, resume_from=str(out / "llama-il-ckpt"))
-        runs.append((name, key, run))
-    return runs
+    return run_entries(out, chosen, specs, STEPS, "llama-il-m2", "llama-il-resumed", RESUMED_STEPS)
 
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
     out = tmp_path_factory.mktemp("interleaved")
-    codes, runs = {}, {}
-    for world in (2, 1):  # the 1-process run resumes the 2-process run's checkpoint
-        chosen = _runs(out, world)
-        path = out / f"run-{world}.json"
-        path.write_text(json.dumps({"runs": [r for _, _, r in chosen], "timeout_s": 120}))
-        codes[world] = launch_module("tensoropt.pipeline_runtime.worker", [str(path)],
-                                     LaunchOptions(world, timeout_s=400))
-        runs.update({name: (key, run) for name, key, run in chosen})
+    codes, runs = launch_worlds(out, (2, 1), _runs)  # the 1-process run resumes the 2-process run's
     return out, codes, runs
 
 
