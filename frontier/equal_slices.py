@@ -9,11 +9,10 @@ joint configuration of the table's other variables, in the same order) give equa
 So only the groups whose every coordinate is the first value of its class are computed
 (:func:`representative_mask`); the others are copies (:func:`copy_groups`), their back-pointers moved
 to the rows of their own groups in each child table (same offset within the group), so the plans
-behind them are their own. The block memory options make such values: a residual ``add`` in a
-checkpointed block costs the same and meets the next block's edges the same under ``block_recompute``
-and ``block_selective`` (an ``add`` keeps no output under either), so every table that reaches a block
-boundary has equal slices for the two options of that ``add``: a third of a layer composition's
-output groups are copies.
+behind them are their own. Such values occur wherever a combine's tables do not tell two
+configurations apart: a residual ``add`` in a checkpointed block costs the same and meets the next
+block's edges the same under ``block_recompute`` and ``block_selective`` (an ``add`` keeps no output
+under either), and splits that the edges eliminated so far price alike (docs/algorithm.md).
 
 Example:
     >>> import numpy as np
