@@ -225,7 +225,7 @@ def with_block_options(
     Each configuration without ``recompute`` gains one variant per block option in ``options``;
     inside a block the block options replace the per-operator ``recompute`` (its variants are
     dropped there: a whole block keeps less than any chain inside it; with both block options the
-    exact solve takes 1.47-1.55 x the time without them, docs/results.md).
+    solve of the Llama-3-8B shape takes 1.24 x the time without them, docs/results.md ``selsolve2``).
 
     Example:
         >>> c = Configuration("replicate", (), (), (), ())

@@ -26,12 +26,16 @@ import numpy as np
 from frontier import staircase, staircase3
 from frontier.bounded import bounded_sum_union
 from frontier.cover import grouped_cover
+from frontier.equal_slices import copy_groups, representative_groups, value_classes
 from frontier.memory_limit import SolverMemoryError, limit_message
 from frontier.pareto import pareto_select, ragged_arange
 from frontier.table import Table
 
 #: Most candidate points expanded at once; larger combines are split by output group.
 CHUNK_POINTS = 4_000_000
+#: Combines with at least this many candidates look for output groups that copy another
+#: (:mod:`frontier.equal_slices`); below, finding them costs more than it saves.
+COPIES_MIN_CANDIDATES = 20_000
 #: Combines with more candidates than this use the bounded kernel (two objectives, numpy).
 BOUNDED_MIN = 50_000
 #: Two-objective combines use the compiled staircase merge (:mod:`frontier.staircase`), and
@@ -54,6 +58,8 @@ class CombineStats:
     """Points kept after pruning."""
     kept_bytes: int = 0
     """Bytes of the tables computed and kept (costs, group offsets, back-pointers)."""
+    copied: int = 0
+    """Output groups copied from an equal one instead of computed (:mod:`frontier.equal_slices`)."""
 
 
 @dataclass
@@ -87,8 +93,12 @@ class Combiner:
     (:mod:`frontier.staircase3`) when numba is installed."""
     memory_limit_bytes: float | None = None
     """Most bytes of kept tables before :class:`frontier.memory_limit.SolverMemoryError` (None: no limit)."""
+    copies: bool = True
+    """Compute an output group once when others equal it (a kept variable's values with equal slices in
+    every table, :mod:`frontier.equal_slices`) and copy it (compiled kernels; off only for comparisons)."""
     stats: CombineStats = field(default_factory=CombineStats)
     _memo: dict = field(default_factory=dict, repr=False)
+    _slice_classes: dict = field(default_factory=dict, repr=False)
 
     def key(self, tables: list[Table], drop: int | None) -> tuple[bytes, list[Table], tuple[int, ...]]:
         """Digest of a combine, the tables in canonical order, and the output scope."""
@@ -155,7 +165,17 @@ class Combiner:
         per_out = per_x.reshape(-1, width).sum(axis=1)
         self.stats.candidates += int(per_out.sum())
         boxed = int(drop is not None and self.box_eps > 0 and per_out.sum() > self.box_min_candidates)
-        if self.compiled and COMPILED_KERNEL and staircase.AVAILABLE and tables[0].cost.shape[1] == 2:
+        compiled = self.compiled and COMPILED_KERNEL and tables[0].cost.shape[1] in (2, 3) and \
+            (staircase.AVAILABLE if tables[0].cost.shape[1] == 2 else staircase3.AVAILABLE)
+        live = per_x > 0
+        src = None  # output groups that copy another (equal slices), computed once: frontier.equal_slices
+        if compiled and self.copies and out_scope and per_out.sum() >= COPIES_MIN_CANDIDATES:
+            reps = [value_classes(tables, v, self._slice_classes) for v in out_scope]
+            if any((r != np.arange(len(r))).any() for r in reps):
+                src = representative_groups(reps)
+                live &= np.repeat(src == np.arange(len(src)), width)
+                self.stats.copied += int((src != np.arange(len(src))).sum())
+        if compiled and tables[0].cost.shape[1] == 2:
             cost, out_group, rows, vals = staircase.sum_union_2d(
                 [t.cost for t in tables],
                 [t.start for t in tables],
@@ -163,17 +183,20 @@ class Combiner:
                 n_full // width,
                 width,
                 work=float(per_out.sum()),
-                live=per_x > 0,
+                live=live,
             )
             if boxed:  # a least (1+e)-cover of each group: the box guarantee with fewer points
                 offsets = np.r_[0, np.cumsum(np.bincount(out_group, minlength=n_full // width))]
                 keep = grouped_cover(cost, offsets, self.box_eps)
                 cost, out_group, rows, vals = cost[keep], out_group[keep], rows[keep], vals[keep]
+            if src is not None:
+                cost, out_group, rows, vals = copy_groups(cost, out_group, rows, vals, src, width, tables,
+                                                          groups)
             start = np.r_[0, np.cumsum(np.bincount(out_group, minlength=n_full // width))].astype(np.int64)
             self.stats.kept += len(cost)
             return cost, start, rows, (vals if drop is not None else None), boxed
-        if self.compiled and COMPILED_KERNEL and staircase3.AVAILABLE and tables[0].cost.shape[1] == 3:
-            return self._compute3(tables, groups, n_full // width, width, per_x, per_out, drop, boxed)
+        if compiled:
+            return self._compute3(tables, groups, n_full // width, width, live, per_out, drop, boxed, src)
         parts = []
         for lo, hi in _chunks(per_out):
             parts.append(
@@ -189,15 +212,18 @@ class Combiner:
         self.stats.kept += len(cost)
         return cost, start, rows, vals, boxed
 
-    def _compute3(self, tables, groups, n_out, width, per_x, per_out, drop, boxed):
+    def _compute3(self, tables, groups, n_out, width, live, per_out, drop, boxed, src=None):
         """The compiled three-objective sum-and-union (:func:`frontier.staircase3.sum_union_3d`);
-        boxed: one point per (1 + e)-box of the exact set (:func:`frontier.pareto.pareto_select`)."""
+        boxed: one point per (1 + e)-box of the exact set (:func:`frontier.pareto.pareto_select`);
+        ``src``: the groups copied (:mod:`frontier.equal_slices`)."""
         cost, out_group, rows, vals = staircase3.sum_union_3d(
             [t.cost for t in tables], [t.start for t in tables], groups, n_out, width,
-            work=float(per_out.sum()), live=per_x > 0)
+            work=float(per_out.sum()), live=live)
         if boxed:  # every candidate is within 1 + e of a kept point: its exact dominator's box
             keep = pareto_select(cost, out_group, self.box_eps)
             cost, out_group, rows, vals = cost[keep], out_group[keep], rows[keep], vals[keep]
+        if src is not None:
+            cost, out_group, rows, vals = copy_groups(cost, out_group, rows, vals, src, width, tables, groups)
         start = np.r_[0, np.cumsum(np.bincount(out_group, minlength=n_out))].astype(np.int64)
         self.stats.kept += len(cost)
         return cost, start, rows, (vals if drop is not None else None), boxed

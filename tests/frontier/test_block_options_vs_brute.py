@@ -12,17 +12,21 @@ import numpy as np
 import pytest
 
 import frontier
+from frontier import combine as combine_module
 from frontier.reference import brute_force
 
 SPLITS, OPTIONS = 2, 3
 
 
-def _block_graph(seed: int, integer: bool) -> nx.DiGraph:
+def _block_graph(seed: int, integer: bool, alike: bool = False) -> nx.DiGraph:
     """pre -> [a0 -> b0 -> c0] -> [a1 -> b1 -> c1] -> post, residual pre -> c0 and c0 -> c1; the
-    blocks' nodes have SPLITS x OPTIONS configurations, both blocks the same costs."""
+    blocks' nodes have SPLITS x OPTIONS configurations, both blocks the same costs. ``alike``: ``c`` (the
+    block's last ``add``) costs the same under options 1 and 2 and leaves the block alike under them (as
+    ``block_recompute`` and ``block_selective`` of an ``add``), on a grid of 1/16 (exact sums: equal plans
+    reached by two paths tie exactly)."""
     rng = np.random.default_rng(seed)
     draw = (lambda *shape: rng.integers(0, 4, size=shape).astype(float)) if integer else \
-        (lambda *shape: rng.random(shape))
+        (lambda *shape: rng.integers(0, 64, size=shape) / 16) if alike else (lambda *shape: rng.random(shape))
     n = SPLITS * OPTIONS
     option = np.repeat(np.arange(OPTIONS), SPLITS)
     inner = option[:, None] != option[None, :]
@@ -32,8 +36,11 @@ def _block_graph(seed: int, integer: bool) -> nx.DiGraph:
     node_costs = {name: draw(n, 2) for name in "abc"}
     edge_costs = {pair: draw(n, n, 2) for pair in ("ab", "bc")}
     entry, cross, exit_ = draw(SPLITS, n, 2), draw(n, n, 2), draw(n, SPLITS, 2)
-    if rng.random() < 0.5:  # a node whose options cost the same (e.g. an add under both block options)
+    if alike or rng.random() < 0.5:  # a node whose options cost the same (an add under both block options)
         node_costs["c"][SPLITS:2 * SPLITS] = node_costs["c"][2 * SPLITS:]
+    if alike:
+        cross[2 * SPLITS:] = cross[SPLITS:2 * SPLITS]
+        exit_[2 * SPLITS:] = exit_[SPLITS:2 * SPLITS]
     for i in range(2):
         for name in "abc":
             G.add_node(f"{name}{i}", cost=node_costs[name])
@@ -60,3 +67,21 @@ def test_block_option_graphs_match_brute_force(seed):
             options = {p.assignment[f"{name}{i}"] // SPLITS
                        for name in "abc"}
             assert len(options) == 1, p.assignment
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_block_graphs_whose_options_leave_the_block_alike_match_brute_force(monkeypatch, seed):
+    """The options of ``c`` that leave the block alike give equal slices in every table reaching ``c`` from
+    the next block: those combines compute one group of each equal pair and copy it
+    (:mod:`frontier.equal_slices`, here in every combine however small)."""
+    monkeypatch.setattr(combine_module, "COPIES_MIN_CANDIDATES", 0)
+    G = _block_graph(seed, integer=seed % 2 == 0, alike=True)
+    report = frontier.SolveReport()
+    got, want = frontier.solve(G, report=report), brute_force(G)
+    assert report.stats.copied > 0  # the path under test ran
+    got_c, want_c = np.array([p.cost for p in got]), np.array([p.cost for p in want])
+    assert got_c.shape == want_c.shape, (got_c, want_c)
+    np.testing.assert_allclose(got_c, want_c, rtol=1e-9, atol=1e-12)
+    for p in got:  # a real plan (solve checks each plan's cost against its point): one option per block
+        for i in range(2):
+            assert len({p.assignment[f"{name}{i}"] // SPLITS for name in "abc"}) == 1, p.assignment

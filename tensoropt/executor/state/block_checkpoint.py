@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -143,6 +144,28 @@ def _report_saved(caching_mode) -> None:
                     hooks[0](t)
 
 
+def _as_in_eager():
+    """A context under which a selective checkpoint follows its policy under the replay mode's
+    ``make_fx`` trace as it does in eager mode.
+
+    Under a proxy mode torch's selective checkpoint takes the trace for a compile's
+    (``torch.utils.checkpoint._is_compiling``): it caches *every* op's output, marks the nodes with the
+    policy and leaves the recompute decision to a compiler's partitioner. The rerun traced in backward
+    then reads every cached output and recomputes nothing, and the replayed program, which no
+    partitioner rewrites, held each block's whole forward from its forward to its backward (the fp32
+    replayed steps' resident peak 7-37 % above the plain plan's, docs/results.md ``selsolve2``). Inside
+    ``torch.compiler._non_strict_tracing_context`` (a non-strict ``make_fx`` trace: ours) it follows the
+    policy as in eager mode: the matmul-class and attention outputs cached, the rest rerun. Without that
+    context (an older torch), nothing changes.
+
+    Example:
+        >>> with _as_in_eager():
+        ...     pass
+    """
+    tracing = getattr(torch.compiler, "_non_strict_tracing_context", None)
+    return tracing() if tracing is not None else contextlib.nullcontext()
+
+
 def run_block(interp, span: BlockSpan, lazy_marker: Any) -> Any:
     """Run ``span`` under checkpoint; returns its first node's value and fills ``interp.env`` for the rest.
 
@@ -175,7 +198,8 @@ def run_block(interp, span: BlockSpan, lazy_marker: Any) -> Any:
             return pair
 
         kwargs["context_fn"] = context_fn
-    results = checkpoint(fn, *values, use_reentrant=False, **kwargs)
+    with _as_in_eager() if span.option == "block_selective" else contextlib.nullcontext():
+        results = checkpoint(fn, *values, use_reentrant=False, **kwargs)
     if contexts:
         _report_saved(contexts[0])
     for n, value in zip(span.returned, results):
