@@ -48,13 +48,13 @@ def _frontier(job: dict, path: Path) -> set[str]:
     still fits); returns the pipelined plans' ids."""
     from tensoropt.planner import plan_job
 
-    planned = plan_job(Job.from_dict(job))
-    kept = [dataclasses.replace(f, plans=[p for p in f.plans if p.pipeline]) if f.devices == 2 else f
-            for f in planned.frontiers]
-    staged = {p.id for f in kept if f.devices == 2 for p in f.plans}
-    assert staged and planned.frontier(1).plans, "the test needs pipelined plans at 2 and a plan at 1"
-    dataclasses.replace(planned, frontiers=kept).write(path)
-    return staged
+    one = plan_job(Job.from_dict({**job, "devices": [1], "planner": {"pipeline": "off"}}))  # 2 stages need 2
+    two = plan_job(Job.from_dict({**job, "devices": [2]}))
+    staged = [p for p in two.frontier(2).plans if p.pipeline]
+    assert staged and one.frontier(1).plans, "the test needs pipelined plans at 2 and a plan at 1"
+    kept = dataclasses.replace(two.frontier(2), plans=staged)
+    dataclasses.replace(two, frontiers=[one.frontier(1), kept]).write(path)
+    return {p.id for p in staged}
 
 
 def _listening(port: int) -> bool:
