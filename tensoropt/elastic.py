@@ -103,6 +103,28 @@ def launch_options(args, nproc: int, spec_json: dict, timeout_s: float | None = 
                          rdzv_id=f"tensoropt-{job_hash(spec_json)}")
 
 
+def may_select_pipelined(frontier: str | Path | None, job) -> bool:
+    """Whether a start that selects its plan (elastic, or resumed without ``--plan``) may select a
+    pipelined plan: the frontier file lists one, or the job plans pipelines (``planner.pipeline``
+    not off: a count the file lacks is planned on the spot with them). ``tensoropt run`` then
+    trains through the trainer's loop, which runs pipelined plans and plans without stages alike.
+
+    Example:
+        >>> from tensoropt.config import Job
+        >>> job = Job(model={"name": "mlp"}, cluster="cpu-local", devices=[2])
+        >>> may_select_pipelined(None, job), may_select_pipelined(None, Job(model={"name": "mlp"},
+        ...     cluster="cpu-local", devices=[2], planner={"pipeline": {"stages": [2]}}))
+        (False, True)
+    """
+    if job.planner.pipeline != "off":
+        return True
+    if frontier is None or not Path(frontier).is_file():
+        return False
+    from tensoropt.plans import load_frontier_file
+
+    return any(p.pipeline for f in load_frontier_file(frontier).frontiers for p in f.plans)
+
+
 def run_entry(args, frontier: str | Path | None, job: dict | None) -> dict:
     """The keys of a worker RUN.json run entry for these options.
 

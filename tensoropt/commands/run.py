@@ -92,7 +92,17 @@ def run(args) -> int:
     nproc = _nproc(args, plan, nnodes)
     executor = _executor(args, job)
     trainer = trainer_keys(job, plan)
-    if trainer:
+    staged = "select" in entry and elastic.may_select_pipelined(entry["select"]["frontier"], job)
+    if staged:  # a start may select a pipelined plan: the trainer's loop runs either kind
+        from tensoropt.commands.run_pipelined import pipelined_problems
+
+        problems = pipelined_problems(args, trainer, executor)
+        if problems:
+            raise CommandError("a start may select a pipelined plan (the frontier file lists some, or the "
+                               "job plans them): " + "; ".join(problems))
+    if trainer or staged:
+        if "select" in entry:  # the loop hands a selected pipelined plan to the pipelined runtime
+            entry["select"]["pipelined"] = True
         return _run_trainer(args, job, spec, plan, nproc, executor, trainer, entry)
     if args.metrics:
         entry["metrics"] = str(Path(args.metrics).resolve())
@@ -240,7 +250,7 @@ def _select(args, job, nnodes: int) -> dict:
         raise CommandError("without --plan, give the device count with --nproc N")
     frontier = _frontier_path(args)
     try:
-        plan, line = select_for_world_size(devices, frontier, job.to_dict())
+        plan, line = select_for_world_size(devices, frontier, job.to_dict(), pipelined=True)
     except (ElasticPlanError, PlanningError) as e:
         raise CommandError(str(e)) from None
     print(f"tensoropt run: {line}", flush=True)
@@ -271,9 +281,11 @@ def _check_plan_graph(args, spec, plan: dict) -> None:
 
 def _run_trainer(args, job, spec, plan: dict | None, nproc: int, executor: dict, keys: list[str],
                  entry: dict) -> int:
-    """Train with the trainer's loop (:mod:`tensoropt.training.loop`): the job sets trainer keys.
-    Without a fixed plan (``--elastic``, or ``--checkpoint-dir`` without ``--plan``) each start of
-    the workers takes the plan of its device count from ``entry["select"]``."""
+    """Train with the trainer's loop (:mod:`tensoropt.training.loop`): the job sets trainer keys, or a
+    start without a fixed plan may select a pipelined plan. Without a fixed plan (``--elastic``, or
+    ``--checkpoint-dir`` without ``--plan``) each start of the workers takes the plan of its device
+    count from ``entry["select"]`` (with ``pipelined``: a pipelined plan too, which the loop hands to
+    :func:`tensoropt.training.pipelined.train_pipelined`)."""
     out_dir = Path(args.metrics).resolve().parent if args.metrics else Path("out") / Path(args.job).stem
     out_dir.mkdir(parents=True, exist_ok=True)
     run = {"job": spec.job, "plan": plan, "select": entry.get("select"), "out_dir": str(out_dir),
@@ -281,9 +293,10 @@ def _run_trainer(args, job, spec, plan: dict | None, nproc: int, executor: dict,
            "mode": executor.get("mode", "replay"), "checkpoint_every": args.checkpoint_every,
            "checkpoint_dir": str(Path(args.checkpoint_dir).resolve()) if args.checkpoint_dir else None}
     chosen = (f"plan {plan['id']} ({plan.get('micro_batches', 1)} micro-batches" if plan is not None
-              else "the plan of each start's device count (" + ("elastic" if args.elastic else "resumed"))
+              else "the plan of each start's device count (" + ("elastic" if args.elastic else "resumed")
+              + (", pipelined or not" if (entry.get("select") or {}).get("pipelined") else ""))
     print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc} process(es), {chosen}; "
-          f"trainer keys: {', '.join(keys)})", flush=True)
+          f"trainer keys: {', '.join(keys) or 'none'})", flush=True)
     rc = launch_run("tensoropt.training.loop", run, args, nproc, spec)
     if rc != 0:
         return rc

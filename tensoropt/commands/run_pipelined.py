@@ -5,10 +5,11 @@
 (:mod:`tensoropt.pipeline_runtime.replay`), data parallel inside each stage; the plan's intra-stage
 layouts (tensor splits, memory options) are not run yet. The job's trainer keys (optimizer groups,
 learning-rate schedule, clipping, metrics, validation, export) run through
-:class:`tensoropt.training.pipelined.StageTrainer`; ``--elastic`` is refused here before any
-worker starts. ``--checkpoint-dir DIR`` resumes from DIR's newest
-pipelined checkpoint (any stage count wrote it) up to the job's steps, and writes one there every
-``--checkpoint-every`` steps and after the last.
+:class:`tensoropt.training.pipelined.StageTrainer`. ``--checkpoint-dir DIR`` resumes from DIR's
+newest checkpoint (any stage count, or a plan without stages, wrote it) up to the job's steps, and
+writes one there every ``--checkpoint-every`` steps and after the last. ``--elastic`` (and
+``--checkpoint-dir`` without ``--plan``) does not come here: each start selects its count's plan,
+pipelined or not, in the trainer's loop (``commands/run.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from pathlib import Path
 
 from tensoropt.commands import CommandError
 
-UNSUPPORTED_FLAGS = (("elastic", "--elastic"),)
-"""``tensoropt run`` options a pipelined plan does not take yet (attribute, flag)."""
+UNSUPPORTED_FLAGS: tuple[tuple[str, str], ...] = ()
+"""``tensoropt run`` options a pipelined plan does not take yet (attribute, flag): none since
+``--elastic`` runs them (an elastic or resumed start without ``--plan`` trains through the trainer's
+loop, which hands a pipelined plan to :func:`tensoropt.training.pipelined.train_pipelined`)."""
 
 
 def pipelined_problems(args, trainer_keys: list[str], executor: dict) -> list[str]:

@@ -72,9 +72,9 @@ def latest_pipelined_checkpoint(directory: str | Path | None) -> Path | None:
     return max(done, key=lambda p: int(p.name.removeprefix(CHECKPOINT_PREFIX)), default=None)
 
 
-def save_checkpoint(directory: str | Path, module, optimizer, step: int) -> Path:
+def save_checkpoint(directory: str | Path, module, optimizer, step: int, plan_id: str | None = None) -> Path:
     """Write this rank's stage and optimizer state to ``directory/step-<step>`` (collective);
-    returns that folder.
+    returns that folder. ``plan_id``: the plan that wrote it, recorded in ``trainer.json``.
 
     Example:
         >>> # not run here: collective
@@ -90,7 +90,7 @@ def save_checkpoint(directory: str | Path, module, optimizer, step: int) -> Path
         # the loop's trainer state: the schedule is a function of the step (no scheduler state)
         (path / TRAINER_STATE).write_text(json.dumps({
             "step": step, "scheduler": None, "data_position": step, "loss_scale": None,
-            "world_size": dist.get_world_size(), "plan_id": None, "pipelined": True}))
+            "world_size": dist.get_world_size(), "plan_id": plan_id, "pipelined": True}))
     dist.barrier()
     return path
 

@@ -45,7 +45,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tensoropt.pipeline_runtime.checkpoint import load_checkpoint, save_checkpoint
+from tensoropt.executor.state.restart import hold_for_tests
+from tensoropt.pipeline_runtime.checkpoint import (
+    latest_pipelined_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from tensoropt.pipeline_runtime.runtime import PipelineRuntime
 
 
@@ -87,6 +92,10 @@ class PlanRun:
             self.trainer = trainer_factory(self.rt, Job.from_dict(config["job"]), config.get("out_dir", "."))
         if config.get("resume_from"):
             self.start = load_checkpoint(config["resume_from"], self.rt.module, self.rt.optimizer)
+            if self.rt.rank == 0:
+                found = latest_pipelined_checkpoint(config["resume_from"])
+                print(f"[tensoropt] resumed from {found} at step {self.start} on {self.rt.world} "
+                      f"process(es), plan {config['plan'].get('id')}", flush=True)
         if config.get("total_steps") is not None:  # run to that step from wherever it resumed
             self.steps = max(0, int(config["total_steps"]) - self.start)
         if self.trainer is not None:
@@ -117,8 +126,11 @@ class PlanRun:
             self.trainer.after_step(step, self.losses[-1], lr, self.times[-1])
         every = int(self.config.get("checkpoint_every") or 0)
         done = step + 1
-        if self.config.get("checkpoint_dir") and every and done % every == 0 and len(self.times) < self.steps:
-            save_checkpoint(self.config["checkpoint_dir"], self.rt.module, self.rt.optimizer, done)
+        if len(self.times) < self.steps:  # the last step's checkpoint is finish()'s
+            if self.config.get("checkpoint_dir") and every and done % every == 0:
+                save_checkpoint(self.config["checkpoint_dir"], self.rt.module, self.rt.optimizer, done,
+                                plan_id=self.config["plan"].get("id"))
+            hold_for_tests(done, self.rt.world)
         if self.config.get("compute_reference"):
             dist.barrier()
             t0 = time.perf_counter()
@@ -191,7 +203,8 @@ class PlanRun:
             torch.save({k: v.detach().cpu() for k, v in rt.module.state_dict().items()},
                        out / f"stage-{rt.stage_index}.pt")
         if config.get("checkpoint_dir"):
-            save_checkpoint(config["checkpoint_dir"], rt.module, rt.optimizer, start + steps)
+            save_checkpoint(config["checkpoint_dir"], rt.module, rt.optimizer, start + steps,
+                            plan_id=config["plan"].get("id"))
         if self.trainer is not None:
             self.trainer.finish()
         dist.barrier()

@@ -323,27 +323,15 @@ def _hold(step: int, log: MetricsLogger | None) -> None:
 
 
 def _elastic_hold(step: int, log: MetricsLogger | None) -> None:
-    """The elastic tests' hold (:data:`tensoropt.executor.state.restart.HOLD_DIR_ENV`): after each step and
-    its checkpoint, wait while ``hold-ws<world size>`` exists in that folder (and holds no number, or
-    one <= ``step``: the first step to hold after), so a test can kill or add machines at a known
-    step; nothing without the variable."""
-    from tensoropt.executor.state.restart import HOLD_DIR_ENV
-    from tensoropt.executor.state.restart import HOLD_MAX_S as ELASTIC_HOLD_S
+    """The elastic tests' hold (:func:`tensoropt.executor.state.restart.hold_for_tests`) after
+    ``step`` and its checkpoint, the metrics written first; nothing without the variable."""
+    from tensoropt.executor.state.restart import HOLD_DIR_ENV, hold_for_tests
 
     if not os.environ.get(HOLD_DIR_ENV):
         return
-    hold = Path(os.environ[HOLD_DIR_ENV]) / f"hold-ws{_world()}"
-    try:
-        first = hold.read_text().strip()
-    except OSError:
-        return
-    if first and step < int(first):
-        return
     if log is not None:
         log.stream.flush()
-    deadline = time.monotonic() + ELASTIC_HOLD_S
-    while hold.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    hold_for_tests(step, _world())
 
 
 def _validate(pm, held_out: GlobalBatches, batches: int, step: int, log: MetricsLogger | None) -> float:
@@ -361,7 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     :func:`tensoropt.executor.state.restart.resolve_plan`, choose it for this start's world size),
     ``out_dir``, optional ``steps``, ``mode``, ``checkpoint_dir``, ``checkpoint_every``,
     ``stop_after``, ``hold_after`` and ``records`` (a path: rank 0 writes every step's record there
-    as JSON)."""
+    as JSON). A plan whose ``"pipeline"`` is set (an elastic start with ``select``'s ``pipelined``
+    may select one) trains on the pipelined runtime with the same keys
+    (:func:`tensoropt.training.pipelined.train_pipelined`; ``stop_after`` and ``hold_after`` are
+    this loop's only); the checkpoints of both resume under either."""
     argv = sys.argv[1:] if argv is None else argv
     config = json.loads(Path(argv[0]).read_text())
     from tensoropt.parallel import init_distributed
@@ -373,11 +364,18 @@ def main(argv: list[str] | None = None) -> int:
             from tensoropt.executor.state.restart import resolve_plan
 
             plan = resolve_plan(config["select"])
-        records = train(Job.from_dict(config["job"]), plan, out_dir=config["out_dir"],
-                        steps=config.get("steps"), mode=config.get("mode", "replay"),
-                        checkpoint_dir=config.get("checkpoint_dir"),
-                        checkpoint_every=int(config.get("checkpoint_every", 0)),
-                        stop_after=config.get("stop_after"), hold_after=config.get("hold_after"))
+        if plan.get("pipeline"):  # a pipelined plan (elastic starts may select one): its stages' runtime
+            from tensoropt.training.pipelined import train_pipelined
+
+            records = train_pipelined(Job.from_dict(config["job"]), plan, out_dir=config["out_dir"],
+                                      steps=config.get("steps"), checkpoint_dir=config.get("checkpoint_dir"),
+                                      checkpoint_every=int(config.get("checkpoint_every", 0)))
+        else:
+            records = train(Job.from_dict(config["job"]), plan, out_dir=config["out_dir"],
+                            steps=config.get("steps"), mode=config.get("mode", "replay"),
+                            checkpoint_dir=config.get("checkpoint_dir"),
+                            checkpoint_every=int(config.get("checkpoint_every", 0)),
+                            stop_after=config.get("stop_after"), hold_after=config.get("hold_after"))
         if _rank() == 0 and config.get("records"):
             Path(config["records"]).write_text(json.dumps(records))
         return 0

@@ -248,6 +248,41 @@ def _user_key(key: str, names: list[str]) -> str:
     return key
 
 
+def train_pipelined(job: Job, plan: dict, *, out_dir: str | Path, steps: int | None = None,
+                    checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0) -> list[dict]:
+    """Train ``job`` with the pipelined ``plan`` on this rank (the process group exists), as
+    :func:`tensoropt.training.loop.train` trains a plan without stages: resume from
+    ``checkpoint_dir``'s newest checkpoint (either runtime, any device count wrote it), train to
+    ``steps`` (default ``training.steps``) with the job's trainer keys (:class:`StageTrainer`),
+    checkpoint every ``checkpoint_every`` steps and after the last; returns rank 0's metrics records
+    of the steps this start ran ([] on the other ranks). The trainer's loop hands a pipelined plan
+    here (an elastic start that selected one).
+
+    Every collective is bounded by ``TENSOROPT_COLLECTIVE_TIMEOUT_S`` (120 s by default).
+
+    Example:
+        >>> # not run here: needs the process group of a pipelined run (tests/elastic)
+        >>> records = train_pipelined(job, plan, out_dir="out/job", checkpoint_dir="ckpt")  # doctest: +SKIP
+    """
+    import os
+
+    from tensoropt.executor.job.spec import TrainSpec
+    from tensoropt.pipeline_runtime.checkpoint import latest_pipelined_checkpoint
+    from tensoropt.pipeline_runtime.worker import run
+
+    total = int(steps if steps is not None else job.training.steps)
+    spec = TrainSpec.from_job(job, steps=total)
+    timeout_s = float(os.environ.get("TENSOROPT_COLLECTIVE_TIMEOUT_S", "120"))
+    entry = {"spec": spec.to_json(), "plan": plan, "steps": total, "total_steps": total, "job": job.to_dict(),
+             "out_dir": str(out_dir), "timeout_s": timeout_s}
+    if checkpoint_dir:
+        entry.update(checkpoint_dir=str(checkpoint_dir), checkpoint_every=int(checkpoint_every or 0))
+        if latest_pipelined_checkpoint(checkpoint_dir) is not None:
+            entry["resume_from"] = str(checkpoint_dir)
+    metrics = run(entry, StageTrainer)
+    return (metrics or {}).get("records") or []
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m tensoropt.training.pipelined RUN.json`` under torchrun: the pipelined worker
     (:func:`tensoropt.pipeline_runtime.worker.main`) with :class:`StageTrainer` for runs that set

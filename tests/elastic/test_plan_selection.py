@@ -48,10 +48,11 @@ PIPELINED_JOB = {"model": {"name": "gpt", "kwargs": {"layers": 2, "width": 32, "
 
 
 @pytest.mark.timeout(300)
-def test_pipelined_plans_are_not_restarted_elastically(tmp_path):
-    """An elastic (or resumed) start runs its plan through the executor's worker, which does not
-    drive pipeline stages: selection leaves pipelined plans out and says so, rather than crash at
-    the start."""
+def test_pipelined_plans_are_selected_where_the_worker_runs_them(tmp_path):
+    """The executor's worker does not drive pipeline stages: for it (the default) selection leaves
+    pipelined plans out and says so, rather than crash at the start. The trainer's loop runs them
+    (``pipelined=True``, what `tensoropt run --elastic` asks): there a budget that only pipelined
+    plans fit selects one."""
     from tensoropt.config import Job
     from tensoropt.planner import plan_job
 
@@ -70,3 +71,7 @@ def test_pipelined_plans_are_not_restarted_elastically(tmp_path):
     job = {**PIPELINED_JOB, "memory_budget": int((leanest_staged + leanest_plain) / 2)}
     with pytest.raises(ElasticPlanError, match="pipelined plans d2-p.* were not considered"):
         select_for_world_size(2, path, job)
+    plan, line = select_for_world_size(2, path, job, pipelined=True)
+    fitting = {p.id: p.pipeline for p in staged if p.peak_memory_bytes <= job["memory_budget"]}
+    assert plan["id"] in fitting and plan["pipeline"] == fitting[plan["id"]], (plan["id"], sorted(fitting))
+    assert "skipped" not in line

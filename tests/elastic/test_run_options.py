@@ -54,3 +54,39 @@ def test_fixed_plan_with_checkpoints_keeps_its_plan():
     assert sorted(run_entry(args, None, None)) == ["checkpoint"]
     assert run_entry(_parse(), None, None) == {}
     assert launch_options(_parse(), 2, {}).nproc_per_node == 2
+
+
+def _frontier_file(path, pipelined: bool):
+    """A one-plan frontier.json for 2 devices, its plan pipelined or not."""
+    from tensoropt.plans import Frontier, FrontierFile, Mesh, Plan
+
+    stages = {"stages": 2, "schedule": "1F1B", "micro_batches": 2, "blocks": [[0, 0], [1, 1]]}
+    plan = Plan("d2-p0", 0.5, 1024, {}, pipeline=stages if pipelined else None)
+    FrontierFile({}, [Frontier(2, Mesh((2,), ("gpu",)), [plan])]).write(path)
+    return path
+
+
+@pytest.mark.parametrize("pipelined, module",
+                         [(True, "tensoropt.training.loop"), (False, "tensoropt.training.worker")])
+def test_an_elastic_start_that_may_select_a_pipelined_plan_runs_the_loop(tmp_path, monkeypatch, pipelined,
+                                                                          module):
+    """A job without trainer keys: elastic starts go through the executor's worker, unless the
+    frontier lists a pipelined plan; then through the trainer's loop, told to keep pipelined plans
+    (it hands one to the pipelined runtime)."""
+    from tensoropt.cli import main
+    from tensoropt.config import Job
+
+    launched = []
+    monkeypatch.setattr("tensoropt.commands.run.launch_run",
+                        lambda module, config, *rest: launched.append((module, config)) or 0)
+    job = tmp_path / "job.yaml"
+    job.write_text(Job(model={"name": "mlp"}, cluster="cpu-local", devices=[1, 2]).to_yaml())
+    frontier = _frontier_file(tmp_path / "frontier.json", pipelined)
+    rc = main(["run", str(job), "--elastic", "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-endpoint",
+               "127.0.0.1:1", "--checkpoint-dir", str(tmp_path / "ck"), "--frontier", str(frontier),
+               "--metrics", str(tmp_path / "metrics.json")])  # the loop writes beside it, not in out/
+    assert rc == 0
+    [(started, config)] = launched
+    assert started == module
+    select = config["select"] if pipelined else config["runs"][0]["select"]
+    assert select["frontier"] == str(frontier) and bool(select.get("pipelined")) == pipelined

@@ -6,7 +6,9 @@ joins; each start then
 
 1. reads the world size and takes the plan for that many devices from ``frontier.json``,
    selected under the job's memory budget, rule and time limit (:func:`resolve_plan`); when the
-   frontier file has no frontier for that count, it plans on the spot and says so;
+   frontier file has no frontier for that count, it plans on the spot and says so. The plan may be
+   pipelined where the worker runs pipelined plans (``select``'s ``pipelined``: the trainer's loop
+   hands them to the pipelined runtime); the executor's worker does not, and they are left out;
 2. builds the trainer for that plan, restores the newest complete checkpoint of the job into
    the plan's placements (:func:`tensoropt.checkpoint.resume`: parameters and optimizer state
    resharded) and resumes at the saved step: the data of a step depends only on the step, so the
@@ -35,9 +37,14 @@ EVENT_LOG = "elastic-log.jsonl"
 
 HOLD_DIR_ENV = "TENSOROPT_TEST_HOLD_DIR"
 """Tests only: after each step (and its checkpoint), a worker waits while ``$DIR/hold-ws<world
-size>`` exists (at most ``HOLD_MAX_S``), so a test can kill or add machines at a known step."""
+size>`` exists (at most ``HOLD_MAX_S``; a number in the file: from that step on), so a test can
+kill or add machines at a known step (:func:`hold_for_tests`)."""
 
 HOLD_MAX_S = 180.0
+
+RUNS_PIPELINED = ("`tensoropt run` starts the trainer's loop, which runs them, when the frontier file "
+                  "has pipelined plans or the job's planner.pipeline is not off")
+"""Where pipelined plans are run elastically (the way out a skipping worker's message gives)."""
 
 
 class ElasticPlanError(RuntimeError):
@@ -62,7 +69,7 @@ def _log(message: str) -> None:
 
 
 def select_for_world_size(world_size: int, frontier: str | Path | None = None, job: dict | None = None,
-                          progress=None) -> tuple[dict, str]:
+                          progress=None, pipelined: bool = False) -> tuple[dict, str]:
     """The plan.json document to run on ``world_size`` devices, and a line saying where it came from.
 
     Args:
@@ -72,6 +79,10 @@ def select_for_world_size(world_size: int, frontier: str | Path | None = None, j
             select the plan, and which is planned on the spot for a count the frontier file
             lacks; default: the frontier file's job.
         progress: ``progress(message, fraction)`` while planning on the spot.
+        pipelined: whether the caller runs pipelined plans (``tensoropt run``, the trainer's loop:
+            :func:`tensoropt.training.pipelined.train_pipelined`); False leaves them out (the
+            executor's worker, :mod:`tensoropt.training.worker`, does not drive stages) and lists
+            them in the line.
 
     Raises:
         ElasticPlanError: no frontier file and no job, or no plan fits the budget at that count.
@@ -107,18 +118,17 @@ def select_for_world_size(world_size: int, frontier: str | Path | None = None, j
         start = time.perf_counter()
         ff_n = plan_job(dataclasses.replace(job_obj, devices=[world_size]), progress)
         source = f"planned on the spot ({had}; {time.perf_counter() - start:.1f} s)"
-    ff_n, skipped = without_pipelined_plans(ff_n)
+    ff_n, skipped = (ff_n, []) if pipelined else without_pipelined_plans(ff_n)
     if not any(f.plans for f in ff_n.frontiers):
         raise ElasticPlanError(
             f"world size {world_size}: every plan of the frontier is pipelined ({', '.join(skipped)}), and "
-            "pipelined plans do not restart elastically yet; plan with planner.pipeline: off, or run a "
-            "pipelined plan without --elastic (tensoropt run --plan plan.json --checkpoint-dir DIR)")
+            f"this worker does not run pipelined plans; {RUNS_PIPELINED}")
     try:
         chosen = select(ff_n, memory_budget_bytes=job_obj.memory_budget, devices=world_size,
                         rule=job_obj.select, max_time_s=job_obj.max_time_s)
     except NoFeasiblePlan as e:
-        extra = (f" (pipelined plans {', '.join(skipped)} were not considered: they do not restart "
-                 "elastically yet)") if skipped else ""
+        extra = (f" (pipelined plans {', '.join(skipped)} were not considered: this worker does not run "
+                 f"them; {RUNS_PIPELINED})") if skipped else ""
         raise ElasticPlanError(f"world size {world_size}: {e}{extra}") from None
     budget = format_size(job_obj.memory_budget) if job_obj.memory_budget is not None else "no budget"
     plan = json.loads(plan_file_text(ff_n.to_json(), chosen.plan.id))
@@ -126,13 +136,13 @@ def select_for_world_size(world_size: int, frontier: str | Path | None = None, j
     line = (f"world size {world_size}: plan {chosen.plan.id} ({summary}) {source} "
             f"(rule {job_obj.select}, budget {budget})")
     if skipped:
-        line += f"; pipelined plans skipped (not restarted elastically yet): {', '.join(skipped)}"
+        line += f"; pipelined plans skipped (this worker does not run them): {', '.join(skipped)}"
     return plan, line
 
 
 def without_pipelined_plans(frontier_file):
-    """``frontier_file`` without its pipelined plans (an elastic restart runs a plan through the
-    executor's worker, which does not drive pipeline stages), and the ids left out.
+    """``frontier_file`` without its pipelined plans (for a start through the executor's worker,
+    which does not drive pipeline stages), and the ids left out.
 
     Example:
         >>> from tensoropt.plans import Frontier, FrontierFile, Mesh, Plan
@@ -154,8 +164,9 @@ def without_pipelined_plans(frontier_file):
 def resolve_plan(select_options: dict) -> dict:
     """Rank 0 selects (or plans) for the current world size; every rank gets the plan document.
 
-    ``select_options``: ``{"frontier": path or None, "job": Job.to_dict() or None}`` (the
-    worker's RUN.json ``select`` entry). Logs the choice.
+    ``select_options``: ``{"frontier": path or None, "job": Job.to_dict() or None, "pipelined":
+    bool (default false: pipelined plans left out, :func:`select_for_world_size`)}`` (the worker's
+    RUN.json ``select`` entry). Logs the choice.
 
     Example:
         >>> # not run here: needs out/frontier.json from `tensoropt plan` and a process group
@@ -165,7 +176,8 @@ def resolve_plan(select_options: dict) -> dict:
     answer: tuple | Exception
     if rank == 0:
         try:
-            answer = select_for_world_size(size, select_options.get("frontier"), select_options.get("job"))
+            answer = select_for_world_size(size, select_options.get("frontier"), select_options.get("job"),
+                                           pipelined=bool(select_options.get("pipelined")))
         except Exception as e:  # noqa: BLE001 - re-raised on every rank
             answer = e
     else:
@@ -218,16 +230,36 @@ def train_with_checkpoints(trainer, spec, total_steps: int, options: dict):
                              "world_size": size, "plan_id": trainer.plan.plan_id, "start_step": start,
                              "resumed_from": manifest.step if manifest is not None else None,
                              "total_steps": total_steps})
-    hold = Path(os.environ[HOLD_DIR_ENV]) / f"hold-ws{size}" if os.environ.get(HOLD_DIR_ENV) else None
 
     def after_step(done: int) -> None:
         if (every and done % every == 0) or done == total_steps:
             save_checkpoint(trainer, root, done, hash_, description, keep=keep)
-        deadline = time.monotonic() + HOLD_MAX_S
-        while hold is not None and hold.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        hold_for_tests(done, size)
 
     return trainer.train(max(0, total_steps - start), start_step=start, after_step=after_step)
+
+
+def hold_for_tests(step: int, world_size: int) -> None:
+    """The elastic tests' hold (:data:`HOLD_DIR_ENV`), called by every runtime after each step and
+    its checkpoint: wait while ``$DIR/hold-ws<world_size>`` exists and holds no number, or one <=
+    ``step`` (the first step to hold after), at most :data:`HOLD_MAX_S`; so a test can kill or add
+    machines at a known step. Nothing without the variable.
+
+    Example:
+        >>> hold_for_tests(3, 2)  # no TENSOROPT_TEST_HOLD_DIR: returns at once
+    """
+    if not os.environ.get(HOLD_DIR_ENV):
+        return
+    hold = Path(os.environ[HOLD_DIR_ENV]) / f"hold-ws{world_size}"
+    try:
+        first = hold.read_text().strip()
+    except OSError:
+        return
+    if first and step < int(first):
+        return
+    deadline = time.monotonic() + HOLD_MAX_S
+    while hold.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _append_event(root: Path, event: dict) -> None:
