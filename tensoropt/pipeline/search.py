@@ -62,6 +62,7 @@ from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
 from frontier.pipeline_interleaved import interleaved_bubble_fraction, interleaved_frontier
 from tensoropt.configspace.configuration import local_shape
 from tensoropt.pipeline.chain_stages import ChainSettings, StageChain
+from tensoropt.pipeline.in_flight_grid import in_flight_grid, neighbours, reprice_bound
 from tensoropt.pipeline.in_flight_memory import split_memory
 from tensoropt.pipeline.schedules import in_flight_micro_batches, stages_per_rank
 from tensoropt.pipeline.stage_memory import StageMemory, stage_memory
@@ -195,13 +196,24 @@ class StageSolver:
         chain: where given and the model qualifies (:meth:`StageChain.applies`), stage frontiers
             come from one transfer table per block kind and one sweep per start
             (:class:`tensoropt.pipeline.chain_stages.StageChain`) instead of ``solve``.
+        in_flight_bound: with the chain, a middle stage at an in-flight count off the grid
+            (:func:`tensoropt.pipeline.in_flight_grid.in_flight_grid`) takes the plans of its
+            neighbouring counts' frontiers re-priced, where their computed bound is at most this
+            (:meth:`options`); None: solved at its own count.
     """
 
     def __init__(
         self, G: nx.DiGraph, graph, blocks: Blocks, micro_batches: int, solve: Callable[[nx.DiGraph], list],
-        chain: ChainSettings | None = None,
+        chain: ChainSettings | None = None, in_flight_bound: float | None = None,
     ):
         self.G, self.graph, self.blocks, self.m, self.solve = G, graph, blocks, micro_batches, solve
+        self.in_flight_bound = in_flight_bound
+        """With the stage chain: the largest bound (:func:`tensoropt.pipeline.in_flight_grid.reprice_bound`)
+        accepted for a middle stage taken from its neighbours' frontiers on the in-flight grid
+        instead of its own solve (None: every count solved)."""
+        self.repriced: list[tuple[int, int, float | None]] = []
+        """Each middle stage the grid was tried on: (in-flight count, stage length, its bound; None
+        where over ``in_flight_bound`` and solved instead)."""
         g = graph.nx if hasattr(graph, "nx") else graph
         self.g = g
         cluster, mesh = G.graph["cluster"], G.graph["mesh"]
@@ -279,25 +291,36 @@ class StageSolver:
         return received + nodes + inputs
 
     def options(
-        self, first: int, last: int, in_flight: int, other_in_flight: tuple[int, ...] = ()
+        self, first: int, last: int, in_flight: int, other_in_flight: tuple[int, ...] = (),
+        grid: list[int] | None = None,
     ) -> list[StageOption]:
         """The options of the stage ``[first, last]`` holding ``in_flight`` micro-batches.
 
         ``other_in_flight``: further counts whose exact frontiers are solved too and re-priced at
-        ``in_flight`` (the union's Pareto set is kept); ignored where the stage chain's tables serve
-        a range of counts holding ``in_flight`` (its frontier there is a projection: exact). Options
-        are cached by :meth:`key` as configuration vectors over :meth:`canonical`, so identical
-        stages elsewhere reuse them.
+        ``in_flight`` (the union's Pareto set is kept); ignored where the stage chain builds the
+        frontier (its frontier at ``in_flight`` is exact up to its printed bound). ``grid`` (1F1B's
+        :func:`tensoropt.pipeline.in_flight_grid.in_flight_grid`): with the chain and
+        ``in_flight_bound`` set, a middle stage at a count off the grid takes the plans of its two
+        neighbouring counts' frontiers, re-priced, where their computed bound allows
+        (:meth:`_repriced`). Options are cached by :meth:`key` as configuration vectors over
+        :meth:`canonical`, so identical stages elsewhere reuse them.
         """
         from frontier.pareto import pareto_select
 
         key = self.key(first, last, in_flight)
         names = self.canonical(first, last)
+        whole = first == 0 and last == self.blocks.count - 1
+        pair = (neighbours(in_flight, grid) if grid and self.chain is not None and not whole
+                and self.in_flight_bound is not None and 0 < first and last < self.blocks.count - 1
+                else None)
+        if pair is not None:
+            options = self._repriced(first, last, in_flight, pair)
+            if options is not None:
+                return options
         if key not in self.cache:
             vectors = []
-            whole = first == 0 and last == self.blocks.count - 1
-            if self.chain is not None and not whole and isinstance(self.chain.tables_for(in_flight), tuple):
-                other_in_flight = ()  # the chain projects shared tables to in_flight exactly, at no solve
+            if self.chain is not None and not whole:
+                other_in_flight = ()  # the chain's frontier at in_flight is exact (or its shared tables')
             for k in sorted({in_flight, *other_in_flight}):
                 vectors += self._solved(first, last, k)
             vectors = list(dict.fromkeys(vectors))
@@ -310,6 +333,49 @@ class StageSolver:
             else:
                 self.cache[key] = []
         return [StageOption(dict(zip(names, v)), *row) for v, row in self.cache[key]]
+
+    def _repriced(self, first: int, last: int, in_flight: int,
+                  pair: tuple[int, int]) -> list[StageOption] | None:
+        """A middle stage's options at ``in_flight`` from the plans of its frontiers at the two grid
+        counts ``pair`` around it, re-priced at ``in_flight``, with their computed bound
+        (:func:`tensoropt.pipeline.in_flight_grid.reprice_bound`, folded into the chain's bound);
+        None where the bound exceeds ``in_flight_bound`` (the caller solves ``in_flight`` itself)."""
+        from frontier.pareto import pareto_select
+
+        key = (*self.key(first, last, in_flight), ("repriced", pair))
+        names = self.canonical(first, last)
+        if key not in self.cache:
+            k1, k2 = pair
+            vectors = list(dict.fromkeys(self._solved(first, last, k1) + self._solved(first, last, k2)))
+            H = self._stage_graph(first, last, in_flight)
+            assignments = [dict(zip(names, v)) for v in vectors]
+            rows = np.array([self._price(H, a) for a in assignments]).reshape(-1, 3)
+            keep = (pareto_select(np.stack([rows[:, 0] + rows[:, 1] / self.m, rows[:, 2]], axis=1))
+                    if len(rows) else [])
+            kept = np.array([self._graph_cost(H, assignments[i]) for i in keep]).reshape(-1, 2)
+            low, low_bound = self.chain.points(first, last, k1)
+            high, high_bound = self.chain.points(first, last, k2)
+            bound = reprice_bound(low, high, low_bound, high_bound, (k2 - in_flight) / (k2 - k1), kept)
+            self.repriced.append((in_flight, last - first + 1, bound))
+            if bound > self.in_flight_bound:
+                self.repriced[-1] = (in_flight, last - first + 1, None)
+                self.cache[key] = None
+            else:
+                self.chain.bound = max(self.chain.bound, bound)
+                self.cache[key] = [(vectors[i], tuple(map(float, rows[i]))) for i in keep]
+        if self.cache[key] is None:
+            return None
+        return [StageOption(dict(zip(names, v)), *row) for v, row in self.cache[key]]
+
+    def _graph_cost(self, H: nx.DiGraph, assignment: dict[str, int]) -> tuple[float, float]:
+        """(time, memory) of an assignment on the stage graph ``H`` as its frontier solve counts
+        them (the sums of its node and edge costs)."""
+        total = np.zeros(2)
+        for n, c in assignment.items():
+            total += H.nodes[n]["cost"][c, :2]
+        for u, v, e in H.edges(data=True):
+            total += e["cost"][assignment[u], assignment[v], :2]
+        return float(total[0]), float(total[1])
 
     def _solved(self, first: int, last: int, k: int) -> list[tuple[int, ...]]:
         """The stage's thinned FT frontier at ``k`` in flight, as vectors over :meth:`canonical`."""
@@ -383,8 +449,45 @@ class StageSolver:
 
     def memory(self, first: int, last: int, in_flight: int, assignment: dict[str, int]) -> StageMemory:
         """The stage ``[first, last]``'s memory by part under ``assignment``, ``in_flight`` micro-batches
-        kept (:mod:`tensoropt.pipeline.stage_memory`)."""
-        return self._memory(self._stage_graph(first, last, in_flight), assignment)
+        kept (:mod:`tensoropt.pipeline.stage_memory`).
+
+        Read off the cost graph entry by entry as :meth:`_stage_graph` prices them (no stage graph
+        built: a plan's stages are broken down this way for every kept plan); a stage holding one
+        user of a tied weight builds its stage graph (:mod:`tensoropt.pipeline.tied_stages`)."""
+        if self.ties(first, last):
+            return self._memory(self._stage_graph(first, last, in_flight), assignment)
+        G, b, k = self.G, self.blocks, in_flight
+        received = b.boundary.get(b.names[first - 1]) if first > 0 else None
+        sent = b.boundary.get(b.names[last]) if last < b.count - 1 else None
+        total = state = grads = largest_param = largest_out = received_saved = 0.0
+        for n, c in assignment.items():
+            d = G.nodes[n]
+            if n == received:
+                continue
+            if d["kind"] == "input":
+                total += k * float(d["cost"][c, 1])
+                continue
+            own = float(sum(d[p][c] for p in STATE_PARTS))
+            total += own + k * max(float(d["memory_bytes"][c]) - own, 0.0)
+            state += own
+            grads += float(d["grad_bytes"][c])
+            largest_param = max(largest_param, float(d["param_bytes"][c]))
+            largest_out = max(largest_out, float(self.out_bytes(n)[c]))
+        for u in assignment:
+            for v, e in G.succ[u].items():
+                if v in assignment and v != received:
+                    mem = k * float(e["cost"][assignment[u], assignment[v], 1])
+                    total += mem
+                    if u == received:
+                        received_saved += mem
+        k = max(int(k), 1)
+        return stage_memory(
+            state, (total - state) / k, k, self.m,
+            received_bytes=float(self.boundary_bytes[received][assignment[received]]) if received else 0.0,
+            received_saved_bytes=received_saved / k,
+            sent_bytes=float(self.boundary_bytes[sent][assignment[sent]]) if sent else 0.0,
+            largest_output_bytes=largest_out, grad_bytes=grads, largest_param_bytes=largest_param,
+            data_parallel=self.devices)
 
     def _memory(self, H: nx.DiGraph, assignment: dict[str, int]) -> StageMemory:
         """:func:`tensoropt.pipeline.stage_memory.stage_memory` of an assignment on ``H``: the stage
@@ -429,12 +532,13 @@ def pipelined_frontier(
         return _interleaved(solver, num_stages, schedule, in_flight, epsilon)
     middle = in_flight[1:-1]
     sizes = stage_sizes(b.count, num_stages)
+    grid = in_flight_grid(num_stages) if schedule == "1F1B" else None
 
     def options(s: int, first: int, last: int) -> np.ndarray:
         if (first > 0 and not b.can_cut(first - 1)) or not b.can_cut(last):
             return np.zeros((0, 3))
         others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
-        opts = solver.options(first, last, in_flight[s], others)
+        opts = solver.options(first, last, in_flight[s], others, grid)
         return np.array([[o.time_s, o.step_s, o.memory_bytes] for o in opts]).reshape(-1, 3)
 
     result = pipeline_frontier(b.count, num_stages, m, options, lambda s: sizes, epsilon=epsilon)
@@ -443,7 +547,7 @@ def pipelined_frontier(
         chosen = []
         for s, ((first, last), row) in enumerate(zip(point.blocks, point.options)):
             others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
-            chosen.append(solver.options(first, last, in_flight[s], others)[row])
+            chosen.append(solver.options(first, last, in_flight[s], others, grid)[row])
         plans.append(PipelinedPlan(point, num_stages, schedule, m, list(b.names), in_flight, chosen))
     return plans, result.bound
 
