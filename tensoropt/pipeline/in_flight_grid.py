@@ -6,10 +6,10 @@ stage frontier at every count 1..8, each from its own transfer tables and sweeps
 memory is linear in ``k`` (``state + k x activations``,
 :func:`tensoropt.pipeline.in_flight_memory.split_memory`), so the frontiers at two counts
 ``k1 < k < k2`` bound every plan's memory at ``k`` from below. The pipeline search
-(:meth:`tensoropt.pipeline.search.StageSolver.options`) solves the counts of :func:`in_flight_grid`
-(1, 2, 4, ..., p: those the first and last stages and the smaller stage counts need anyway) and
-takes a middle stage at another ``k`` as the plans of its two neighbours' frontiers re-priced at
-``k``, when :func:`reprice_bound` proves them within the allowed bound of every plan at ``k``;
+(:meth:`tensoropt.pipeline.search.StageSolver.options`) takes a middle stage at ``k`` as the plans of
+the frontiers at two counts around it re-priced at ``k`` (:func:`brackets`: first 1 and ``p``, which
+the last and first stages need anyway, then its neighbours on :func:`in_flight_grid`, 1, 2, 4, ...,
+p), the first pair :func:`reprice_bound` proves within the allowed bound of every plan at ``k``;
 otherwise it solves ``k`` exactly.
 
 The bound. Let ``C_j`` be the frontier points the solve keeps at ``k_j`` (time, memory at ``k_j``),
@@ -57,6 +57,20 @@ def neighbours(k: int, grid: list[int]) -> tuple[int, int] | None:
     low = [g for g in grid if g < k]
     high = [g for g in grid if g > k]
     return (max(low), min(high)) if low and high else None
+
+
+def brackets(k: int, num_stages: int) -> list[tuple[int, int]]:
+    """The pairs of counts a middle stage at ``k`` of ``num_stages`` tries to be re-priced from, in
+    order: the first and last stages' counts ``(1, p)`` (solved anyway), then its neighbours on
+    :func:`in_flight_grid` (none when ``k`` is on it: then ``k`` is solved itself).
+
+    Example:
+        >>> brackets(3, 8), brackets(4, 8), brackets(2, 2)
+        ([(1, 8), (2, 4)], [(1, 8)], [])
+    """
+    out = [(1, num_stages)] if 1 < k < num_stages else []
+    pair = neighbours(k, in_flight_grid(num_stages))
+    return out + ([pair] if pair is not None and pair not in out else [])
 
 
 def _staircase(points: np.ndarray, bound: float, tau: np.ndarray) -> np.ndarray:

@@ -28,13 +28,14 @@ For ``p`` stages, ``m`` micro-batches and a schedule, on ``D`` devices:
    ``T = (m - 1) max t_s + sum t_s + max d_s``, memory ``max_s w_s``.
 
 Identical blocks make a stage's options depend only on (blocks held, holds the first block, holds
-the last, ``k_s``): they are computed once per such key (:class:`StageSolver`). A middle stage's
-options are its exact frontiers at the least and the most in-flight count its position can have
-under the schedule, each plan re-priced at the stage's own ``k_s`` (exact for GPipe, where every
-stage holds ``m``, and for ``p <= 4``; a union of two exact frontiers otherwise). Where the stage
-chain applies with a range of in-flight counts (:class:`tensoropt.pipeline.chain_stages.StageChain`,
-``ChainSettings.in_flight``) every stage is solved exactly at its own ``k_s``: one set of tables in
-(time, memory at the range's least count, memory at its most) is projected to each ``k``. Large models keep
+the last, ``k_s``): they are computed once per such key (:class:`StageSolver`). Without the stage
+chain a middle stage's options are the union of its frontiers at its own ``k_s`` and at the least
+and the most in-flight count of the middle positions, each plan re-priced at ``k_s``. With the stage
+chain (:class:`tensoropt.pipeline.chain_stages.StageChain`) a stage is solved at its own ``k_s``,
+or, for a middle stage under 1F1B with ``in_flight_bound`` set, taken from the frontiers at two
+counts around ``k_s`` re-priced, with a computed bound (:mod:`tensoropt.pipeline.in_flight_grid`);
+with a range of in-flight counts (``ChainSettings.in_flight``) one set of tables in (time, memory
+at the range's least count, memory at its most) is projected to each ``k``. Large models keep
 stage sizes within ``balance`` blocks of the even split (:func:`stage_sizes`).
 
 ``Interleaved1F1B`` cuts the chain into ``2 p`` virtual stages (rank ``r`` holds ``r`` and
@@ -62,7 +63,7 @@ from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
 from frontier.pipeline_interleaved import interleaved_bubble_fraction, interleaved_frontier
 from tensoropt.configspace.configuration import local_shape
 from tensoropt.pipeline.chain_stages import ChainSettings, StageChain
-from tensoropt.pipeline.in_flight_grid import in_flight_grid, neighbours, reprice_bound
+from tensoropt.pipeline.in_flight_grid import brackets, reprice_bound
 from tensoropt.pipeline.in_flight_memory import split_memory
 from tensoropt.pipeline.schedules import in_flight_micro_batches, stages_per_rank
 from tensoropt.pipeline.stage_memory import StageMemory, stage_memory
@@ -292,31 +293,30 @@ class StageSolver:
 
     def options(
         self, first: int, last: int, in_flight: int, other_in_flight: tuple[int, ...] = (),
-        grid: list[int] | None = None,
+        pairs: list[tuple[int, int]] = (),
     ) -> list[StageOption]:
         """The options of the stage ``[first, last]`` holding ``in_flight`` micro-batches.
 
         ``other_in_flight``: further counts whose exact frontiers are solved too and re-priced at
         ``in_flight`` (the union's Pareto set is kept); ignored where the stage chain builds the
-        frontier (its frontier at ``in_flight`` is exact up to its printed bound). ``grid`` (1F1B's
-        :func:`tensoropt.pipeline.in_flight_grid.in_flight_grid`): with the chain and
-        ``in_flight_bound`` set, a middle stage at a count off the grid takes the plans of its two
-        neighbouring counts' frontiers, re-priced, where their computed bound allows
-        (:meth:`_repriced`). Options are cached by :meth:`key` as configuration vectors over
-        :meth:`canonical`, so identical stages elsewhere reuse them.
+        frontier (its frontier at ``in_flight`` is exact up to its printed bound). ``pairs`` (1F1B's
+        :func:`tensoropt.pipeline.in_flight_grid.brackets`): with the chain and ``in_flight_bound``
+        set, a middle stage takes the plans of the frontiers at the first pair of counts around
+        ``in_flight`` whose computed bound allows, re-priced (:meth:`_repriced`). Options are cached
+        by :meth:`key` as configuration vectors over :meth:`canonical`, so identical stages
+        elsewhere reuse them.
         """
         from frontier.pareto import pareto_select
 
         key = self.key(first, last, in_flight)
         names = self.canonical(first, last)
         whole = first == 0 and last == self.blocks.count - 1
-        pair = (neighbours(in_flight, grid) if grid and self.chain is not None and not whole
-                and self.in_flight_bound is not None and 0 < first and last < self.blocks.count - 1
-                else None)
-        if pair is not None:
-            options = self._repriced(first, last, in_flight, pair)
-            if options is not None:
-                return options
+        middle = 0 < first and last < self.blocks.count - 1
+        if self.chain is not None and self.in_flight_bound is not None and middle:
+            for pair in pairs:
+                options = self._repriced(first, last, in_flight, pair)
+                if options is not None:
+                    return options
         if key not in self.cache:
             vectors = []
             if self.chain is not None and not whole:
@@ -532,13 +532,13 @@ def pipelined_frontier(
         return _interleaved(solver, num_stages, schedule, in_flight, epsilon)
     middle = in_flight[1:-1]
     sizes = stage_sizes(b.count, num_stages)
-    grid = in_flight_grid(num_stages) if schedule == "1F1B" else None
+    pairs = [brackets(k, num_stages) if schedule == "1F1B" else [] for k in in_flight]
 
     def options(s: int, first: int, last: int) -> np.ndarray:
         if (first > 0 and not b.can_cut(first - 1)) or not b.can_cut(last):
             return np.zeros((0, 3))
         others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
-        opts = solver.options(first, last, in_flight[s], others, grid)
+        opts = solver.options(first, last, in_flight[s], others, pairs[s])
         return np.array([[o.time_s, o.step_s, o.memory_bytes] for o in opts]).reshape(-1, 3)
 
     result = pipeline_frontier(b.count, num_stages, m, options, lambda s: sizes, epsilon=epsilon)
@@ -547,7 +547,7 @@ def pipelined_frontier(
         chosen = []
         for s, ((first, last), row) in enumerate(zip(point.blocks, point.options)):
             others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
-            chosen.append(solver.options(first, last, in_flight[s], others, grid)[row])
+            chosen.append(solver.options(first, last, in_flight[s], others, pairs[s])[row])
         plans.append(PipelinedPlan(point, num_stages, schedule, m, list(b.names), in_flight, chosen))
     return plans, result.bound
 

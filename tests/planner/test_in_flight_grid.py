@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from frontier.pareto import pareto_select
-from tensoropt.pipeline.in_flight_grid import in_flight_grid, neighbours, reprice_bound
+from tensoropt.pipeline.in_flight_grid import brackets, in_flight_grid, neighbours, reprice_bound
 
 
 def _covered(points, by, factor):
@@ -84,6 +84,9 @@ def test_grid_and_neighbours():
     assert in_flight_grid(3) == [1, 2, 3]
     assert [neighbours(k, in_flight_grid(8)) for k in range(1, 9)] == [
         None, None, (2, 4), None, (4, 8), (4, 8), (4, 8), None]
+    assert [brackets(k, 8) for k in range(1, 9)] == [
+        [], [(1, 8)], [(1, 8), (2, 4)], [(1, 8)], [(1, 8), (4, 8)], [(1, 8), (4, 8)], [(1, 8), (4, 8)], []]
+    assert brackets(3, 4) == [(1, 4), (2, 4)] and brackets(2, 4) == [(1, 4)]
 
 
 def test_auto_proposes_whole_nodes_per_stage_beyond_one_node():
@@ -142,11 +145,11 @@ def test_middle_stages_of_hf_llama_repriced_within_their_bound_of_the_exact_fron
                            in_flight_bound=bound)
 
     exact = StageSolver(G, graph, blocks, 8, ft.solve, chain=ChainSettings())
-    grid, strict, plain, grid8 = solver(float("inf")), solver(0.0), solver(None), [1, 2, 4, 8]
+    grid, strict, plain = solver(float("inf")), solver(0.0), solver(None)
     bounds = []
     for first, last in ((1, 2), (2, 3), (1, 4), (3, 4)):
-        for k in (3, 5, 7):
-            got = grid.options(first, last, k, grid=grid8)
+        for k, pair in ((3, (2, 4)), (5, (4, 8)), (7, (4, 8)), (4, (1, 8))):
+            got = grid.options(first, last, k, pairs=[pair])
             beta = grid.repriced[-1][2]
             H = exact._stage_graph(first, last, k)
             want, want_bound = exact.chain.points(first, last, k)
@@ -154,9 +157,9 @@ def test_middle_stages_of_hf_llama_repriced_within_their_bound_of_the_exact_fron
             assert want_bound == 0.0 and _covered(want, have, 1 + beta + 1e-9), (first, last, k, beta)
             bounds.append(beta)
             # a bound over the limit: the count is solved itself (the thinned frontier at k)
-            kept = strict.options(first, last, k, grid=grid8)
+            kept = strict.options(first, last, k, pairs=[pair])
             if strict.repriced[-1][2] is None:
-                own = plain.options(first, last, k, grid=grid8)  # no bound set: solved at k
+                own = plain.options(first, last, k, pairs=[pair])  # no bound set: solved at k
                 assert [o.assignment for o in kept] == [o.assignment for o in own]
             for o in got:  # a kept plan's breakdown read off the cost graph = its stage graph's
                 direct = exact.memory(first, last, k, o.assignment).to_json()
