@@ -324,8 +324,7 @@ class StageSolver:
             for k in sorted({in_flight, *other_in_flight}):
                 vectors += self._solved(first, last, k)
             vectors = list(dict.fromkeys(vectors))
-            H = self._stage_graph(first, last, in_flight)
-            rows = [self._price(H, dict(zip(names, v))) for v in vectors]
+            rows = [self._cost(first, last, in_flight, dict(zip(names, v))) for v in vectors]
             if rows:
                 arr = np.array(rows)
                 keep = pareto_select(np.stack([arr[:, 0] + arr[:, 1] / self.m, arr[:, 2]], axis=1))
@@ -347,12 +346,13 @@ class StageSolver:
         if key not in self.cache:
             k1, k2 = pair
             vectors = list(dict.fromkeys(self._solved(first, last, k1) + self._solved(first, last, k2)))
-            H = self._stage_graph(first, last, in_flight)
             assignments = [dict(zip(names, v)) for v in vectors]
-            rows = np.array([self._price(H, a) for a in assignments]).reshape(-1, 3)
+            read = [self._read(first, last, in_flight, a) for a in assignments]
+            rows = np.array([(t - d / self.m + self.schedule_s, d, float(w.held_bytes))
+                             for t, d, _, w in read]).reshape(-1, 3)
             keep = (pareto_select(np.stack([rows[:, 0] + rows[:, 1] / self.m, rows[:, 2]], axis=1))
                     if len(rows) else [])
-            kept = np.array([self._graph_cost(H, assignments[i]) for i in keep]).reshape(-1, 2)
+            kept = np.array([(read[i][0], read[i][2]) for i in keep]).reshape(-1, 2)
             low, low_bound = self.chain.points(first, last, k1)
             high, high_bound = self.chain.points(first, last, k2)
             bound = reprice_bound(low, high, low_bound, high_bound, (k2 - in_flight) / (k2 - k1), kept)
@@ -366,16 +366,6 @@ class StageSolver:
         if self.cache[key] is None:
             return None
         return [StageOption(dict(zip(names, v)), *row) for v, row in self.cache[key]]
-
-    def _graph_cost(self, H: nx.DiGraph, assignment: dict[str, int]) -> tuple[float, float]:
-        """(time, memory) of an assignment on the stage graph ``H`` as its frontier solve counts
-        them (the sums of its node and edge costs)."""
-        total = np.zeros(2)
-        for n, c in assignment.items():
-            total += H.nodes[n]["cost"][c, :2]
-        for u, v, e in H.edges(data=True):
-            total += e["cost"][assignment[u], assignment[v], :2]
-        return float(total[0]), float(total[1])
 
     def _solved(self, first: int, last: int, k: int) -> list[tuple[int, ...]]:
         """The stage's thinned FT frontier at ``k`` in flight, as vectors over :meth:`canonical`."""
@@ -449,24 +439,52 @@ class StageSolver:
 
     def memory(self, first: int, last: int, in_flight: int, assignment: dict[str, int]) -> StageMemory:
         """The stage ``[first, last]``'s memory by part under ``assignment``, ``in_flight`` micro-batches
-        kept (:mod:`tensoropt.pipeline.stage_memory`).
+        kept (:mod:`tensoropt.pipeline.stage_memory`)."""
+        return self._read(first, last, in_flight, assignment)[3]
 
-        Read off the cost graph entry by entry as :meth:`_stage_graph` prices them (no stage graph
-        built: a plan's stages are broken down this way for every kept plan); a stage holding one
-        user of a tied weight builds its stage graph (:mod:`tensoropt.pipeline.tied_stages`)."""
+    def _cost(self, first: int, last: int, in_flight: int,
+              assignment: dict[str, int]) -> tuple[float, float, float]:
+        """(t, d, w) of an assignment of the stage, as :meth:`_price` prices it on the stage graph."""
+        time_s, step_s, _, memory = self._read(first, last, in_flight, assignment)
+        return time_s - step_s / self.m + self.schedule_s, step_s, float(memory.held_bytes)
+
+    def _read(self, first: int, last: int, k: int, assignment: dict[str, int]
+              ) -> tuple[float, float, float, StageMemory]:
+        """(time, once-per-step time, memory, memory by part) of an assignment of the stage ``[first,
+        last]`` at ``k`` in flight: the sums of its stage graph's entries (:meth:`_stage_graph`; time
+        and memory as its frontier solve counts them), read off the cost graph entry by entry, no
+        stage graph built (the options of every stage and the breakdown of every kept plan read
+        them); a stage holding one user of a tied weight builds its stage graph
+        (:mod:`tensoropt.pipeline.tied_stages`)."""
         if self.ties(first, last):
-            return self._memory(self._stage_graph(first, last, in_flight), assignment)
-        G, b, k = self.G, self.blocks, in_flight
+            H = self._stage_graph(first, last, k)
+            time_s = step_s = 0.0
+            for n, c in assignment.items():
+                time_s += float(H.nodes[n]["cost"][c, 0])
+                step_s += float(H.nodes[n]["step_s"][c])
+            for u, v, e in H.edges(data=True):
+                time_s += float(e["cost"][assignment[u], assignment[v], 0])
+            total = float(sum(H.nodes[n]["cost"][c, 1] for n, c in assignment.items())
+                          + sum(e["cost"][assignment[u], assignment[v], 1] for u, v, e in H.edges(data=True)))
+            return time_s, step_s, total, self._memory(H, assignment)
+        G, b = self.G, self.blocks
         received = b.boundary.get(b.names[first - 1]) if first > 0 else None
         sent = b.boundary.get(b.names[last]) if last < b.count - 1 else None
-        total = state = grads = largest_param = largest_out = received_saved = 0.0
+        time_s = step_s = total = state = grads = largest_param = largest_out = received_saved = 0.0
         for n, c in assignment.items():
             d = G.nodes[n]
             if n == received:
+                time_s += float(self.p2p_s[n][c])
                 continue
             if d["kind"] == "input":
+                time_s += float(d["cost"][c, 0])
                 total += k * float(d["cost"][c, 1])
                 continue
+            step = float(self.step_s[n][c]) if n in self.step_s else 0.0
+            time_s += float(d["cost"][c, 0]) - step + step / self.m
+            if n == sent:
+                time_s += float(self.p2p_s[n][c])
+            step_s += step
             own = float(sum(d[p][c] for p in STATE_PARTS))
             total += own + k * max(float(d["memory_bytes"][c]) - own, 0.0)
             state += own
@@ -476,18 +494,20 @@ class StageSolver:
         for u in assignment:
             for v, e in G.succ[u].items():
                 if v in assignment and v != received:
-                    mem = k * float(e["cost"][assignment[u], assignment[v], 1])
-                    total += mem
+                    cost = e["cost"][assignment[u], assignment[v]]
+                    time_s += float(cost[0])
+                    total += k * float(cost[1])
                     if u == received:
-                        received_saved += mem
-        k = max(int(k), 1)
-        return stage_memory(
-            state, (total - state) / k, k, self.m,
+                        received_saved += k * float(cost[1])
+        kept = max(int(k), 1)
+        memory = stage_memory(
+            state, (total - state) / kept, kept, self.m,
             received_bytes=float(self.boundary_bytes[received][assignment[received]]) if received else 0.0,
-            received_saved_bytes=received_saved / k,
+            received_saved_bytes=received_saved / kept,
             sent_bytes=float(self.boundary_bytes[sent][assignment[sent]]) if sent else 0.0,
             largest_output_bytes=largest_out, grad_bytes=grads, largest_param_bytes=largest_param,
             data_parallel=self.devices)
+        return time_s, step_s, total, memory
 
     def _memory(self, H: nx.DiGraph, assignment: dict[str, int]) -> StageMemory:
         """:func:`tensoropt.pipeline.stage_memory.stage_memory` of an assignment on ``H``: the stage
