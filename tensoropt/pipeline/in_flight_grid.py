@@ -60,9 +60,10 @@ def neighbours(k: int, grid: list[int]) -> tuple[int, int] | None:
 
 
 def brackets(k: int, num_stages: int) -> list[tuple[int, int]]:
-    """The pairs of counts a middle stage at ``k`` of ``num_stages`` tries to be re-priced from, in
-    order: the first and last stages' counts ``(1, p)`` (solved anyway), then its neighbours on
-    :func:`in_flight_grid` (none when ``k`` is on it: then ``k`` is solved itself).
+    """The pairs of counts a middle stage at ``k`` tries to be re-priced from, in order: the last
+    and first stages' counts ``(1, p)`` (solved anyway; ``p``: the first stage's count, ``min(p, m)``
+    under 1F1B), then its neighbours on :func:`in_flight_grid` (none when ``k`` is on it: then ``k``
+    is solved itself).
 
     Example:
         >>> brackets(3, 8), brackets(4, 8), brackets(2, 2)

@@ -552,7 +552,7 @@ def pipelined_frontier(
         return _interleaved(solver, num_stages, schedule, in_flight, epsilon)
     middle = in_flight[1:-1]
     sizes = stage_sizes(b.count, num_stages)
-    pairs = [brackets(k, num_stages) if schedule == "1F1B" else [] for k in in_flight]
+    pairs = [brackets(k, max(in_flight)) if schedule == "1F1B" else [] for k in in_flight]
 
     def options(s: int, first: int, last: int) -> np.ndarray:
         if (first > 0 and not b.can_cut(first - 1)) or not b.can_cut(last):
