@@ -115,8 +115,10 @@ def reprice_bound(low: np.ndarray, high: np.ndarray, low_bound: float, high_boun
     if not len(options):
         return float("inf")
     tau = np.unique(np.concatenate([low[:, 0] / (1.0 + low_bound), high[:, 0] / (1.0 + high_bound)]))
-    lb = weight_low * _staircase(low, low_bound, tau) + (1.0 - weight_low) * _staircase(high, high_bound, tau)
-    live = np.isfinite(lb)
+    lo, hi = _staircase(low, low_bound, tau), _staircase(high, high_bound, tau)
+    live = np.isfinite(lo) & np.isfinite(hi)  # elsewhere no plan has that time (w >= inf at an end)
+    lb = np.where(live, weight_low * np.where(live, lo, 0.0) + (1.0 - weight_low) * np.where(live, hi, 0.0),
+                  np.inf)
     tau, lb = tau[live], lb[live]
     if not len(tau):
         return 0.0
