@@ -499,14 +499,8 @@ class StageSolver:
                     total += k * float(cost[1])
                     if u == received:
                         received_saved += k * float(cost[1])
-        kept = max(int(k), 1)
-        memory = stage_memory(
-            state, (total - state) / kept, kept, self.m,
-            received_bytes=float(self.boundary_bytes[received][assignment[received]]) if received else 0.0,
-            received_saved_bytes=received_saved / kept,
-            sent_bytes=float(self.boundary_bytes[sent][assignment[sent]]) if sent else 0.0,
-            largest_output_bytes=largest_out, grad_bytes=grads, largest_param_bytes=largest_param,
-            data_parallel=self.devices)
+        memory = self._parts(assignment, received, sent, k, total, state, grads, largest_param, largest_out,
+                             received_saved)
         return time_s, step_s, total, memory
 
     def _memory(self, H: nx.DiGraph, assignment: dict[str, int]) -> StageMemory:
@@ -528,6 +522,15 @@ class StageSolver:
             total += mem
             if u == received:
                 received_saved += mem
+        return self._parts(assignment, received, sent, k, total, state, grads, largest_param, largest_out,
+                           received_saved)
+
+    def _parts(self, assignment: dict[str, int], received: str | None, sent: str | None, k: int,
+               total: float, state: float, grads: float, largest_param: float, largest_out: float,
+               received_saved: float) -> StageMemory:
+        """:func:`tensoropt.pipeline.stage_memory.stage_memory` from a stage's sums: its memory
+        ``total`` (state + ``k`` x activations), state, gradients, largest parameter and output, and
+        the saved bytes of the received tensor (``k`` micro-batches of it)."""
         k = max(int(k), 1)
         return stage_memory(
             state, (total - state) / k, k, self.m,

@@ -1,6 +1,6 @@
 """Middle pipeline stages re-priced from their neighbouring in-flight counts (issue 27): the computed
-bound holds against every plan (random plan sets, brute force) and against the exact stage frontier
-of a captured model; ``auto``'s stage counts on a multi-node cluster."""
+bound holds against every plan (random plan sets, brute force; against the exact stage frontier of
+HF Llama: tests/planner/test_pipeline_chain.py); ``auto``'s stage counts on a multi-node cluster."""
 
 from __future__ import annotations
 
@@ -114,63 +114,3 @@ def test_auto_proposes_whole_nodes_per_stage_beyond_one_node():
                               "planner": {"pipeline": {"stages": [8]}}})
     assert [p for p, _, _ in pipeline_candidates(explicit, 16, cluster, True)] == [8]
 
-
-LLAMA = {"factory": "tensoropt.models.hf:llama",
-         "kwargs": {"num_hidden_layers": 4, "hidden_size": 32, "num_attention_heads": 2,
-                    "num_key_value_heads": 1, "intermediate_size": 64, "vocab_size": 64,
-                    "max_position_embeddings": 16},
-         "inputs": {"input_ids": {"shape": [16], "dtype": "int64", "high": 64},
-                    "labels": {"shape": [16], "dtype": "int64", "high": 64}}, "loss": "model"}
-
-
-def test_middle_stages_of_hf_llama_repriced_within_their_bound_of_the_exact_frontier():
-    """Re-priced middle stages against the exact frontier at their own count; a stage's memory
-    breakdown read off the cost graph equals its stage graph's."""
-    import frontier as ft
-    from estimators.profiles import load_cluster
-    from tensoropt.config import Job
-    from tensoropt.pipeline.chain_stages import ChainSettings
-    from tensoropt.pipeline.search import StageSolver
-    from tensoropt.pipeline.stages import find_blocks
-    from tensoropt.planner import capture_job, job_cost_graph
-
-    job = Job.from_dict({"model": LLAMA, "cluster": "cpu-local", "devices": [2],
-                         "training": {"global_batch_size": 1, "memory_options": ["recompute", "zero3"]}})
-    graph = capture_job(job)
-    blocks = find_blocks(graph)
-    G = job_cost_graph(graph, job, load_cluster("cpu-local"), 2)
-
-    def solver(bound):
-        return StageSolver(G, graph, blocks, 8, ft.solve, chain=ChainSettings(max_plans=2),
-                           in_flight_bound=bound)
-
-    exact = StageSolver(G, graph, blocks, 8, ft.solve, chain=ChainSettings())
-    grid, strict, plain = solver(float("inf")), solver(0.0), solver(None)
-    bounds = []
-    for first, last in ((1, 2), (2, 3), (1, 4), (2, 4)):  # middle stages of distinct keys
-        for k, pair in ((3, (2, 4)), (5, (4, 8)), (7, (4, 8)), (4, (1, 8))):
-            got = grid.options(first, last, k, pairs=[pair])
-            beta = grid.repriced[-1][2]
-            H = exact._stage_graph(first, last, k)
-            want, want_bound = exact.chain.points(first, last, k)
-            have = np.array([exact._read(first, last, k, o.assignment)[::2] for o in got])
-            assert want_bound == 0.0 and _covered(want, have, 1 + beta + 1e-9), (first, last, k, beta)
-            bounds.append(beta)
-            # a bound over the limit: the count is solved itself (the thinned frontier at k)
-            kept = strict.options(first, last, k, pairs=[pair])
-            if strict.repriced[-1][2] is None:
-                own = plain.options(first, last, k, pairs=[pair])  # no bound set: solved at k
-                assert [o.assignment for o in kept] == [o.assignment for o in own]
-            for o in got:  # a stage's costs read off the cost graph = its stage graph's sums
-                a = o.assignment
-                time_s = sum(H.nodes[n]["cost"][c, 0] for n, c in a.items()) + sum(
-                    e["cost"][a[u], a[v], 0] for u, v, e in H.edges(data=True))
-                memory = sum(H.nodes[n]["cost"][c, 1] for n, c in a.items()) + sum(
-                    e["cost"][a[u], a[v], 1] for u, v, e in H.edges(data=True))
-                assert exact._read(first, last, k, a)[::2] == pytest.approx((time_s, memory), rel=1e-9)
-                assert exact._cost(first, last, k, a) == pytest.approx(exact._price(H, a), rel=1e-9)
-                direct = exact.memory(first, last, k, a).to_json()
-                assert direct == pytest.approx(exact._memory(H, a).to_json(), rel=1e-9)
-    assert max(bounds) > 0.0  # thinned neighbours: the re-priced plans are not all exact
-    assert grid.chain.bound >= max(bounds) and not plain.repriced
-    assert any(b is None for _, _, b in strict.repriced)
