@@ -558,22 +558,24 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
     return frontier
 
 
-def _repriced_summary(repriced: list[tuple[int, int, float | None]]) -> dict | None:
-    """``pipeline_search.in_flight_repriced``: the middle stages taken from their neighbouring
-    in-flight counts' frontiers (:meth:`tensoropt.pipeline.search.StageSolver.options`), those
-    refused (bound over ``PIPELINE_IN_FLIGHT_BOUND``: solved instead) and the largest bound taken.
+def _repriced_summary(repriced: list[tuple[int, int, float, bool]]) -> dict | None:
+    """``pipeline_search.in_flight_repriced``: the middle stages taken from two other in-flight
+    counts' frontiers (:meth:`tensoropt.pipeline.search.StageSolver.options`), the tries refused
+    (bound over ``PIPELINE_IN_FLIGHT_BOUND``), the largest bound taken and the least refused.
 
     Example:
-        >>> _repriced_summary([(3, 10, 0.01), (5, 10, None), (7, 9, 0.02)])
-        {'taken': 2, 'solved': 1, 'largest_bound': 0.02, 'counts_taken': [3, 7], 'counts_solved': [5]}
+        >>> s = _repriced_summary([(3, 10, 0.01, True), (5, 10, 0.2, False), (7, 9, 0.02, True)])
+        >>> s["taken"], s["refused"], s["largest_bound_taken"], s["least_bound_refused"], s["counts_taken"]
+        (2, 1, 0.02, 0.2, [3, 7])
     """
     if not repriced:
         return None
-    taken = [(k, b) for k, _, b in repriced if b is not None]
-    return {"taken": len(taken), "solved": len(repriced) - len(taken),
-            "largest_bound": max((b for _, b in taken), default=0.0),
-            "counts_taken": sorted({k for k, _ in taken}),
-            "counts_solved": sorted({k for k, _, b in repriced if b is None})}
+    taken = [(k, b) for k, _, b, ok in repriced if ok]
+    refused = [b for _, _, b, ok in repriced if not ok]
+    return {"taken": len(taken), "refused": len(refused),
+            "largest_bound_taken": max((b for _, b in taken), default=0.0),
+            "least_bound_refused": min(refused, default=None),
+            "counts_taken": sorted({k for k, _ in taken})}
 
 
 def job_cost_graph(graph, job: Job, cluster, num_devices: int,

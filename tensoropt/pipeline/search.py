@@ -212,9 +212,9 @@ class StageSolver:
         """With the stage chain: the largest bound (:func:`tensoropt.pipeline.in_flight_grid.reprice_bound`)
         accepted for a middle stage taken from its neighbours' frontiers on the in-flight grid
         instead of its own solve (None: every count solved)."""
-        self.repriced: list[tuple[int, int, float | None]] = []
-        """Each middle stage the grid was tried on: (in-flight count, stage length, its bound; None
-        where over ``in_flight_bound`` and solved instead)."""
+        self.repriced: list[tuple[int, int, float, bool]] = []
+        """Each middle stage a re-pricing was tried on: (in-flight count, stage length, its bound,
+        taken: False where over ``in_flight_bound``, then the next pair or its own count)."""
         g = graph.nx if hasattr(graph, "nx") else graph
         self.g = g
         cluster, mesh = G.graph["cluster"], G.graph["mesh"]
@@ -356,9 +356,8 @@ class StageSolver:
             low, low_bound = self.chain.points(first, last, k1)
             high, high_bound = self.chain.points(first, last, k2)
             bound = reprice_bound(low, high, low_bound, high_bound, (k2 - in_flight) / (k2 - k1), kept)
-            self.repriced.append((in_flight, last - first + 1, bound))
+            self.repriced.append((in_flight, last - first + 1, bound, bound <= self.in_flight_bound))
             if bound > self.in_flight_bound:
-                self.repriced[-1] = (in_flight, last - first + 1, None)
                 self.cache[key] = None
             else:
                 self.chain.bound = max(self.chain.bound, bound)

@@ -141,7 +141,7 @@ def test_middle_stages_of_hf_llama_repriced_within_their_bound_of_the_exact_fron
             bounds.append(beta)
             # a bound over the limit: the count is solved itself (the thinned frontier at k)
             kept = strict.options(first, last, k, pairs=[pair])
-            if strict.repriced[-1][2] is None:
+            if not strict.repriced[-1][3]:
                 own = plain.options(first, last, k, pairs=[pair])  # no bound set: solved at k
                 assert [o.assignment for o in kept] == [o.assignment for o in own]
             for o in got:  # a stage's costs read off the cost graph = its stage graph's sums
@@ -156,4 +156,4 @@ def test_middle_stages_of_hf_llama_repriced_within_their_bound_of_the_exact_fron
                 assert direct == pytest.approx(exact._memory(H, a).to_json(), rel=1e-9)
     assert max(bounds) > 0.0  # thinned neighbours: the re-priced plans are not all exact
     assert grid.chain.bound >= max(bounds) and not plain.repriced
-    assert any(b is None for _, _, b in strict.repriced)
+    assert any(not taken for *_, taken in strict.repriced)
