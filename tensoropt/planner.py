@@ -278,11 +278,12 @@ CHAIN_MIN_BLOCKS = 16
 PIPELINE_SHARED_IN_FLIGHT = False
 
 
-#: A middle pipeline stage at an in-flight count off the grid 1, 2, 4, ..., p takes the plans of its
-#: neighbouring counts' stage frontiers re-priced where their computed bound is at most this
-#: (:func:`tensoropt.pipeline.in_flight_grid.reprice_bound`, folded into the printed bound); else its
-#: count is solved. None: every count solved.
-PIPELINE_IN_FLIGHT_BOUND: float | None = 0.05
+#: A middle pipeline stage may take the plans of two other in-flight counts' stage frontiers re-priced
+#: where their computed bound is at most this (:func:`tensoropt.pipeline.in_flight_grid.reprice_bound`,
+#: folded into the printed bound); else its count is solved. None (the default): every count solved.
+#: Off: on the 8B shape (stage mesh of 8, p = 4) every try was over 5 % and the tries only added sweeps
+#: (docs/results.md, 2026-11-28 pscale).
+PIPELINE_IN_FLIGHT_BOUND: float | None = None
 
 
 def pipeline_chain_settings(in_flight: tuple[int, int] | None = None):
