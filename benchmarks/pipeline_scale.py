@@ -51,30 +51,77 @@ def main() -> int:
             print("  " + "\n  ".join(r.get("error", [])))
             continue
         print("  | devices | plans (pipelined) | fastest: pipelined / without | leanest: pipelined / without "
-              "| stage solves | pipeline search s | bound |")
-        print("  |---|---|---|---|---|---|---|")
-        for f in json.loads(path.read_text())["frontiers"]:
+              "| candidates (p) | stage solves | bound | CPU s | wall s |")
+        print("  |---|---|---|---|---|---|---|---|---|")
+        frontiers = json.loads(path.read_text())["frontiers"]
+        for f in frontiers:
             plans, search = f["plans"], f.get("pipeline_search") or {}
             piped = [p for p in plans if p.get("pipeline")]
             fast = min((p["time_s"] for p in piped), default=None)
             lean = min((p["memory_bytes"] for p in piped), default=None)
             un_fast, un_lean = search.get("unpipelined_fastest_s"), search.get("unpipelined_leanest_bytes")
-            text = lambda v, f: "-" if v is None else f(v)  # noqa: E731
-            seconds, gib = "{:.3f} s".format, lambda v: f"{v / GIB:.1f} GiB"
-            print(f"  | {f['devices']} | {len(plans)} ({len(piped)}) | {text(fast, seconds)} / "
-                  f"{text(un_fast, seconds)} | {text(lean, gib)} / {text(un_lean, gib)} | "
-                  f"{search.get('stage_solves', 0)} | {f.get('timing_s', {}).get('pipeline', 0):.1f} | "
-                  f"{100 * (f.get('epsilon_bound') or 0):.2g} % |")
+            if not search:  # no pipeline tried: the frontier is the one without
+                un_fast = min((p["time_s"] for p in plans), default=None)
+                un_lean = min((p["memory_bytes"] for p in plans), default=None)
+            timing = f.get("timing_s", {})
+            stages = ",".join(str(c[0]) for c in search.get("candidates", [])) or "-"
+            print(f"  | {f['devices']} | {len(plans)} ({len(piped)}) | {_text(fast, _s)} / "
+                  f"{_text(un_fast, _s)} | {_text(lean, _gib)} / {_text(un_lean, _gib)} | {stages} | "
+                  f"{search.get('stage_solves', 0)} | "
+                  f"{100 * (f.get('epsilon_bound') or 0):.2g} % | {timing.get('cpu', 0):.1f} | "
+                  f"{timing.get('wall', 0):.1f} |")
+        for f in frontiers:
+            search = f.get("pipeline_search") or {}
             cpu = search.get("cpu_s")
             if cpu:  # this process's CPU seconds per part of the search (the machine is shared)
                 chain = (search.get("stage_chain") or {}).get("cpu_s") or {}
-                print("    pipeline search CPU s: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+                print(f"  {f['devices']}: pipeline search CPU s: "
+                      + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
                       + ("; of the stage frontiers: " + ", ".join(f"{k} {v:.1f}" for k, v in chain.items())
                          if chain else ""))
-            for p in piped[:3]:
-                print(f"    {p['id']}: {p['time_s']:.3f} s, {p['memory_bytes'] / GIB:.1f} GiB: "
-                      f"{p['summary'][:200]}")
+            if search.get("in_flight_repriced"):
+                print(f"    middle stages re-priced from the in-flight grid: {search['in_flight_repriced']}")
+        if frontiers and frontiers[-1].get("pipeline_search"):
+            compare(frontiers[-1])
     return 0
+
+
+def _text(v, f) -> str:
+    return "-" if v is None else f(v)
+
+
+def _s(v: float) -> str:
+    return f"{v:.3f} s"
+
+
+def _gib(v: float) -> str:
+    return f"{v / GIB:.1f} GiB"
+
+
+def compare(f: dict) -> None:
+    """Where the pipelined plans of one device count stand against the best plans without a
+    pipeline: the frontier without pipelines (before merging), and for each of its plans the
+    fastest pipelined plan within its memory and the leanest pipelined plan within its time."""
+    search, plans = f["pipeline_search"], f["plans"]
+    piped = [p for p in plans if p.get("pipeline")]
+    unpiped = sorted(search.get("unpipelined_points") or [])
+    print(f"  {f['devices']} GPUs: {len(plans)} plans on the merged frontier, {len(piped)} pipelined; "
+          f"bound {100 * (f.get('epsilon_bound') or 0):.2g} %")
+    print("  | without a pipeline: time, memory | fastest pipelined within its memory | "
+          "leanest pipelined within its time |")
+    print("  |---|---|---|")
+    for t, w in unpiped:
+        faster = [p for p in piped if p["memory_bytes"] <= w]
+        leaner = [p for p in piped if p["time_s"] <= t]
+        best_t = min(faster, key=lambda p: p["time_s"], default=None)
+        best_w = min(leaner, key=lambda p: p["memory_bytes"], default=None)
+        one = (f"{best_t['time_s']:.3f} s ({100 * (best_t['time_s'] / t - 1):+.0f} %), "
+               f"{best_t['memory_bytes'] / GIB:.1f} GiB" if best_t else "none")
+        two = (f"{best_w['memory_bytes'] / GIB:.1f} GiB ({100 * (best_w['memory_bytes'] / w - 1):+.0f} %), "
+               f"{best_w['time_s']:.3f} s" if best_w else "none")
+        print(f"  | {t:.3f} s, {w / GIB:.1f} GiB | {one} | {two} |")
+    for p in piped[:1] + piped[-1:]:
+        print(f"    {p['id']}: {p['time_s']:.3f} s, {p['memory_bytes'] / GIB:.1f} GiB: {p['summary'][:240]}")
 
 
 if __name__ == "__main__":

@@ -123,6 +123,7 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     """
     from tensoropt.accumulation import micro_batch_counts, pareto_over_counts
 
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
     batch = job.training.global_batch_size
     setting = job.training.micro_batches
     try:
@@ -169,6 +170,8 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     if frontier.pipeline_search is not None:
         timing["pipeline"] = time.perf_counter() - pipeline_start
     attach_data_parallel(frontier, solved, batch, units)
+    timing["cpu"] = time.process_time() - cpu_start  # this process's CPU (the machine may be shared)
+    timing["wall"] = time.perf_counter() - wall_start
     return frontier
 
 
@@ -275,6 +278,14 @@ CHAIN_MIN_BLOCKS = 16
 PIPELINE_SHARED_IN_FLIGHT = False
 
 
+#: A middle pipeline stage may take the plans of two other in-flight counts' stage frontiers re-priced
+#: where their computed bound is at most this (:func:`tensoropt.pipeline.in_flight_grid.reprice_bound`,
+#: folded into the printed bound); else its count is solved. None (the default): every count solved.
+#: Off: on the 8B shape (stage mesh of 8, p = 4) every try was over 5 % and the tries only added sweeps
+#: (docs/results.md, 2026-11-28 pscale).
+PIPELINE_IN_FLIGHT_BOUND: float | None = None
+
+
 def pipeline_chain_settings(in_flight: tuple[int, int] | None = None):
     """How the pipeline search builds stage frontiers of identical blocks
     (:class:`tensoropt.pipeline.chain_stages.StageChain`): the planner's ``epsilon: auto`` grid for
@@ -322,13 +333,40 @@ def auto_micro_batches(num_stages: int, batch_size: int) -> int | None:
     return enough[-1] if enough else None
 
 
+#: The stage counts ``planner.pipeline: auto`` considers (each dividing the device count).
+AUTO_STAGES = (2, 4, 8)
+
+
+def auto_stage_counts(num_devices: int, devices_per_node: int, batch_size: int,
+                      whole_nodes: bool = True) -> list[int]:
+    """The stage counts ``planner.pipeline: auto`` proposes on ``num_devices``: those of
+    ``AUTO_STAGES`` dividing it (with a micro-batch count, :func:`auto_micro_batches`) and, beyond
+    one node with ``whole_nodes``, leaving every stage a whole number of nodes (a stage mesh a
+    multiple of ``devices_per_node``: the pipeline crosses nodes, tensor and data parallelism stay
+    inside, as Megatron and torchtitan cut), so that each stage mesh serves several device counts.
+
+    Example:
+        >>> [auto_stage_counts(d, 8, 64) for d in (8, 16, 32, 64)]
+        [[2, 4, 8], [2], [2, 4], [2, 4, 8]]
+        >>> auto_stage_counts(16, 8, 64, whole_nodes=False)
+        [2, 4, 8]
+    """
+    stages = [p for p in AUTO_STAGES if num_devices % p == 0 and auto_micro_batches(p, batch_size)]
+    if whole_nodes and num_devices > devices_per_node:
+        stages = [p for p in stages if (num_devices // p) % devices_per_node == 0]
+    return stages
+
+
 def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) -> list[tuple[int, str, int]]:
     """The (stages, schedule, micro-batches) ``planner.pipeline`` asks for on ``num_devices``.
 
-    ``off`` (the default): none. ``auto``: 2, 4 and 8 stages dividing the devices under 1F1B,
-    all with the micro-batch count :func:`auto_micro_batches` gives the most stages (one capture
-    at one micro-batch size), only beyond one node or when no plan without a pipeline fits the
-    budget. A mapping: every combination, each checked (:func:`tensoropt.pipeline.schedules.check_pipeline`).
+    ``off`` (the default): none. ``auto``: only beyond one node or when no plan without a pipeline
+    fits the budget; then 2, 4 and 8 stages under 1F1B (:func:`auto_stage_counts`): beyond one node
+    only those leaving every stage whole nodes (while a plan fits the budget; when none does, every
+    count dividing the devices), all with one micro-batch count for every device count of the job
+    (:func:`auto_micro_batches` of the most stages ``AUTO_STAGES`` allows: one capture, stage tables
+    shared across device counts). A mapping: every combination, each checked
+    (:func:`tensoropt.pipeline.schedules.check_pipeline`).
 
     Raises:
         PlanningError: an explicit request that cannot run (stage count, micro-batches).
@@ -339,6 +377,8 @@ def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) 
         ...                      "planner": {"pipeline": "auto"}})
         >>> from estimators.profiles import load_cluster
         >>> pipeline_candidates(job, 16, load_cluster("h100-4x8-ib"), True)
+        [(2, '1F1B', 16)]
+        >>> pipeline_candidates(job, 16, load_cluster("h100-4x8-ib"), False)  # nothing fits: all counts
         [(2, '1F1B', 16), (4, '1F1B', 16), (8, '1F1B', 16)]
     """
     from tensoropt.pipeline.schedules import PipelineError, check_pipeline
@@ -349,10 +389,11 @@ def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) 
     if setting == "auto":
         if num_devices <= cluster.devices_per_node and fits_budget:
             return []
-        stages = [p for p in (2, 4, 8) if num_devices % p == 0 and auto_micro_batches(p, batch)]
+        possible = [p for p in AUTO_STAGES if auto_micro_batches(p, batch)]
+        stages = auto_stage_counts(num_devices, cluster.devices_per_node, batch, whole_nodes=fits_budget)
         if not stages:
             return []
-        m = auto_micro_batches(max(stages), batch)  # one micro-batch size: one capture for all
+        m = auto_micro_batches(max(possible), batch)  # one micro-batch size: one capture for all counts
         return [(p, "1F1B", m) for p in stages]
     out = []
     for p in setting["stages"]:
@@ -374,7 +415,9 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
     (once per size, kept in ``graphs``), priced on ``num_devices / p`` devices, each stage's
     frontier solved (:class:`tensoropt.pipeline.search.StageSolver`) and the stages combined by the
     exact DP (:func:`tensoropt.pipeline.search.pipelined_frontier`). The result is the Pareto set
-    of the plans without a pipeline and the pipelined ones, by time, renumbered.
+    of the plans without a pipeline and the pipelined ones, by time, renumbered; under ``epsilon:
+    auto`` thinned to ``planner.max_plans`` by the least cover, its factor folded into the bound
+    (only the pipelined points kept are broken down into plans).
 
     Raises:
         PlanningError: an explicit request that cannot be planned (the field and the fix named).
@@ -388,7 +431,10 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         (True, [[2, '1F1B', 4]])
     """
 
+    import numpy as np
+
     import frontier as ft
+    from frontier.cover import cover_to_count
     from frontier.pareto import pareto_select
     from tensoropt.pipeline.schedules import PipelineError, stages_per_rank
     from tensoropt.pipeline.search import StageSolver, pipelined_frontier, to_plan
@@ -413,7 +459,7 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         stage_bound = max(stage_bound, (1.0 + bound) * (1.0 + report.bound) - 1.0)
         return points
 
-    plans, configurations, tried, solves, used = [], {}, [], 0, {}
+    plans, configurations, tried, solves, used, repriced = [], {}, [], 0, {}, []
     cpu = {"captures": 0.0, "cost_graphs": 0.0, "stages_and_dp": 0.0, "plans": 0.0}
     """This process's CPU seconds per part of the search (a shared machine: wall time is not the work)."""
     for p, schedule, m in candidates:
@@ -448,51 +494,89 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
             # layers: 1.3 x slower; docs/results.md, benchmarks/pipeline_stages.py)
             shared = in_flight_range(candidates, m) if PIPELINE_SHARED_IN_FLIGHT else None
             chain = pipeline_chain_settings(shared) if blocks.count > CHAIN_MIN_BLOCKS else None
-            solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain)
+            solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain,
+                                       in_flight_bound=PIPELINE_IN_FLIGHT_BOUND)
         solver = solvers[key]
         solver.solve = solve  # this device count's (its bound and memo)
-        before = solver.solves
+        before, repriced_before = solver.solves, len(solver.repriced)
         base = ((solver.chain.eliminations, solver.chain.steps, dict(solver.chain.cpu_s))
                 if solver.chain is not None else None)
         start = time.process_time()
         found, _ = pipelined_frontier(solver, p, schedule)
         cpu["stages_and_dp"] += time.process_time() - start
         solves += solver.solves - before
+        repriced += solver.repriced[repriced_before:]
         if solver.chain is not None:
             stage_bound = max(stage_bound, solver.chain.bound)
             # the chain was perhaps used by an earlier device count (same stage mesh): count this one's
             used.setdefault(id(solver), (solver.chain, base))
         tried.append([p, schedule, m])
-        start = time.process_time()
-        for pp in found:
-            plan, configs = to_plan(pp, solver, num_devices, batch)
-            plans.append(plan)
-            for n, c in configs.items():
-                configurations.setdefault(n, {}).update(c)
-        cpu["plans"] += time.process_time() - start
+        plans += [(pp, solver) for pp in found]
+    # the merged frontier, thinned as the one without pipelines (epsilon: auto, max_plans) before
+    # the kept pipelined points become plans (their breakdowns are the costly part)
     unpiped = frontier.plans
-    merged = unpiped + plans
-    keep = pareto_select([[q.time_s, q.memory_bytes] for q in merged]) if merged else []
-    merged = sorted((merged[i] for i in keep), key=lambda q: (q.time_s, q.memory_bytes))
+    costs = np.array([[q.time_s, q.memory_bytes] for q in unpiped]
+                     + [[pp.point.time_s, pp.point.memory_bytes] for pp, _ in plans]).reshape(-1, 2)
+    keep = np.asarray(pareto_select(costs) if len(costs) else [], dtype=np.int64)
+    thin = 0.0
+    if job.planner.epsilon == "auto" and len(keep) > job.planner.max_plans:
+        kept, thin = cover_to_count(costs[keep], job.planner.max_plans)
+        keep = keep[kept]
+    start = time.process_time()
+    merged = []
+    for i in keep:
+        if i < len(unpiped):
+            merged.append(unpiped[i])
+            continue
+        pp, solver = plans[i - len(unpiped)]
+        plan, configs = to_plan(pp, solver, num_devices, batch)
+        merged.append(plan)
+        for n, c in configs.items():
+            configurations.setdefault(n, {}).update(c)
+    cpu["plans"] += time.process_time() - start
+    merged = sorted(merged, key=lambda q: (q.time_s, q.memory_bytes))
     for i, q in enumerate(merged):
         q.id = plan_id(num_devices, i)
     for n, c in configurations.items():
         frontier.configurations.setdefault(n, {}).update(c)
     frontier.plans = merged
-    # the DP across stages is exact: a stage option within 1 + b in t, d and w keeps T and M within it
-    frontier.epsilon_bound = max(frontier.epsilon_bound or 0.0, stage_bound)
+    # the DP across stages is exact: a stage option within 1 + b in t, d and w keeps T and M within it;
+    # the merged set covers both frontiers within the larger bound, its thinning within 1 + thin of it
+    frontier.epsilon_bound = (1.0 + thin) * (1.0 + max(frontier.epsilon_bound or 0.0, stage_bound)) - 1.0
     sweeps = ({"eliminations": sum(c.eliminations - b[0] for c, b in used.values()),
                "sweep_steps": sum(c.steps - b[1] for c, b in used.values()),
                "cpu_s": {part: sum(c.cpu_s[part] - b[2][part] for c, b in used.values())
                          for part in ("eliminations", "sweeps", "finish")}} if used else None)
     frontier.pipeline_search = {
         "candidates": tried, "stage_solves": solves, "stage_bound": stage_bound, "stage_chain": sweeps,
+        "in_flight_repriced": _repriced_summary(repriced),
         "cpu_s": cpu,
         "unpipelined_fastest_s": min((q.time_s for q in unpiped), default=None),
         "unpipelined_leanest_bytes": min((q.memory_bytes for q in unpiped), default=None),
+        "unpipelined_points": [[q.time_s, q.memory_bytes] for q in unpiped],
         "pipelined_plans": sum(1 for q in merged if q.pipeline),
     }
     return frontier
+
+
+def _repriced_summary(repriced: list[tuple[int, int, float, bool]]) -> dict | None:
+    """``pipeline_search.in_flight_repriced``: the middle stages taken from two other in-flight
+    counts' frontiers (:meth:`tensoropt.pipeline.search.StageSolver.options`), the tries refused
+    (bound over ``PIPELINE_IN_FLIGHT_BOUND``), the largest bound taken and the least refused.
+
+    Example:
+        >>> s = _repriced_summary([(3, 10, 0.01, True), (5, 10, 0.2, False), (7, 9, 0.02, True)])
+        >>> s["taken"], s["refused"], s["largest_bound_taken"], s["least_bound_refused"], s["counts_taken"]
+        (2, 1, 0.02, 0.2, [3, 7])
+    """
+    if not repriced:
+        return None
+    taken = [(k, b) for k, _, b, ok in repriced if ok]
+    refused = [b for _, _, b, ok in repriced if not ok]
+    return {"taken": len(taken), "refused": len(refused),
+            "largest_bound_taken": max((b for _, b in taken), default=0.0),
+            "least_bound_refused": min(refused, default=None),
+            "counts_taken": sorted({k for k, _ in taken})}
 
 
 def job_cost_graph(graph, job: Job, cluster, num_devices: int,
