@@ -21,6 +21,9 @@ Cases (all: global batch 64 x 2048 tokens, AdamW, bf16-mixed, cluster h100-128x8
   a 32k plan within 80 GiB, the 8k leanest plan <= 40 GiB; ``-before``: without it;
   ``8b-32k-chunked``: the 32k case with ``chunked_loss`` too (the head + loss over chunks of
   2048 tokens, issue 26's loss at long context).
+* ``7b-152k`` (issue 26's "other 7-8B shapes"): a Qwen2-7B shape as a Llama (28 layers, width
+  3584, 28 heads, 4 KV heads, FFN 18944, vocab 152064) at 4096 tokens, global batch 64, on 8, 16,
+  32, 64 H100 (h100-128x8-ib) with ``block_recompute``; target: under 60 s wall.
 
 ``--memory`` prints instead the memory model's components of the 8B shape
 (benchmarks/memory_scale.py: two layers, one device, batch 1 x 2048, bf16-mixed, AdamW): per
@@ -55,6 +58,9 @@ LLAMA_8B = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads":
             "max_position_embeddings": 8192, "rope_theta": 500000.0, "rms_norm_eps": 1e-5}
 LLAMA_70B = dict(LLAMA_8B, num_hidden_layers=80, hidden_size=8192, num_attention_heads=64,
                  intermediate_size=28672)
+QWEN2_7B_AS_LLAMA = dict(LLAMA_8B, num_hidden_layers=28, hidden_size=3584, num_attention_heads=28,
+                         num_key_value_heads=4, intermediate_size=18944, vocab_size=152064,
+                         max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6)
 SEQ_LEN = 2048
 
 CASES = {
@@ -71,6 +77,7 @@ LONG_CASES = {  # issue 26: name -> (model kwargs, devices, tokens per sample, g
                        [*BLOCK_OPTIONS, "chunked_loss"]),
     "8b-8k": (LLAMA_8B, [8], 8192, 16, BLOCK_OPTIONS),
     "8b-8k-before": (LLAMA_8B, [8], 8192, 16, BLOCK_OPTIONS[:4]),
+    "7b-152k": (QWEN2_7B_AS_LLAMA, [8, 16, 32, 64], 4096, 64, BLOCK_OPTIONS),
 }
 """Whole-block checkpointing at long context (issue 26; cluster h100x8, budget 80 GiB): targets a
 32k plan within 80 GiB and an 8k plan of <= 40 GiB; ``-before``: without the block options."""
@@ -112,7 +119,7 @@ def run_case(name: str, out: Path, timeout_s: float, overrides: list[str]) -> di
         kwargs, devices, seq_len, batch, options = LONG_CASES[name]
         job = job_dict(kwargs, devices, seq_len)
         job["training"].update(global_batch_size=batch, memory_options=options)
-        job["cluster"] = "h100x8"
+        job["cluster"] = "h100x8" if max(devices) <= 8 else "h100-128x8-ib"
     else:
         kwargs, devices = CASES[name]
         job = job_dict(kwargs, devices)

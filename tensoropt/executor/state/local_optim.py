@@ -47,7 +47,7 @@ def step_local(optimizer: torch.optim.Optimizer) -> None:
 
     Example:
         >>> w = torch.nn.Parameter(torch.zeros(1)); opt = torch.optim.AdamW([w], lr=0.1)
-        >>> w.grad = torch.ones(1); step_local(opt); round(float(w), 4)
+        >>> w.grad = torch.ones(1); step_local(opt); round(float(w.detach()), 4)
         -0.1
     """
     if isinstance(optimizer, torch.optim.Adam):  # AdamW is an Adam with decoupled weight decay
