@@ -236,6 +236,13 @@ def worker(options: dict) -> None:
         for key, _fn, trainer in systems:
             dist.barrier()
             clocked[key] = clocked_steps(trainer, options["ops_steps"], 2000)
+    comm_clocked: dict[str, dict] = {}
+    if options.get("comm_clock"):
+        from comm_clock import comm_clocked_steps
+
+        for key, _fn, trainer in systems:
+            dist.barrier()
+            comm_clocked[key] = comm_clocked_steps(trainer, options["ops_steps"], 3000)
     if options.get("ops"):
         from torch.profiler import ProfilerActivity, profile
 
@@ -259,6 +266,7 @@ def worker(options: dict) -> None:
                                                     "cpu_times": cpu_times, "thread_times": thread_times,
                                                     "unloaded": unloaded,
                                                     "op_rows": op_rows, "clocked": clocked,
+                                                    "comm_clocked": comm_clocked,
                                                     "predicted_peaks": predicted_peaks, "errors": errors,
                                                     "sum_form_peaks": sum_form_peaks,
                                                     "peak_moments": peak_moments,
@@ -506,6 +514,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live-set", action="store_true", help="print what is alive at each measured peak")
     parser.add_argument("--node-clock", action="store_true",
                         help="also each replayed program node's main-thread CPU time (clocked_steps)")
+    parser.add_argument("--comm-clock", action="store_true",
+                        help="also each collective's issue, overlap and wait in the replayed step against "
+                             "its price (benchmarks/comm_clock.py)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
     from runtime import _median_ms, _summary, plan_model
@@ -559,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         res = launch_workers(__file__, {"plans": plans, "steps": args.steps, "rounds": args.rounds,
                                         "ops": args.ops, "ops_steps": args.ops_steps,
-                                        "node_clock": args.node_clock,
+                                        "node_clock": args.node_clock, "comm_clock": args.comm_clock,
                                         "live_set": args.live_set}, Path(tmp),
                              timeout_s=3600)
     load_after = os.getloadavg()
@@ -646,6 +657,16 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             if r["clocked"]:
                 print_clocked(r, args.ops_top)
+    if args.comm_clock:
+        from comm_clock import price_collectives, print_collective_table
+
+        for r in rows:
+            key = f"{r['model']}/{r['plan']}"
+            got = res.get("comm_clocked", {}).get(key)
+            if got:
+                priced = price_collectives(got["collectives"], args.cluster)
+                r["comm_clocked"] = {**got, "collectives": priced}
+                r["comm_table"] = print_collective_table(key, got, args.cluster)
     for key, table in res.get("live_sets", {}).items():
         print(f"\n{key}: rank 0, {table}")
     for key, err in res["errors"].items():
