@@ -440,22 +440,27 @@ def add_rows(name: str, plans: dict) -> None:
         plans[label]["redistributions"] = [move.to_json() for move in moves]
 
 
-def before_step_terms(cluster: str):
-    """``cluster`` as the estimator priced it before fidelity3's step terms: the optimizer step at the
-    copy bandwidth and ``kernel_launch_s`` per tensor (its device's ``optimizer_bandwidth_gbps`` and
-    ``optimizer_tensor_s`` unset); pass ``price_bucket_copies=False`` beside it.
+BEFORE_SYNC_POINT_S = 2.535e-03
+"""``configs/devices/cpu.yaml``'s ``sync_point_s`` before commfid (2026-11-28): the per-sync slope less the
+all-reduce's idle price, measured at load 2.4-3.1 (the load's slowing of the collective itself)."""
+
+
+def before_cluster(cluster: str):
+    """``cluster`` as the estimator priced it before commfid: every blocking collective's sync point at
+    :data:`BEFORE_SYNC_POINT_S` (where the device prices sync points at all).
 
     Example:
-        >>> before_step_terms("cpu-local").device.optimizer_tensor_s
-        0.0
+        >>> before_cluster("cpu-local").device.sync_point_s
+        0.002535
     """
     import dataclasses
 
     from estimators.profiles import load_cluster
 
     cl = load_cluster(cluster)
-    return dataclasses.replace(cl, device=dataclasses.replace(cl.device, optimizer_bandwidth_gbps=0.0,
-                                                              optimizer_tensor_s=0.0))
+    if not cl.device.sync_point_s:
+        return cl
+    return dataclasses.replace(cl, device=dataclasses.replace(cl.device, sync_point_s=BEFORE_SYNC_POINT_S))
 
 
 def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | None = None,
@@ -464,7 +469,7 @@ def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | Non
     ``{label: priced classes}`` (:func:`priced_classes`, ``"total"`` its step seconds). ``clock``: the
     profiled timer's (None: the device's; ``"wall"``: the estimator before the thread clock, read from
     the wall-clock means a thread-clock timing files beside its own). ``before``: the estimator before
-    fidelity3's step terms (:func:`before_step_terms`, no gradient-bucket copies)."""
+    commfid's sync points (:func:`before_cluster`)."""
     from runtime import spec_of
 
     from tensoropt.capture import capture
@@ -474,9 +479,9 @@ def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | Non
     spec = spec_of(name, models=MODELS)
     batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
     graph = capture(spec.build_model(), batch)
-    cg = cost_graph(graph, before_step_terms(cluster) if before else cluster, NPROC,
+    cg = cost_graph(graph, before_cluster(cluster) if before else cluster, NPROC,
                     batch_size=spec.global_batch_size, optimizer="adamw", compute_mode=compute,
-                    profile_clock=clock, price_bucket_copies=not before)
+                    profile_clock=clock)
     return {label: priced_classes(cg, {n: c["label"] for n, c in plans[label]["placements"].items()})
             for label in plans["run"]}
 
@@ -697,7 +702,7 @@ def compute_ms(priced: dict | None) -> float | None:
 
 def print_before_after(rows: list[dict]) -> None:
     """The whole step (against the wall less the main thread's run delay) and the compute (against the
-    main thread's CPU), priced before and after fidelity3's step terms, from one launch's measurement;
+    main thread's CPU), priced before and after commfid's sync points, from one launch's measurement;
     per family the median absolute errors."""
     print(f"\n{'plan':14} {'before':>8} {'after':>8} {'wall-delay':>10} {'err before':>10} {'err after':>9} "
           f"{'comp before':>11} {'comp after':>10} {'main CPU':>8} {'err before':>10} {'err after':>9}")
