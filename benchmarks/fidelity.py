@@ -29,6 +29,12 @@ captured op) against ``torch.profiler``'s self CPU time of the replayed step's a
 the rest of the step's main-thread CPU (the loop's own Python, the batch); per operator class
 against the priced classes, with the optimizer and the executor's per-operator overhead apart.
 
+``--comm-clock``: also each collective of the replayed step, on both ranks' clocks
+(:mod:`comm_clock`): its issue, its overlap with compute, rank 0's wait until the last rank issued it
+(the sync point) and from then to the wait's end (the collective itself), against its price; per kind
+and size class. ``--reprice``'s *before* column is the estimator before commfid's sync point
+(:func:`before_cluster`).
+
 ``--plans dp,lean``: run only those of each model's distinct plans. ``--plan-cache FILE``: the planned
 plans are read from FILE where it exists (no re-planning: the same plans for every launch), else
 written to it. ``--live-set``: rank 0 also prints what is alive at each plan's measured tensor peak
@@ -36,8 +42,8 @@ written to it. ``--live-set``: rank 0 also prints what is alive at each plan's m
 :attr:`tensoropt.executor.state.tensor_peak.TensorPeak.peak_live`).
 
 Usage (one command): ``.venv/bin/python benchmarks/fidelity.py [--models decoder,encoder,vit,cnn]
-[--plans dp,fast,lean] [--steps 4] [--rounds 3] [--ops] [--node-clock] [--live-set] [--plan-cache plans.json]
-[--json out.json]``.
+[--plans dp,fast,lean] [--steps 4] [--rounds 3] [--ops] [--node-clock] [--comm-clock] [--live-set]
+[--plan-cache plans.json] [--reprice] [--json out.json]``.
 """
 
 from __future__ import annotations
