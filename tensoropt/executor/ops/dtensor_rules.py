@@ -13,7 +13,8 @@ Group norm's backward: torch 2.13 registers a batch rule for ``native_group_norm
 its ``N, C, HxW`` arguments to the local shard's (``_adjust_group_norm_scalars``), but not for
 ``native_group_norm_backward``, whose strategy DTensor derives from the decomposition while the
 kernel still gets the global ``N``: every batch-split group norm (PoolFormer) then failed in
-backward ("Expected dY.numel() == N * C * HxW"). :func:`register_group_norm_backward_rule` gives it
+backward ("Expected dY.numel() == N * C * HxW"), and one without affine parameters found no rule
+at all (the decomposition fails on the absent weight). :func:`register_group_norm_backward_rule` gives it
 the forward's rule (rows independent: every [N, ...] tensor split on the batch, the per-channel
 weight replicated, its gradient and the bias's partial sums over the rows) and the same local
 scalars. A split of the channels or the spatial dims is not offered: the statistics span both.
