@@ -1,59 +1,82 @@
-"""The optimizer step's priced time against torch's fused AdamW as the executor steps it (thread clock).
+"""The optimizer's priced time against its part of a training step as the user's loop runs it.
 
-The cpu profile prices AdamW's 7 parameter-sized passes at ``optimizer_bandwidth_gbps`` (the fused
-kernel's measured rate) plus ``optimizer_tensor_s`` per tensor (estimators/compute.py). Before, at the
-copy bandwidth x efficiency and 5 us a tensor, a GPT-2-sized step (28 tensors, 2.1 M elements) was
-priced 3.17 ms against ~1.8 ms measured (+75 %), outside the tolerance below.
+The cpu profile prices a step's optimizer part as AdamW's 7 parameter-sized passes at
+``optimizer_bandwidth_gbps`` plus ``optimizer_tensor_s`` per parameter tensor
+(estimators/compute.py ``optimizer_time_s``). What that stands for is timed here as
+``tensoropt run`` runs it (:class:`tensoropt.training.optimizer_clock.OptimizerClock`): the
+gradients handed to the parameters (DTensors), ``optimizer.step()`` with tensoropt's hooks and
+``zero_grad``, on the main thread's CPU clock, in replayed steps of a parallel model (one process
+of one thread, a one-device mesh). Before (fit on ``step_local`` alone: 43.4 GB/s and 10 us a
+tensor), the many-small case was priced ~40 % under this (``benchmarks/optimizer_step.py``).
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import pytest
 import torch
 
-from estimators.compute import optimizer_time_s
+from estimators.compute import fit_optimizer_time, optimizer_time_s
+from estimators.configuration import Configuration
 from estimators.profiles import load_device
-from tensoropt.executor.state.local_optim import step_local
+
+pytestmark = pytest.mark.timeout(300)
 
 TOLERANCE = 0.35
-"""Priced within 35 % of the measured step (thread CPU time, median of 15; the profile's fit is
-within 4-20 % of its six measured points: configs/devices/cpu.yaml)."""
+"""Priced within 35 % of the timed part (median of the clocked steps; the profile's fit is within
+the margin it states of every point it was fit on: configs/devices/cpu.yaml)."""
 
 
-def _timed_adamw_s(tensors: int, numel: int) -> float:
-    """Median thread-CPU seconds of ``step_local`` (fused AdamW) over ``tensors`` x ``numel`` float32
-    parameters, a 64 MiB buffer written before each step to evict the caches (as backward does)."""
+def _trainer(width: int, layers: int):
+    """A replaying Trainer of the zoo MLP (``layers`` linears of ``width``; AdamW) on a one-device mesh."""
+    from tensoropt.capture import capture
+    from tensoropt.executor.job.data import InputSpec, synthetic_batch
+    from tensoropt.executor.job.plan import ExecPlan
+    from tensoropt.executor.job.spec import TrainSpec
+    from tensoropt.training.trainer import Trainer
+
+    spec = TrainSpec("tensoropt.models.mlp:MLP", (InputSpec((width,)), InputSpec((), "int64", high=width)), 4,
+                     {"in_features": width, "hidden": [width] * (layers - 1), "num_classes": width},
+                     optimizer="adamw", lr=1e-3, steps=1)
+    graph = capture(spec.build_model(), synthetic_batch(list(spec.inputs), 4, spec.seed, 0))
+    placements = {n: Configuration("replicate", (), tuple(("R",) for _ in d.get("inputs", ())),
+                                   tuple((k, ("R",)) for k in d.get("params", {})), ("R",)).to_json()
+                  for n, d in graph.nx.nodes(data=True)}
+    plan = ExecPlan.from_json({"id": "one-device", "devices": 1, "mesh": {"shape": [1], "levels": ["gpu"]},
+                               "placements": placements})
+    return Trainer(spec, plan, mode="replay")
+
+
+def _timed(trainer, steps: int = 15) -> float:
+    """Median thread-CPU seconds of the optimizer's part of ``steps`` replayed steps (one thread, as a
+    torchrun worker runs)."""
+    from tensoropt.training.optimizer_clock import OptimizerClock
+
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a worker's one thread (torchrun's default), as the profile is timed
+    torch.set_num_threads(1)
     try:
-        params = [torch.nn.Parameter(torch.randn(numel)) for _ in range(tensors)]
-        for p in params:
-            p.grad = torch.randn_like(p)
-        opt = torch.optim.AdamW(params, lr=1e-3)
-        flush = torch.empty(16 * 2**20)
-        step_local(opt)  # the state is made on the first step
-        times = []
-        for _ in range(15):
-            flush.fill_(1.0)
-            t0 = time.thread_time()
-            step_local(opt)
-            times.append(time.thread_time() - t0)
-        return statistics.median(times)
+        trainer.train(2)  # the first step is interpreted (measured), the second traces the program
+        with OptimizerClock(trainer) as clock:
+            for i in range(steps):
+                trainer.step(10 + i, measure_memory=False)
+        assert len(clock.steps) == steps  # every step replayed, none traced
+        return clock.median("optimizer_s")
     finally:
         torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("tensors, numel", [(28, 76_000), (256, 1024)], ids=["gpt2-sized", "many-small"])
-def test_the_priced_adamw_step_matches_a_timed_fused_step(tensors, numel):
-    """GPT-2's 2 x 256 parameter count in 28 tensors (the bytes dominate) and 256 tensors of 1 Ki
-    elements (the per-tensor time dominates): each priced within :data:`TOLERANCE` of the timed step."""
-    device = load_device("cpu")
-    priced = optimizer_time_s(device, 4 * tensors * numel, tensors, "adamw")
-    measured = _timed_adamw_s(tensors, numel)
-    assert abs(priced - measured) <= TOLERANCE * measured, (priced, measured)
+@pytest.mark.parametrize("width, layers", [(512, 4), (32, 32)], ids=["few-large", "many-small"])
+def test_the_priced_optimizer_part_matches_the_timed_step(one_process_group, width, layers):
+    """8 tensors of 1 Mi parameters in all (the bytes dominate) and 64 tensors of 33 Ki in all (the
+    per-tensor time dominates): each priced within :data:`TOLERANCE` of the timed part."""
+    from tensoropt.executor.state.local_optim import _local
+
+    trainer = _trainer(width, layers)
+    params = [p for g in trainer.optimizer.param_groups for p in g["params"]]
+    assert all(isinstance(p, torch.distributed.tensor.DTensor) for p in params)
+    nbytes = sum(_local(p).numel() * _local(p).element_size() for p in params)
+    priced = optimizer_time_s(load_device("cpu"), nbytes, len(params), "adamw")
+    measured = _timed(trainer)
+    assert abs(priced - measured) <= TOLERANCE * measured, (priced, measured, len(params), nbytes)
 
 
 def test_sgd_keeps_the_copy_bandwidth():
@@ -65,3 +88,15 @@ def test_sgd_keeps_the_copy_bandwidth():
     assert sgd == pytest.approx(3 * 2**20 / copy + device.optimizer_tensor_s)
     fused = optimizer_time_s(device, 2**20, 1, "adamw") - device.optimizer_tensor_s
     assert fused == pytest.approx(7 * 2**20 / (device.optimizer_bandwidth_gbps * 1e9))
+
+
+def test_the_fit_keeps_both_constants_non_negative():
+    """Points the tensor count alone explains give an infinite bandwidth (no byte term), not a negative
+    one; a fit recovers the constants that made the points; too few points are refused."""
+    gbps, per_tensor = fit_optimizer_time([2**20, 2**24, 2**10], [10, 10, 20], [1e-4, 1e-4, 2e-4])
+    assert gbps == float("inf") and per_tensor == pytest.approx(1e-5)
+    nbytes, tensors = [2**22, 2**18, 2**24, 2**12], [4, 64, 16, 128]
+    times = [7 * b / 30e9 + n * 2e-5 for b, n in zip(nbytes, tensors)]
+    assert fit_optimizer_time(nbytes, tensors, times) == pytest.approx((30.0, 2e-5))
+    with pytest.raises(ValueError, match="two or more steps"):
+        fit_optimizer_time([1], [1], [1e-3])

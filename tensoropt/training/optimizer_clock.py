@@ -1,0 +1,162 @@
+"""The optimizer's part of a training step as the user's loop runs it, on the thread's CPU clock.
+
+A step of ``tensoropt run`` (:meth:`tensoropt.training.trainer.Trainer._update`) is
+``pm.train_step(batch); optimizer.step(); optimizer.zero_grad(set_to_none=True)``. Besides the
+replayed program (forward, backward, the gradients' collectives), it spends host time on every
+parameter tensor, each step, which the cost model prices as the optimizer step
+(:func:`estimators.compute.optimizer_time_s`, ``optimizer_bandwidth_gbps`` and
+``optimizer_tensor_s``):
+
+* ``gradients_s``: ``train_step`` outside its replayed program: the parameters' local tensors handed
+  to the program, its gradient outputs wrapped into DTensors and handed to the parameters' ``.grad``
+  (:meth:`tensoropt.parallel.runtime.Runtime._replay`), the fresh-step check over every parameter;
+* ``step_s``: ``optimizer.step()`` with tensoropt's hooks (:mod:`tensoropt.parallel.optim`: the
+  gradients hidden from and given back to torch's own step, which then loops over its parameters
+  and finds nothing to do), of which ``kernels_s`` is
+  :func:`~tensoropt.executor.state.local_optim.step_local` (the state lookups and torch's fused kernel);
+* ``zero_grad_s``: ``optimizer.zero_grad(set_to_none=True)``.
+
+``optimizer_s`` is their sum: what the priced optimizer term stands for. Each is the main thread's
+CPU time (``time.thread_time``: the time the host gave other processes is left out, as the
+profiled compute is timed, :mod:`estimators.profiled`). :class:`OptimizerClock` reads them by
+wrapping those calls of one :class:`~tensoropt.training.trainer.Trainer` while it is open
+(``tests/estimators/test_optimizer_time.py``, ``benchmarks/optimizer_step.py``,
+``benchmarks/fidelity.py --node-clock``).
+
+Example:
+    >>> with OptimizerClock(trainer) as clock:  # a replaying Trainer  # doctest: +SKIP
+    ...     for i in range(5):
+    ...         trainer.step(10 + i, measure_memory=False)
+    >>> clock.median("optimizer_s")  # needs the steps above  # doctest: +SKIP
+    0.0031
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+PARTS = ("gradients_s", "step_s", "kernels_s", "zero_grad_s", "program_s")
+"""What :class:`OptimizerClock` records per step (``program_s``: the replayed program's calls)."""
+
+
+class OptimizerClock:
+    """Records, per step of ``trainer`` while open, the thread-CPU seconds of :data:`PARTS` (see the
+    module docstring); steps that ran through the DTensor interpreter (a ``train()`` call's first,
+    measured step) or traced a program are left out.
+
+    Args:
+        trainer: a :class:`~tensoropt.training.trainer.Trainer` in ``replay`` mode whose program is
+            traced (one step run).
+
+    Example:
+        >>> with OptimizerClock(trainer) as clock:  # needs a replaying Trainer  # doctest: +SKIP
+        ...     trainer.step(5, measure_memory=False)
+        >>> sorted(clock.steps[0])  # needs the steps above  # doctest: +SKIP
+        ['gradients_s', 'kernels_s', 'optimizer_s', 'program_s', 'step_s', 'zero_grad_s']
+    """
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.steps: list[dict[str, float]] = []
+        """Per recorded step: each of :data:`PARTS` and ``optimizer_s`` (gradients + step + zero_grad)."""
+        self._open: dict[str, float] = {}
+        self._interpreted = False
+
+    def __enter__(self) -> OptimizerClock:
+        import tensoropt.parallel.optim as optim_hooks
+
+        runtime, optimizer = self.trainer.runtime, self.trainer.optimizer
+        train_step, step, zero_grad = runtime.train_step, optimizer.step, optimizer.zero_grad
+        kernels = optim_hooks.step_local
+        self._restore = (optim_hooks, kernels)
+
+        def add(part: str, seconds: float) -> None:
+            self._open[part] = self._open.get(part, 0.0) + seconds
+
+        def timed_train_step(graph, local_inputs, loss_scale):
+            self._interpreted |= bool(runtime.interpret_steps) or graph.program is None
+            program = graph.program
+            if program is None:
+                return train_step(graph, local_inputs, loss_scale)
+            build = program.program
+
+            def timed_program(*args, **kwargs):
+                lowered, call = build(*args, **kwargs)
+
+                def timed_call(*inputs):
+                    t0 = time.thread_time()
+                    try:
+                        return call(*inputs)
+                    finally:
+                        add("program_s", time.thread_time() - t0)
+                return lowered, timed_call
+
+            program.program = timed_program
+            t0, before, traces = time.thread_time(), self._open.get("program_s", 0.0), program.traces
+            try:
+                return train_step(graph, local_inputs, loss_scale)
+            finally:
+                del program.program
+                self._interpreted |= program.traces != traces  # traced in this step: not a steady step
+                inside = self._open.get("program_s", 0.0) - before
+                add("gradients_s", time.thread_time() - t0 - inside)
+
+        def timed_kernels(opt):
+            t0 = time.thread_time()
+            try:
+                return kernels(opt)
+            finally:
+                add("kernels_s", time.thread_time() - t0)
+
+        def timed_step(*args, **kwargs):
+            t0 = time.thread_time()
+            try:
+                return step(*args, **kwargs)
+            finally:
+                add("step_s", time.thread_time() - t0)
+
+        def timed_zero_grad(*args, **kwargs):
+            t0 = time.thread_time()
+            try:
+                return zero_grad(*args, **kwargs)
+            finally:
+                add("zero_grad_s", time.thread_time() - t0)
+                self._close()
+
+        runtime.train_step = timed_train_step
+        optimizer.step, optimizer.zero_grad = timed_step, timed_zero_grad
+        optim_hooks.step_local = timed_kernels
+        return self
+
+    def _close(self) -> None:
+        """One step ends at its ``zero_grad``: keep its parts unless it ran through the interpreter."""
+        parts, interpreted = self._open, self._interpreted
+        self._open, self._interpreted = {}, False
+        if interpreted:
+            return
+        row = {p: parts.get(p, 0.0) for p in PARTS}
+        row["optimizer_s"] = row["gradients_s"] + row["step_s"] + row["zero_grad_s"]
+        self.steps.append(row)
+
+    def __exit__(self, *exc) -> None:
+        optim_hooks, kernels = self._restore
+        optim_hooks.step_local = kernels
+        for obj, names in ((self.trainer.runtime, ("train_step",)),
+                           (self.trainer.optimizer, ("step", "zero_grad"))):
+            for name in names:
+                obj.__dict__.pop(name, None)
+
+    def median(self, part: str) -> float:
+        """The median over the recorded steps of ``part`` (one of :data:`PARTS` or ``optimizer_s``).
+
+        Example:
+            >>> clock = OptimizerClock(None)
+            >>> clock.steps = [{"step_s": 0.002}, {"step_s": 0.004}, {"step_s": 0.003}]
+            >>> clock.median("step_s")
+            0.003
+        """
+        if not self.steps:
+            raise ValueError("OptimizerClock: no replayed step was recorded (run steps of a replaying "
+                             "Trainer with measure_memory=False while the clock is open)")
+        return statistics.median(s[part] for s in self.steps)
