@@ -178,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nfit of the whole part (gradients + step + zero_grad): {gbps:.1f} GB/s over 7 passes, "
           f"{per_tensor * 1e6:.2f} us a tensor (worst point {100 * worst:.1f} % off)")
     print(f"step_local alone (kernels): {k_gbps:.1f} GB/s, {k_tensor * 1e6:.2f} us a tensor")
+    const_s, c_gbps, c_tensor = _fit_with_constant(rows)
+    print(f"with a constant per step (diagnostic; the profile has no such term): {const_s * 1e3:.3f} ms + "
+          f"{c_gbps:.1f} GB/s + {c_tensor * 1e6:.2f} us a tensor")
     print(f"profile lines ({stamp}):\noptimizer_bandwidth_gbps: {gbps:.1f}\n"
           f"optimizer_tensor_s: {per_tensor:.2e}")
     print(f"load average (1, 5, 15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, after "
@@ -188,6 +191,18 @@ def main(argv: list[str] | None = None) -> int:
                                                "kernels_fit": [k_gbps, k_tensor], "load_before": load_before,
                                                "load_after": load_after}, indent=1))
     return 0
+
+
+def _fit_with_constant(rows: list[dict]) -> tuple[float, float, float]:
+    """Relative least squares ``time = constant + 7 bytes / bandwidth + tensors x per_tensor``:
+    (constant_s, bandwidth_gbps, per_tensor_s), unconstrained (a diagnostic of the two-term fit)."""
+    import numpy as np
+
+    t = np.array([r["optimizer_s"] for r in rows])
+    a = np.stack([np.ones_like(t), 7 * np.array([r["param_bytes"] for r in rows], float),
+                  np.array([r["tensors"] for r in rows], float)], axis=1) / t[:, None]
+    (const, inv_bw, per_tensor), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    return float(const), float(1 / inv_bw / 1e9) if inv_bw > 0 else float("inf"), float(per_tensor)
 
 
 def _pct(predicted: float, measured: float) -> str:

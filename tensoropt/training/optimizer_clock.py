@@ -7,9 +7,10 @@ parameter tensor, each step, which the cost model prices as the optimizer step
 (:func:`estimators.compute.optimizer_time_s`, ``optimizer_bandwidth_gbps`` and
 ``optimizer_tensor_s``):
 
-* ``gradients_s``: ``train_step`` outside its replayed program: the parameters' local tensors handed
-  to the program, its gradient outputs wrapped into DTensors and handed to the parameters' ``.grad``
-  (:meth:`tensoropt.parallel.runtime.Runtime._replay`), the fresh-step check over every parameter;
+* ``gradients_s``: the replayed step outside its program
+  (:meth:`tensoropt.parallel.runtime.Runtime._replay`): the parameters' local tensors handed to the
+  program, its gradient outputs wrapped into DTensors and added to (or set as) the parameters' ``.grad``
+  (not the batch's inputs made DTensors, nor the loss read after the step: once a step, not per tensor);
 * ``step_s``: ``optimizer.step()`` with tensoropt's hooks (:mod:`tensoropt.parallel.optim`: the
   gradients hidden from and given back to torch's own step, which then loops over its parameters
   and finds nothing to do), of which ``kernels_s`` is
@@ -61,24 +62,21 @@ class OptimizerClock:
         self.steps: list[dict[str, float]] = []
         """Per recorded step: each of :data:`PARTS` and ``optimizer_s`` (gradients + step + zero_grad)."""
         self._open: dict[str, float] = {}
-        self._interpreted = False
+        self._replayed = self._traced = False
 
     def __enter__(self) -> OptimizerClock:
         import tensoropt.parallel.optim as optim_hooks
 
         runtime, optimizer = self.trainer.runtime, self.trainer.optimizer
-        train_step, step, zero_grad = runtime.train_step, optimizer.step, optimizer.zero_grad
+        replay, step, zero_grad = runtime._replay, optimizer.step, optimizer.zero_grad
         kernels = optim_hooks.step_local
         self._restore = (optim_hooks, kernels)
 
         def add(part: str, seconds: float) -> None:
             self._open[part] = self._open.get(part, 0.0) + seconds
 
-        def timed_train_step(graph, local_inputs, loss_scale):
-            self._interpreted |= bool(runtime.interpret_steps) or graph.program is None
+        def timed_replay(graph, values, scale, sync):
             program = graph.program
-            if program is None:
-                return train_step(graph, local_inputs, loss_scale)
             build = program.program
 
             def timed_program(*args, **kwargs):
@@ -95,10 +93,11 @@ class OptimizerClock:
             program.program = timed_program
             t0, before, traces = time.thread_time(), self._open.get("program_s", 0.0), program.traces
             try:
-                return train_step(graph, local_inputs, loss_scale)
+                return replay(graph, values, scale, sync)
             finally:
                 del program.program
-                self._interpreted |= program.traces != traces  # traced in this step: not a steady step
+                self._replayed = True
+                self._traced |= program.traces != traces  # traced in this step: not a steady step
                 inside = self._open.get("program_s", 0.0) - before
                 add("gradients_s", time.thread_time() - t0 - inside)
 
@@ -124,16 +123,16 @@ class OptimizerClock:
                 add("zero_grad_s", time.thread_time() - t0)
                 self._close()
 
-        runtime.train_step = timed_train_step
+        runtime._replay = timed_replay
         optimizer.step, optimizer.zero_grad = timed_step, timed_zero_grad
         optim_hooks.step_local = timed_kernels
         return self
 
     def _close(self) -> None:
-        """One step ends at its ``zero_grad``: keep its parts unless it ran through the interpreter."""
-        parts, interpreted = self._open, self._interpreted
-        self._open, self._interpreted = {}, False
-        if interpreted:
+        """One step ends at its ``zero_grad``: keep its parts if it replayed its program, traced before."""
+        parts, steady = self._open, self._replayed and not self._traced
+        self._open, self._replayed, self._traced = {}, False, False
+        if not steady:
             return
         row = {p: parts.get(p, 0.0) for p in PARTS}
         row["optimizer_s"] = row["gradients_s"] + row["step_s"] + row["zero_grad_s"]
@@ -142,7 +141,7 @@ class OptimizerClock:
     def __exit__(self, *exc) -> None:
         optim_hooks, kernels = self._restore
         optim_hooks.step_local = kernels
-        for obj, names in ((self.trainer.runtime, ("train_step",)),
+        for obj, names in ((self.trainer.runtime, ("_replay",)),
                            (self.trainer.optimizer, ("step", "zero_grad"))):
             for name in names:
                 obj.__dict__.pop(name, None)
