@@ -114,10 +114,12 @@ def optimizer_time_s(device: Device, param_bytes: int, num_tensors: int, optimiz
 
     ``passes``: :data:`OPTIMIZER_PASSES`; ``bandwidth``: the device's ``optimizer_bandwidth_gbps`` for
     the fused Adam / AdamW kernel (:data:`FUSED_OPTIMIZERS`), else its memory bandwidth x memory
-    efficiency; the per-tensor time: ``optimizer_tensor_s``, else ``kernel_launch_s``. Measured on the
-    cpu profile (fidelity3, 2026-11-28): torch's fused AdamW steps 4 Mi float32 elements in 2.5 ms of
-    thread CPU (0.6 ns an element: 28 bytes at ~45 GB/s, where the copy bandwidth prices 1.4 ns) and
-    spends ~10 us more per tensor (512 tensors of 1 Ki elements: 5.3 ms).
+    efficiency; the per-tensor time: ``optimizer_tensor_s``, else ``kernel_launch_s``. On the cpu profile
+    the two constants are fit (:func:`fit_optimizer_time`, ``benchmarks/optimizer_step.py``) to the
+    optimizer's whole part of a step as ``tensoropt run``'s loop runs it
+    (:mod:`tensoropt.training.optimizer_clock`: the gradients handed to the parameters,
+    ``optimizer.step()`` with tensoropt's hooks, ``zero_grad``; optfit, 2026-11-28): 36 GB/s over the
+    7 passes and 31 us a tensor, where the fused kernel alone (``step_local``) takes ~15 us a tensor.
 
     Example:
         >>> from estimators.profiles import load_device
@@ -173,7 +175,7 @@ def fit_optimizer_time(param_bytes, num_tensors, times_s, optimizer: str = "adam
         inv_bw, per_tensor = 0.0, float(np.sum(n / t) / np.sum((n / t) ** 2))
     elif per_tensor < 0:  # the tensor count explains nothing: bytes alone
         inv_bw, per_tensor = float(np.sum(b / t) / np.sum((b / t) ** 2)), 0.0
-    return (float("inf") if inv_bw == 0 else 1.0 / inv_bw / 1e9), float(per_tensor)
+    return (float("inf") if inv_bw == 0 else float(1.0 / inv_bw / 1e9)), float(per_tensor)
 
 
 def cast_time_s(device: Device, nbytes: int, num_tensors: int) -> float:
