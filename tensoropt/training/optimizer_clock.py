@@ -75,20 +75,24 @@ class OptimizerClock:
         def add(part: str, seconds: float) -> None:
             self._open[part] = self._open.get(part, 0.0) + seconds
 
+        def timed(fn, part: str, then=None):
+            def call(*args, **kwargs):
+                t0 = time.thread_time()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    add(part, time.thread_time() - t0)
+                    if then is not None:
+                        then()
+            return call
+
         def timed_replay(graph, values, scale, sync):
             program = graph.program
             build = program.program
 
             def timed_program(*args, **kwargs):
                 lowered, call = build(*args, **kwargs)
-
-                def timed_call(*inputs):
-                    t0 = time.thread_time()
-                    try:
-                        return call(*inputs)
-                    finally:
-                        add("program_s", time.thread_time() - t0)
-                return lowered, timed_call
+                return lowered, timed(call, "program_s")
 
             program.program = timed_program
             t0, before, traces = time.thread_time(), self._open.get("program_s", 0.0), program.traces
@@ -101,31 +105,10 @@ class OptimizerClock:
                 inside = self._open.get("program_s", 0.0) - before
                 add("gradients_s", time.thread_time() - t0 - inside)
 
-        def timed_kernels(opt):
-            t0 = time.thread_time()
-            try:
-                return kernels(opt)
-            finally:
-                add("kernels_s", time.thread_time() - t0)
-
-        def timed_step(*args, **kwargs):
-            t0 = time.thread_time()
-            try:
-                return step(*args, **kwargs)
-            finally:
-                add("step_s", time.thread_time() - t0)
-
-        def timed_zero_grad(*args, **kwargs):
-            t0 = time.thread_time()
-            try:
-                return zero_grad(*args, **kwargs)
-            finally:
-                add("zero_grad_s", time.thread_time() - t0)
-                self._close()
-
         runtime._replay = timed_replay
-        optimizer.step, optimizer.zero_grad = timed_step, timed_zero_grad
-        optim_hooks.step_local = timed_kernels
+        optimizer.step = timed(step, "step_s")
+        optimizer.zero_grad = timed(zero_grad, "zero_grad_s", then=self._close)  # a step ends there
+        optim_hooks.step_local = timed(kernels, "kernels_s")
         return self
 
     def _close(self) -> None:
