@@ -10,9 +10,9 @@ of one thread, as the profile was fit (``benchmarks/optimizer_step.py``; in one 
 collectives' waits between a step's parts, 64 small tensors took 1.1 ms where 2 ranks take ~1.7).
 Before (fit on ``step_local`` alone: 43.4 GB/s and 10 us a tensor) the many-small case was priced
 0.98 ms against 2.33 ms timed here (-58 %, outside the tolerance), the few-large one 2.79 against 3.27
-(-15 %); now 2.42 (+4 %) and 3.52 (+8 %), at load 8-10. The profile prices a per-step constant it does
-not have (~0.7 ms, docs/results.md optfit) over the tensors: a model of few small tensors (8 of
-0.5 Mi parameters in all) is priced ~27 % under.
+(-15 %); now 2.42 (+4 %) and 3.52 (+8 %), at load 8-10. The profile has no per-step term (~0.7 ms,
+docs/results.md optfit): spread over the tensors, it leaves a model of few small tensors (8, of 1 Mi
+parameters in all) priced ~27 % under.
 """
 
 from __future__ import annotations
