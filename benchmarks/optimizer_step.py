@@ -9,7 +9,7 @@ bytes, data parallel and model parallel, and fits the two constants to it
 (:func:`estimators.compute.fit_optimizer_time`).
 
 Models: the zoo MLP (``tensoropt.models.mlp:MLP``) at the widths and depths of :data:`SHAPES` (8 to 128
-parameter tensors, 66 Ki to 9.4 Mi parameters), global batch 8, AdamW. Each is planned at 2 devices
+parameter tensors, 65 Ki to 9.0 Mi parameters), global batch 8, AdamW. Each is planned at 2 devices
 with the roofline (the plans' price does not matter here): its data-parallel plan (every parameter
 whole on each rank, the gradients in all-reduce buckets) and its frontier's leanest plan (weights
 split: half the bytes, as many tensors). One torchrun launch of 2 gloo processes of one thread runs
