@@ -25,9 +25,11 @@ captured op) against ``torch.profiler``'s self CPU time of the replayed step's a
 
 ``--node-clock``: also where the main thread's CPU goes, per aten op of the replayed program
 (:func:`clocked_steps`): each node of the local program timed on the thread's CPU clock
-(``time.thread_time``, which the host's load does not inflate), the optimizer step beside it, and
-the rest of the step's main-thread CPU (the loop's own Python, the batch); per operator class
-against the priced classes, with the optimizer and the executor's per-operator overhead apart.
+(``time.thread_time``, which the host's load does not inflate), the optimizer's part beside it (the
+gradients handed to the parameters, ``optimizer.step()``, ``zero_grad``:
+:mod:`tensoropt.training.optimizer_clock`), and the rest of the step's main-thread CPU (the loop's own
+Python, the batch); per operator class against the priced classes, with the optimizer and the
+executor's per-operator overhead apart.
 
 ``--comm-clock``: also each collective of the replayed step, on both ranks' clocks
 (:mod:`comm_clock`): its issue, its overlap with compute, rank 0's wait until the last rank issued it
@@ -299,15 +301,20 @@ def _target_name(target) -> str:
 def clocked_steps(trainer, steps: int, start: int) -> dict:
     """Run ``steps`` steps of ``trainer`` with every node of its replayed program timed on the main
     thread's CPU clock: ``{"ops": {target: [CPU s, calls, output bytes] per step}, "optimizer_s",
-    "step_s"}`` (the optimizer step's and the whole step's main-thread CPU seconds, medians over the
-    steps). Empty when the trainer has no replayed program. Both ranks run it (the program's
-    collectives); the fx interpreter's own Python runs outside the timed spans.
+    "step_s", "optimizer_parts"}`` (medians over the steps of the whole step's main-thread CPU seconds
+    and of the optimizer's part as the cost model prices it: the gradients handed to the parameters,
+    ``optimizer.step()`` with its hooks and ``zero_grad``, each in ``optimizer_parts``:
+    :class:`tensoropt.training.optimizer_clock.OptimizerClock`). Empty when the trainer has no
+    replayed program. Both ranks run it (the program's collectives); the fx interpreter's own Python
+    runs outside the timed spans.
 
     Example:
         >>> clocked_steps(trainer, 3, 2000)["optimizer_s"]  # needs a process group  # doctest: +SKIP
         0.0031
     """
     import torch.fx as fx
+
+    from tensoropt.training.optimizer_clock import PARTS, OptimizerClock
 
     program = getattr(trainer.graph, "program", None)
     if program is None or not program.programs:
@@ -328,26 +335,18 @@ def clocked_steps(trainer, steps: int, start: int) -> dict:
     saved = dict(program.programs)
     for key, (lowered, call) in saved.items():
         program.programs[key] = (lowered, lambda *a, call=call: Clocked(call).run(*a))
-    optimizer, optimizer_s, step_s = trainer.optimizer, [], []
-    step = optimizer.step
-
-    def timed_step(*args, **kwargs):
-        t0 = time.thread_time()
-        out = step(*args, **kwargs)
-        optimizer_s.append(time.thread_time() - t0)
-        return out
-
-    optimizer.step = timed_step
+    step_s = []
     try:
-        for i in range(steps):
-            t0 = time.thread_time()
-            trainer.step(start + i, measure_memory=False)
-            step_s.append(time.thread_time() - t0)
+        with OptimizerClock(trainer) as clock:
+            for i in range(steps):
+                t0 = time.thread_time()
+                trainer.step(start + i, measure_memory=False)
+                step_s.append(time.thread_time() - t0)
     finally:
         program.programs.update(saved)
-        del optimizer.step
     return {"ops": {k: [v[0] / steps, v[1] / steps, v[2] / steps] for k, v in acc.items()},
-            "optimizer_s": statistics.median(optimizer_s) if optimizer_s else 0.0,
+            "optimizer_s": clock.median("optimizer_s"),
+            "optimizer_parts": {p: clock.median(p) for p in PARTS if p != "program_s"},
             "step_s": statistics.median(step_s)}
 
 
@@ -735,8 +734,10 @@ def print_before_after(rows: list[dict]) -> None:
 
 def clocked_classes(clocked: dict) -> dict[str, float]:
     """Main-thread CPU seconds per step by operator class (:func:`op_class`) of :func:`clocked_steps`'
-    nodes, with ``optimizer`` (the optimizer step) and ``rest`` (the step's main-thread CPU outside the
-    program and the optimizer: the loop's Python, the batch, the fx interpreter's own work).
+    nodes, with ``optimizer`` (the optimizer's part of the step as it is priced: the gradients handed to the
+    parameters, ``optimizer.step()`` and ``zero_grad``, :func:`clocked_steps`) and ``rest`` (the step's
+    main-thread CPU outside the program and the optimizer: the loop's Python, the batch, the fx
+    interpreter's own work).
 
     Example:
         >>> c = clocked_classes({"ops": {"aten::mm": [0.002, 4], "aten::cat": [0.001, 2]},
@@ -765,6 +766,10 @@ def print_clocked(row: dict, top: int) -> None:
         print(f"  {c:22} {priced.get(c, 0.0) * 1e3:8.2f} {clocked.get(c, 0.0) * 1e3:8.2f}")
     print(f"  {'total / step CPU':22} {priced.get('total', 0.0) * 1e3:8.2f} "
           f"{row['clocked']['step_s'] * 1e3:8.2f}")
+    parts = row["clocked"].get("optimizer_parts") or {}
+    if parts:  # the optimizer row's parts (tensoropt.training.optimizer_clock)
+        print("    optimizer: " + ", ".join(f"{p.removesuffix('_s')} {s * 1e3:.2f}"
+                                         for p, s in parts.items()))
     ops = sorted(row["clocked"]["ops"].items(), key=lambda kv: -kv[1][0])[:top]
     for op, (cpu_s, calls, *nbytes) in ops:
         written = nbytes[0] / 2**20 if nbytes else 0.0
