@@ -250,20 +250,19 @@ def gradient_bucket(node) -> bool:
         >>> gradient_bucket(r)
         True
     """
-    if not str(node.target).endswith("all_reduce_.default"):
-        return False
-    todo, seen = list(node.users), set()
-    while todo:
-        n = todo.pop()
-        if n in seen:
+    return str(node.target).endswith("all_reduce_.default") and _only_leaves(node, set())
+
+
+def _only_leaves(node, seen: set) -> bool:
+    """Whether every reader of ``node`` is the output, a wait or a view that itself only leaves."""
+    for user in node.users:
+        if user in seen or user.op == "output":
             continue
-        seen.add(n)
-        if n.op == "output":
-            continue
-        name = str(n.target) if hasattr(n.target, "_schema") else getattr(n.target, "__name__", "")
-        if not (is_wait(n.target) or any(k in name for k in _PASS_THROUGH)):
+        seen.add(user)
+        name = str(user.target) if hasattr(user.target, "_schema") else getattr(user.target, "__name__", "")
+        passes = is_wait(user.target) or any(k in name for k in _PASS_THROUGH)
+        if not passes or not _only_leaves(user, seen):
             return False
-        todo.extend(n.users)
     return True
 
 
