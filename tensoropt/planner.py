@@ -278,14 +278,6 @@ CHAIN_MIN_BLOCKS = 16
 PIPELINE_SHARED_IN_FLIGHT = False
 
 
-#: A middle pipeline stage may take the plans of two other in-flight counts' stage frontiers re-priced
-#: where their computed bound is at most this (:func:`tensoropt.pipeline.in_flight_grid.reprice_bound`,
-#: folded into the printed bound); else its count is solved. None (the default): every count solved.
-#: Off: on the 8B shape (stage mesh of 8, p = 4) every try was over 5 % and the tries only added sweeps
-#: (docs/results.md, 2026-11-28 pscale).
-PIPELINE_IN_FLIGHT_BOUND: float | None = None
-
-
 def pipeline_chain_settings(in_flight: tuple[int, int] | None = None):
     """How the pipeline search builds stage frontiers of identical blocks
     (:class:`tensoropt.pipeline.chain_stages.StageChain`): the planner's ``epsilon: auto`` grid for
@@ -459,7 +451,7 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         stage_bound = max(stage_bound, (1.0 + bound) * (1.0 + report.bound) - 1.0)
         return points
 
-    plans, configurations, tried, solves, used, repriced = [], {}, [], 0, {}, []
+    plans, configurations, tried, solves, used = [], {}, [], 0, {}
     cpu = {"captures": 0.0, "cost_graphs": 0.0, "stages_and_dp": 0.0, "plans": 0.0}
     """This process's CPU seconds per part of the search (a shared machine: wall time is not the work)."""
     for p, schedule, m in candidates:
@@ -494,18 +486,16 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
             # layers: 1.3 x slower; docs/results.md, benchmarks/pipeline_stages.py)
             shared = in_flight_range(candidates, m) if PIPELINE_SHARED_IN_FLIGHT else None
             chain = pipeline_chain_settings(shared) if blocks.count > CHAIN_MIN_BLOCKS else None
-            solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain,
-                                       in_flight_bound=PIPELINE_IN_FLIGHT_BOUND)
+            solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain)
         solver = solvers[key]
         solver.solve = solve  # this device count's (its bound and memo)
-        before, repriced_before = solver.solves, len(solver.repriced)
+        before = solver.solves
         base = ((solver.chain.eliminations, solver.chain.steps, dict(solver.chain.cpu_s))
                 if solver.chain is not None else None)
         start = time.process_time()
         found, _ = pipelined_frontier(solver, p, schedule)
         cpu["stages_and_dp"] += time.process_time() - start
         solves += solver.solves - before
-        repriced += solver.repriced[repriced_before:]
         if solver.chain is not None:
             stage_bound = max(stage_bound, solver.chain.bound)
             # the chain was perhaps used by an earlier device count (same stage mesh): count this one's
@@ -549,7 +539,6 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
                          for part in ("eliminations", "sweeps", "finish")}} if used else None)
     frontier.pipeline_search = {
         "candidates": tried, "stage_solves": solves, "stage_bound": stage_bound, "stage_chain": sweeps,
-        "in_flight_repriced": _repriced_summary(repriced),
         "cpu_s": cpu,
         "unpipelined_fastest_s": min((q.time_s for q in unpiped), default=None),
         "unpipelined_leanest_bytes": min((q.memory_bytes for q in unpiped), default=None),
@@ -557,26 +546,6 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         "pipelined_plans": sum(1 for q in merged if q.pipeline),
     }
     return frontier
-
-
-def _repriced_summary(repriced: list[tuple[int, int, float, bool]]) -> dict | None:
-    """``pipeline_search.in_flight_repriced``: the middle stages taken from two other in-flight
-    counts' frontiers (:meth:`tensoropt.pipeline.search.StageSolver.options`), the tries refused
-    (bound over ``PIPELINE_IN_FLIGHT_BOUND``), the largest bound taken and the least refused.
-
-    Example:
-        >>> s = _repriced_summary([(3, 10, 0.01, True), (5, 10, 0.2, False), (7, 9, 0.02, True)])
-        >>> s["taken"], s["refused"], s["largest_bound_taken"], s["least_bound_refused"], s["counts_taken"]
-        (2, 1, 0.02, 0.2, [3, 7])
-    """
-    if not repriced:
-        return None
-    taken = [(k, b) for k, _, b, ok in repriced if ok]
-    refused = [b for _, _, b, ok in repriced if not ok]
-    return {"taken": len(taken), "refused": len(refused),
-            "largest_bound_taken": max((b for _, b in taken), default=0.0),
-            "least_bound_refused": min(refused, default=None),
-            "counts_taken": sorted({k for k, _ in taken})}
 
 
 def job_cost_graph(graph, job: Job, cluster, num_devices: int,

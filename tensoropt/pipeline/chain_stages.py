@@ -197,16 +197,6 @@ class StageChain:
         self.cpu_s["finish"] += time.process_time() - begin
         return out
 
-    def points(self, first: int, last: int, k: int) -> tuple[np.ndarray, float]:
-        """The stage ``[first, last]``'s frontier points at ``k`` in flight before the thinning,
-        (time, memory) by time, and their boxing bound: every plan's point is within ``1 + bound``
-        of one (what :func:`tensoropt.pipeline.in_flight_grid.reprice_bound` bounds from)."""
-        key = self.tables_for(k)
-        F = self.frontier3(first, last, key)[0]
-        if not F.size:
-            return np.zeros((0, 2)), 0.0
-        return _at(F.cost[project(F.cost, key, k)], key, k), bound_of(F, self.settings.step_epsilon)
-
     def frontier3(self, first: int, last: int, tables_key):
         """The stage ``[first, last]``'s frontier table from the tables ``tables_key`` (three
         objectives for a range of in-flight counts, :meth:`tables_for`), with the sweep table it
