@@ -166,7 +166,7 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     frontier.timing_s = timing
     pipeline_start = time.perf_counter()
     frontier = plan_pipelines(graph, job, cluster, num_devices, frontier,
-                              {} if pipeline_graphs is None else pipeline_graphs, progress)
+                              {} if pipeline_graphs is None else pipeline_graphs, progress, micro_graph)
     if frontier.pipeline_search is not None:
         timing["pipeline"] = time.perf_counter() - pipeline_start
     attach_data_parallel(frontier, solved, batch, units)
@@ -400,11 +400,13 @@ def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) 
 
 
 def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontier, graphs: dict,
-                   progress: Progress | None = None) -> Frontier:
+                   progress: Progress | None = None,
+                   micro_graph: Callable[[int], object] | None = None) -> Frontier:
     """Add the pipelined plans ``planner.pipeline`` asks for to ``frontier`` (issue 27).
 
     For each candidate (:func:`pipeline_candidates`) the model is captured at the micro-batch size
-    (once per size, kept in ``graphs``), priced on ``num_devices / p`` devices, each stage's
+    (once per size, kept in ``graphs``; by ``micro_graph(m)`` where given, :func:`plan_job`'s, which
+    reuses the model already built), priced on ``num_devices / p`` devices, each stage's
     frontier solved (:class:`tensoropt.pipeline.search.StageSolver`) and the stages combined by the
     exact DP (:func:`tensoropt.pipeline.search.pipelined_frontier`). The result is the Pareto set
     of the plans without a pipeline and the pipelined ones, by time, renumbered; under ``epsilon:
@@ -460,7 +462,7 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         if m not in graphs:
             start = time.process_time()
             job_m = micro_batch_job(job, m)
-            graph_m = capture_job(job_m) if m > 1 else graph
+            graph_m = graph if m == 1 else (micro_graph(m) if micro_graph is not None else capture_job(job_m))
             cpu["captures"] += time.process_time() - start
             try:
                 blocks = find_blocks(graph_m)

@@ -233,7 +233,11 @@ class StageSolver:
                                           for b in self.boundary_bytes[n]])
         self.schedule_s = schedule_overhead_s(cluster, 2)
         """What torch's schedule adds per micro-batch on a stage (a measured constant of the device)."""
-        self.cache: dict[tuple, list[StageOption]] = {}
+        self.cache: dict[tuple, list] = {}
+        self._canonical: dict[tuple[int, int], list[str]] = {}
+        self._block_orders: dict[int, list[str]] = {}
+        self._reads: dict[tuple, tuple] = {}
+        self._config_json: dict[tuple[str, int], dict] = {}
         self.solves = 0
         self.chain = StageChain(self, chain) if chain is not None and StageChain.applies(self) else None
 
@@ -246,6 +250,13 @@ class StageSolver:
                 [float(np.prod(local_shape(shape, c.output, mesh.shape))) * itemsize_of(dtype)
                  for c in self.G.nodes[n]["configurations"]])
         return self._out_bytes[n]
+
+    def configuration_json(self, n: str, c: int) -> dict:
+        """Configuration ``c`` of node ``n`` as JSON, built once per (node, configuration) for every
+        plan of this stage mesh (shared: read only)."""
+        if (n, c) not in self._config_json:
+            self._config_json[n, c] = self.G.nodes[n]["configurations"][c].to_json()
+        return self._config_json[n, c]
 
     def key(self, first: int, last: int, in_flight: int) -> tuple:
         """What a stage's options depend on: with identical blocks, not which blocks (only how many,
@@ -270,12 +281,21 @@ class StageSolver:
 
     def canonical(self, first: int, last: int) -> list[str]:
         """The stage's nodes in an order that identical stages share: the received tensor's
-        producer, each block's operators in graph order (:func:`block_order`), the graph inputs read."""
-        b, G = self.blocks, self.G
-        nodes = [n for i in range(first, last + 1) for n in block_order(self.g, b.nodes[i])]
-        inputs = sorted({u for n in nodes for u in G.predecessors(n) if G.nodes[u]["kind"] == "input"})
-        received = [b.boundary[b.names[first - 1]]] if first > 0 else []
-        return received + nodes + inputs
+        producer, each block's operators in graph order (:func:`block_order`), the graph inputs read
+        (computed once per stage; the caller must not change the list)."""
+        if (first, last) not in self._canonical:
+            b, G = self.blocks, self.G
+            nodes = [n for i in range(first, last + 1) for n in self._block_order(i)]
+            inputs = sorted({u for n in nodes for u in G.predecessors(n) if G.nodes[u]["kind"] == "input"})
+            received = [b.boundary[b.names[first - 1]]] if first > 0 else []
+            self._canonical[first, last] = received + nodes + inputs
+        return self._canonical[first, last]
+
+    def _block_order(self, i: int) -> list[str]:
+        """Block ``i``'s operators in graph order (:func:`block_order`), once per block."""
+        if i not in self._block_orders:
+            self._block_orders[i] = block_order(self.g, self.blocks.nodes[i])
+        return self._block_orders[i]
 
     def options(
         self, first: int, last: int, in_flight: int, other_in_flight: tuple[int, ...] = (),
@@ -288,12 +308,32 @@ class StageSolver:
         by :meth:`key` as configuration vectors over :meth:`canonical`, so identical stages
         elsewhere reuse them.
         """
+        names = self.canonical(first, last)
+        return [StageOption(dict(zip(names, v)), *row)
+                for v, row in self._entries(first, last, in_flight, other_in_flight)]
+
+    def option_costs(self, first: int, last: int, in_flight: int,
+                     other_in_flight: tuple[int, ...] = ()) -> np.ndarray:
+        """The ``(t, d, w)`` rows of :meth:`options`, in its order, without building the options'
+        assignments (what the DP across stages reads)."""
+        return np.array([row for _, row in self._entries(first, last, in_flight, other_in_flight)],
+                        dtype=np.float64).reshape(-1, 3)
+
+    def option(self, first: int, last: int, in_flight: int, row: int,
+               other_in_flight: tuple[int, ...] = ()) -> StageOption:
+        """Option ``row`` of :meth:`options` alone."""
+        vector, costs = self._entries(first, last, in_flight, other_in_flight)[row]
+        return StageOption(dict(zip(self.canonical(first, last), vector)), *costs)
+
+    def _entries(self, first: int, last: int, in_flight: int, other_in_flight: tuple[int, ...] = ()
+                 ) -> list[tuple[tuple[int, ...], tuple[float, float, float]]]:
+        """The cached (configuration vector over :meth:`canonical`, (t, d, w)) of each option."""
         from frontier.pareto import pareto_select
 
         key = self.key(first, last, in_flight)
-        names = self.canonical(first, last)
-        whole = first == 0 and last == self.blocks.count - 1
         if key not in self.cache:
+            names = self.canonical(first, last)
+            whole = first == 0 and last == self.blocks.count - 1
             vectors = []
             if self.chain is not None and not whole:
                 other_in_flight = ()  # the chain's frontier at in_flight is exact (or its shared tables')
@@ -307,7 +347,7 @@ class StageSolver:
                 self.cache[key] = [(vectors[i], tuple(map(float, arr[i]))) for i in keep]
             else:
                 self.cache[key] = []
-        return [StageOption(dict(zip(names, v)), *row) for v, row in self.cache[key]]
+        return self.cache[key]
 
     def _solved(self, first: int, last: int, k: int) -> list[tuple[int, ...]]:
         """The stage's thinned FT frontier at ``k`` in flight, as vectors over :meth:`canonical`."""
@@ -391,6 +431,18 @@ class StageSolver:
         return time_s - step_s / self.m + self.schedule_s, step_s, float(memory.held_bytes)
 
     def _read(self, first: int, last: int, k: int, assignment: dict[str, int]
+              ) -> tuple[float, float, float, StageMemory]:
+        """:meth:`_sums`, once per (stage, k, configuration vector) for an assignment over
+        :meth:`canonical` in its order (the options of a stage and the breakdown of every kept plan
+        holding that option read the same sums; shared: read only)."""
+        if list(assignment) != self.canonical(first, last):
+            return self._sums(first, last, k, assignment)
+        key = (first, last, k, tuple(assignment.values()))
+        if key not in self._reads:
+            self._reads[key] = self._sums(first, last, k, assignment)
+        return self._reads[key]
+
+    def _sums(self, first: int, last: int, k: int, assignment: dict[str, int]
               ) -> tuple[float, float, float, StageMemory]:
         """(time, once-per-step time, memory, memory by part) of an assignment of the stage ``[first,
         last]`` at ``k`` in flight: the sums of its stage graph's entries (:meth:`_stage_graph`; time
@@ -502,8 +554,7 @@ def pipelined_frontier(
         if (first > 0 and not b.can_cut(first - 1)) or not b.can_cut(last):
             return np.zeros((0, 3))
         others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
-        opts = solver.options(first, last, in_flight[s], others)
-        return np.array([[o.time_s, o.step_s, o.memory_bytes] for o in opts]).reshape(-1, 3)
+        return solver.option_costs(first, last, in_flight[s], others)
 
     result = pipeline_frontier(b.count, num_stages, m, options, lambda s: sizes, epsilon=epsilon)
     plans = []
@@ -511,7 +562,7 @@ def pipelined_frontier(
         chosen = []
         for s, ((first, last), row) in enumerate(zip(point.blocks, point.options)):
             others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
-            chosen.append(solver.options(first, last, in_flight[s], others)[row])
+            chosen.append(solver.option(first, last, in_flight[s], row, others))
         plans.append(PipelinedPlan(point, num_stages, schedule, m, list(b.names), in_flight, chosen))
     return plans, result.bound
 
@@ -531,13 +582,12 @@ def _interleaved(solver: StageSolver, num_ranks: int, schedule: str, in_flight: 
     def options(s: int, first: int, last: int) -> np.ndarray:
         if (first > 0 and not b.can_cut(first - 1)) or not b.can_cut(last):
             return np.zeros((0, 3))
-        opts = solver.options(first, last, in_flight[s])
-        return np.array([[o.time_s, o.step_s, o.memory_bytes] for o in opts]).reshape(-1, 3)
+        return solver.option_costs(first, last, in_flight[s])
 
     result = interleaved_frontier(b.count, num_ranks, m, options, chunks, lambda s: sizes, epsilon=epsilon)
     plans = []
     for point in result.points:
-        chosen = [solver.options(first, last, in_flight[s])[row]
+        chosen = [solver.option(first, last, in_flight[s], row)
                   for s, ((first, last), row) in enumerate(zip(point.blocks, point.options))]
         plans.append(PipelinedPlan(point, num_ranks, schedule, m, list(b.names), in_flight, chosen))
     return plans, result.bound
@@ -569,9 +619,7 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
                 assignment[n] = c
                 stage_of[n] = s
     ops = {n: G.nodes[n]["configs"][c] for n, c in assignment.items()}
-    configurations = {
-        n: {prefix + ops[n]: G.nodes[n]["configurations"][c].to_json()} for n, c in assignment.items()
-    }
+    configurations = {n: {prefix + ops[n]: solver.configuration_json(n, c)} for n, c in assignment.items()}
     layers, redistributions = plan_layers(G, solver.graph, assignment)
     redistributions = [r for r in redistributions if stage_of.get(r.src) == stage_of.get(r.dst)]
     mesh = G.graph["mesh"]
