@@ -61,10 +61,9 @@ def run_cli(*args) -> list[str]:
     return [sys.executable, "-m", "tensoropt.cli", "run", *map(str, args)]
 
 
-RDZV_CONF = "last_call_timeout=1,join_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=5"
-"""The agents' c10d rendezvous: a round closes 1 s after its last arrival, and a killed agent's node
-leaves the rendezvous 5 s after its last keep-alive heartbeat (torch's default: 3 x 5 s = 15 s, which
-the survivor's relaunch waited for)."""
+RDZV_CONF = "last_call_timeout=1,join_timeout=120"
+"""The agents' c10d rendezvous: a round closes 1 s after its last arrival; an agent waits 120 s at
+most for a round to complete."""
 
 
 def elastic_cli(job: Path, frontier: Path, ckpt: Path, steps: int, port: int, *more,
