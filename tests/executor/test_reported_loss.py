@@ -14,11 +14,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DeviceMesh, DTensor, Partial, Replicate
+from launch_helpers import one_rank_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tensoropt.executor.program.lowering import defer_waits, reported_loss
-from tensoropt.executor.state.worker import end_process_group
 from tensoropt.parallel.runtime import read_loss
 
 C10D = torch.ops._c10d_functional
@@ -26,11 +26,8 @@ C10D = torch.ops._c10d_functional
 
 @pytest.fixture
 def mesh(tmp_path):
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    try:
-        yield DeviceMesh("cpu", [0])
-    finally:
-        end_process_group()
+    with one_rank_mesh(tmp_path) as one:
+        yield one
 
 
 def test_a_partial_loss_is_summed_in_the_program_and_waited_for_at_its_end(mesh, monkeypatch):
