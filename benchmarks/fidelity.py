@@ -25,9 +25,11 @@ captured op) against ``torch.profiler``'s self CPU time of the replayed step's a
 
 ``--node-clock``: also where the main thread's CPU goes, per aten op of the replayed program
 (:func:`clocked_steps`): each node of the local program timed on the thread's CPU clock
-(``time.thread_time``, which the host's load does not inflate), the optimizer step beside it, and
-the rest of the step's main-thread CPU (the loop's own Python, the batch); per operator class
-against the priced classes, with the optimizer and the executor's per-operator overhead apart.
+(``time.thread_time``, which the host's load does not inflate), the optimizer's part beside it (the
+gradients handed to the parameters, ``optimizer.step()``, ``zero_grad``:
+:mod:`tensoropt.training.optimizer_clock`), and the rest of the step's main-thread CPU (the loop's own
+Python, the batch); per operator class against the priced classes, with the optimizer and the
+executor's per-operator overhead apart.
 
 ``--plans dp,lean``: run only those of each model's distinct plans. ``--plan-cache FILE``: the planned
 plans are read from FILE where it exists (no re-planning: the same plans for every launch), else
@@ -285,15 +287,20 @@ def _target_name(target) -> str:
 def clocked_steps(trainer, steps: int, start: int) -> dict:
     """Run ``steps`` steps of ``trainer`` with every node of its replayed program timed on the main
     thread's CPU clock: ``{"ops": {target: [CPU s, calls, output bytes] per step}, "optimizer_s",
-    "step_s"}`` (the optimizer step's and the whole step's main-thread CPU seconds, medians over the
-    steps). Empty when the trainer has no replayed program. Both ranks run it (the program's
-    collectives); the fx interpreter's own Python runs outside the timed spans.
+    "step_s", "optimizer_parts"}`` (medians over the steps of the whole step's main-thread CPU seconds
+    and of the optimizer's part as the cost model prices it: the gradients handed to the parameters,
+    ``optimizer.step()`` with its hooks and ``zero_grad``, each in ``optimizer_parts``:
+    :class:`tensoropt.training.optimizer_clock.OptimizerClock`). Empty when the trainer has no
+    replayed program. Both ranks run it (the program's collectives); the fx interpreter's own Python
+    runs outside the timed spans.
 
     Example:
         >>> clocked_steps(trainer, 3, 2000)["optimizer_s"]  # needs a process group  # doctest: +SKIP
         0.0031
     """
     import torch.fx as fx
+
+    from tensoropt.training.optimizer_clock import PARTS, OptimizerClock
 
     program = getattr(trainer.graph, "program", None)
     if program is None or not program.programs:
@@ -314,26 +321,18 @@ def clocked_steps(trainer, steps: int, start: int) -> dict:
     saved = dict(program.programs)
     for key, (lowered, call) in saved.items():
         program.programs[key] = (lowered, lambda *a, call=call: Clocked(call).run(*a))
-    optimizer, optimizer_s, step_s = trainer.optimizer, [], []
-    step = optimizer.step
-
-    def timed_step(*args, **kwargs):
-        t0 = time.thread_time()
-        out = step(*args, **kwargs)
-        optimizer_s.append(time.thread_time() - t0)
-        return out
-
-    optimizer.step = timed_step
+    step_s = []
     try:
-        for i in range(steps):
-            t0 = time.thread_time()
-            trainer.step(start + i, measure_memory=False)
-            step_s.append(time.thread_time() - t0)
+        with OptimizerClock(trainer) as clock:
+            for i in range(steps):
+                t0 = time.thread_time()
+                trainer.step(start + i, measure_memory=False)
+                step_s.append(time.thread_time() - t0)
     finally:
         program.programs.update(saved)
-        del optimizer.step
     return {"ops": {k: [v[0] / steps, v[1] / steps, v[2] / steps] for k, v in acc.items()},
-            "optimizer_s": statistics.median(optimizer_s) if optimizer_s else 0.0,
+            "optimizer_s": clock.median("optimizer_s"),
+            "optimizer_parts": {p: clock.median(p) for p in PARTS if p != "program_s"},
             "step_s": statistics.median(step_s)}
 
 
@@ -432,22 +431,25 @@ def add_rows(name: str, plans: dict) -> None:
         plans[label]["redistributions"] = [move.to_json() for move in moves]
 
 
+BEFORE_OPTIMIZER = {"optimizer_bandwidth_gbps": 43.4, "optimizer_tensor_s": 1.0e-05}
+"""The cpu profile's optimizer constants before ``optfit`` (fidelity3's fit on ``step_local`` alone):
+the *before* column of :func:`print_before_after`."""
+
+
 def before_step_terms(cluster: str):
-    """``cluster`` as the estimator priced it before fidelity3's step terms: the optimizer step at the
-    copy bandwidth and ``kernel_launch_s`` per tensor (its device's ``optimizer_bandwidth_gbps`` and
-    ``optimizer_tensor_s`` unset); pass ``price_bucket_copies=False`` beside it.
+    """``cluster`` as the estimator priced it before ``optfit``: the device's optimizer constants
+    :data:`BEFORE_OPTIMIZER` (fit on ``step_local`` alone, not on the step's whole optimizer part).
 
     Example:
         >>> before_step_terms("cpu-local").device.optimizer_tensor_s
-        0.0
+        1e-05
     """
     import dataclasses
 
     from estimators.profiles import load_cluster
 
     cl = load_cluster(cluster)
-    return dataclasses.replace(cl, device=dataclasses.replace(cl.device, optimizer_bandwidth_gbps=0.0,
-                                                              optimizer_tensor_s=0.0))
+    return dataclasses.replace(cl, device=dataclasses.replace(cl.device, **BEFORE_OPTIMIZER))
 
 
 def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | None = None,
@@ -456,7 +458,7 @@ def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | Non
     ``{label: priced classes}`` (:func:`priced_classes`, ``"total"`` its step seconds). ``clock``: the
     profiled timer's (None: the device's; ``"wall"``: the estimator before the thread clock, read from
     the wall-clock means a thread-clock timing files beside its own). ``before``: the estimator before
-    fidelity3's step terms (:func:`before_step_terms`, no gradient-bucket copies)."""
+    ``optfit`` (:func:`before_step_terms`)."""
     from runtime import spec_of
 
     from tensoropt.capture import capture
@@ -468,7 +470,7 @@ def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | Non
     graph = capture(spec.build_model(), batch)
     cg = cost_graph(graph, before_step_terms(cluster) if before else cluster, NPROC,
                     batch_size=spec.global_batch_size, optimizer="adamw", compute_mode=compute,
-                    profile_clock=clock, price_bucket_copies=not before)
+                    profile_clock=clock)
     return {label: priced_classes(cg, {n: c["label"] for n, c in plans[label]["placements"].items()})
             for label in plans["run"]}
 
@@ -676,8 +678,8 @@ def compute_ms(priced: dict | None) -> float | None:
 
 def print_before_after(rows: list[dict]) -> None:
     """The whole step (against the wall less the main thread's run delay) and the compute (against the
-    main thread's CPU), priced before and after fidelity3's step terms, from one launch's measurement;
-    per family the median absolute errors."""
+    main thread's CPU), priced before and after optfit (:func:`before_step_terms`), from one launch's
+    measurement; per family the median absolute errors."""
     print(f"\n{'plan':14} {'before':>8} {'after':>8} {'wall-delay':>10} {'err before':>10} {'err after':>9} "
           f"{'comp before':>11} {'comp after':>10} {'main CPU':>8} {'err before':>10} {'err after':>9}")
     for r in rows:
@@ -703,8 +705,10 @@ def print_before_after(rows: list[dict]) -> None:
 
 def clocked_classes(clocked: dict) -> dict[str, float]:
     """Main-thread CPU seconds per step by operator class (:func:`op_class`) of :func:`clocked_steps`'
-    nodes, with ``optimizer`` (the optimizer step) and ``rest`` (the step's main-thread CPU outside the
-    program and the optimizer: the loop's Python, the batch, the fx interpreter's own work).
+    nodes, with ``optimizer`` (the optimizer's part of the step as it is priced: the gradients handed to the
+    parameters, ``optimizer.step()`` and ``zero_grad``, :func:`clocked_steps`) and ``rest`` (the step's
+    main-thread CPU outside the program and the optimizer: the loop's Python, the batch, the fx
+    interpreter's own work).
 
     Example:
         >>> c = clocked_classes({"ops": {"aten::mm": [0.002, 4], "aten::cat": [0.001, 2]},
@@ -733,6 +737,10 @@ def print_clocked(row: dict, top: int) -> None:
         print(f"  {c:22} {priced.get(c, 0.0) * 1e3:8.2f} {clocked.get(c, 0.0) * 1e3:8.2f}")
     print(f"  {'total / step CPU':22} {priced.get('total', 0.0) * 1e3:8.2f} "
           f"{row['clocked']['step_s'] * 1e3:8.2f}")
+    parts = row["clocked"].get("optimizer_parts") or {}
+    if parts:  # the optimizer row's parts (tensoropt.training.optimizer_clock)
+        print("    optimizer: " + ", ".join(f"{p.removesuffix('_s')} {s * 1e3:.2f}"
+                                         for p, s in parts.items()))
     ops = sorted(row["clocked"]["ops"].items(), key=lambda kv: -kv[1][0])[:top]
     for op, (cpu_s, calls, *nbytes) in ops:
         written = nbytes[0] / 2**20 if nbytes else 0.0

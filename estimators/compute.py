@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from estimators.memory import itemsize, numel
 from estimators.profiles import Device
 
@@ -112,10 +114,12 @@ def optimizer_time_s(device: Device, param_bytes: int, num_tensors: int, optimiz
 
     ``passes``: :data:`OPTIMIZER_PASSES`; ``bandwidth``: the device's ``optimizer_bandwidth_gbps`` for
     the fused Adam / AdamW kernel (:data:`FUSED_OPTIMIZERS`), else its memory bandwidth x memory
-    efficiency; the per-tensor time: ``optimizer_tensor_s``, else ``kernel_launch_s``. Measured on the
-    cpu profile (fidelity3, 2026-11-28): torch's fused AdamW steps 4 Mi float32 elements in 2.5 ms of
-    thread CPU (0.6 ns an element: 28 bytes at ~45 GB/s, where the copy bandwidth prices 1.4 ns) and
-    spends ~10 us more per tensor (512 tensors of 1 Ki elements: 5.3 ms).
+    efficiency; the per-tensor time: ``optimizer_tensor_s``, else ``kernel_launch_s``. On the cpu profile
+    the two constants are fit (:func:`fit_optimizer_time`, ``benchmarks/optimizer_step.py``) to the
+    optimizer's whole part of a step as ``tensoropt run``'s loop runs it
+    (:mod:`tensoropt.training.optimizer_clock`: the gradients handed to the parameters,
+    ``optimizer.step()`` with tensoropt's hooks, ``zero_grad``; optfit, 2026-11-28): 36 GB/s over the
+    7 passes and 31 us a tensor, where the fused kernel alone (``step_local``) takes ~15 us a tensor.
 
     Example:
         >>> from estimators.profiles import load_device
@@ -135,6 +139,43 @@ def optimizer_time_s(device: Device, param_bytes: int, num_tensors: int, optimiz
         bandwidth = device.optimizer_bandwidth_gbps * 1e9
     per_tensor = device.optimizer_tensor_s or device.kernel_launch_s
     return passes * param_bytes / bandwidth + num_tensors * per_tensor
+
+
+def fit_optimizer_time(param_bytes, num_tensors, times_s, optimizer: str = "adamw") -> tuple[float, float]:
+    """Fit :func:`optimizer_time_s`' two constants to measured optimizer steps: ``(bandwidth_gbps,
+    tensor_s)`` minimising the *relative* squared error of ``passes x param_bytes / bandwidth +
+    num_tensors x tensor_s`` (each point weighs alike, large step or small), both kept >= 0.
+
+    Args:
+        param_bytes: each measured step's local parameter bytes.
+        num_tensors: each step's parameter tensors.
+        times_s: each step's measured seconds.
+        optimizer: whose :data:`OPTIMIZER_PASSES` the bytes are multiplied by.
+
+    Returns:
+        ``(bandwidth_gbps, tensor_s)``; a bandwidth of ``inf`` where the bytes explain nothing.
+
+    Example:
+        >>> nbytes, tensors = [2**22, 2**20, 2**16], [8, 128, 64]
+        >>> times = [7 * b / 40e9 + n * 1.5e-5 for b, n in zip(nbytes, tensors)]
+        >>> gbps, per_tensor = fit_optimizer_time(nbytes, tensors, times)
+        >>> round(gbps, 3), round(per_tensor * 1e6, 3)
+        (40.0, 15.0)
+    """
+    passes = OPTIMIZER_PASSES.get(optimizer.lower(), 7)
+    b = np.asarray(param_bytes, dtype=np.float64) * passes
+    n = np.asarray(num_tensors, dtype=np.float64)
+    t = np.asarray(times_s, dtype=np.float64)
+    if not (b.shape == n.shape == t.shape) or len(t) < 2 or (t <= 0).any():
+        raise ValueError("fit_optimizer_time: needs two or more steps, with positive times, and as many "
+                         "byte counts and tensor counts as times")
+    a = np.stack([b / t, n / t], axis=1)  # rows divided by the time: relative residuals
+    (inv_bw, per_tensor), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if inv_bw <= 0:  # the bytes explain nothing: tensors alone
+        inv_bw, per_tensor = 0.0, float(np.sum(n / t) / np.sum((n / t) ** 2))
+    elif per_tensor < 0:  # the tensor count explains nothing: bytes alone
+        inv_bw, per_tensor = float(np.sum(b / t) / np.sum((b / t) ** 2)), 0.0
+    return (float("inf") if inv_bw == 0 else float(1.0 / inv_bw / 1e9)), float(per_tensor)
 
 
 def cast_time_s(device: Device, nbytes: int, num_tensors: int) -> float:

@@ -8,9 +8,11 @@ with a ``+inf`` entry are infeasible and never kept.
 - K = 2: one lexicographic sort and a segmented running minimum, O(N log N).
 - K = 3: a lexicographic sort and a Fenwick staircase of the last two objectives per group,
   O(N log N) (:func:`frontier.pareto3.prune3`).
-- K >= 4 (and K = 3 with ``COMPILED_PRUNE3`` off): a lexicographic sort, then a blocked pairwise
-  test of each row against the rows sorted before it in its group (only an earlier row can
-  dominate a later one).
+- K >= 4: a lexicographic sort, then each row against the kept rows before it in its group,
+  compiled (:func:`frontier.pareto_scan.prune_scan`, ``O(N F)`` for ``F`` kept rows).
+- With ``COMPILED_PRUNE3`` / ``COMPILED_PRUNE_SCAN`` off: a lexicographic sort, then a blocked
+  pairwise test of each row against every row sorted before it in its group (only an earlier row
+  can dominate a later one), ``O(N^2)``.
 
 Epsilon boxes (:func:`box_representatives`) keep one row per ``(1 + e)``-box of every
 objective before the exact prune; a dropped row is then within a factor ``1 + e`` of a
@@ -22,9 +24,13 @@ from __future__ import annotations
 import numpy as np
 
 from frontier.pareto3 import prune3
+from frontier.pareto_scan import prune_scan
 
 #: K = 3 prunes use :func:`frontier.pareto3.prune3`; False selects the pairwise prune (comparisons).
 COMPILED_PRUNE3 = True
+#: K >= 4 prunes use :func:`frontier.pareto_scan.prune_scan`; False selects the pairwise prune. The
+#: pipeline DP's 8B search at 64 GPUs spent 485 of its 531 s in the pairwise prune (docs/results.md).
+COMPILED_PRUNE_SCAN = True
 #: Largest number of row pairs compared at once by the K >= 3 prune.
 _PAIR_CHUNK = 4_000_000
 #: Sets larger than this are first thinned by per-group pivot points.
@@ -66,6 +72,8 @@ def pareto_select(cost: np.ndarray, group: np.ndarray | None = None, box_eps: fl
         return base[pareto_select(cost[base], group[base])]
     if cost.shape[1] == 3 and COMPILED_PRUNE3:
         return prune3(cost, group)
+    if cost.shape[1] >= 4 and COMPILED_PRUNE_SCAN:
+        return prune_scan(cost, group)
     if n > _PREFILTER_MIN and cost.shape[1] >= 3:
         base = _pivot_filter(cost, group)
         if len(base) < n:

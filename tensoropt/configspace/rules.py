@@ -170,7 +170,9 @@ def norm_dims(node: dict) -> list[ParDim]:
     layer_norm/rms_norm: the dims before the normalised ones (``batch``, ``seq``). batch_norm:
     ``batch`` (the executor's synchronised batch norm reduces the statistics across shards) and
     channels as ``out`` (per-channel statistics, weight and bias split with them). group_norm:
-    ``batch``.
+    ``batch`` only: each row's statistics span its group's channels and every spatial position, so
+    a channel or spatial split would need reduced statistics the executor does not compute (the
+    batch split's backward runs through ``executor/ops/dtensor_rules.py``'s group-norm rule).
     """
     out = node["out_shape"]
     if node["kind"] in ("layer_norm", "rms_norm"):

@@ -1,4 +1,5 @@
-"""The three-objective prune (frontier/pareto3.py) against the definition and the pairwise prune."""
+"""The compiled prunes (frontier/pareto3.py for K = 3, frontier/pareto_scan.py for K >= 4) against the
+definition and the pairwise prune."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from frontier import pareto
 from frontier.pareto3 import prune3
+from frontier.pareto_scan import prune_scan
 
 
 def _definition(cost, group):
@@ -49,3 +51,34 @@ def test_pareto_select_k3_equals_the_pairwise_prune(seed, monkeypatch):
     slow = pareto.pareto_select(cost, group)
     assert fast.tolist() == slow.tolist()
     assert np.isfinite(cost[fast]).all() and len(fast) > 10
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_prune_scan_equals_the_definition_with_ties_and_groups(seed):
+    rng = np.random.default_rng(200 + seed)
+    n = int(rng.integers(1, 400))
+    k = int(rng.integers(1, 7))
+    levels = int(rng.integers(2, 12))
+    cost = rng.integers(0, levels, size=(n, k)).astype(float)
+    group = rng.integers(0, int(rng.integers(1, 6)), size=n)
+    got = prune_scan(cost, group)
+    assert sorted(got.tolist()) == _definition(cost, group)
+    keys = [(group[i], *cost[i]) for i in got]
+    assert keys == sorted(keys)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pareto_select_k4_equals_the_pairwise_prune(seed, monkeypatch):
+    """The pipeline DP's shape: (max t, sum t, max d, max w), anti-correlated, with ties and groups."""
+    rng = np.random.default_rng(300 + seed)
+    n = 6000
+    t = rng.random(n)
+    cost = np.stack([t, rng.random(n) * (2 - t) + t, np.round(rng.random(n) * 8) / 8,
+                     rng.random(n) * (2 - t)], axis=1)
+    cost[rng.random(n) < 0.02, 3] = np.inf
+    group = rng.integers(0, 5, size=n)
+    fast = pareto.pareto_select(cost, group)
+    monkeypatch.setattr(pareto, "COMPILED_PRUNE_SCAN", False)
+    slow = pareto.pareto_select(cost, group)
+    assert fast.tolist() == slow.tolist()
+    assert np.isfinite(cost[fast]).all() and len(fast) > 50

@@ -49,7 +49,7 @@ from estimators.overhead import batch_local
 from tensoropt.configspace.configuration import Configuration, Layout, shard_dim
 from tensoropt.executor.job.program import arg_nodes, op_name, packet_name
 from tensoropt.executor.ops import chunked_loss, explicit_ops, fallback, local_ops
-from tensoropt.executor.ops.dtensor_rules import register_elementwise_rules
+from tensoropt.executor.ops.dtensor_rules import register_elementwise_rules, register_group_norm_backward_rule
 from tensoropt.executor.ops.placements import normalise, raw_output_layout, to_layout, to_placements
 from tensoropt.executor.state import block_checkpoint
 from tensoropt.executor.state import options as memory_options
@@ -62,6 +62,7 @@ _POOLS = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool1d", "avg_
 
 
 register_elementwise_rules()
+register_group_norm_backward_rule()
 
 DTENSOR_EQUIVALENTS = {torch.ops.aten.lift_fresh_copy.default: torch.ops.aten.clone.default}
 """Ops DTensor has no sharding strategy for -> an op of the same result it has one for."""
