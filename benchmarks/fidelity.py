@@ -31,6 +31,12 @@ gradients handed to the parameters, ``optimizer.step()``, ``zero_grad``:
 Python, the batch); per operator class against the priced classes, with the optimizer and the
 executor's per-operator overhead apart.
 
+``--comm-clock``: also each collective of the replayed step, on both ranks' clocks
+(:mod:`comm_clock`): its issue, its overlap with compute, rank 0's wait until the last rank issued it
+(the sync point) and from then to the wait's end (the collective itself), against its price; per kind
+and size class. ``--reprice``'s *before* column is the estimator before commfid's sync point
+(:func:`before_cluster`).
+
 ``--plans dp,lean``: run only those of each model's distinct plans. ``--plan-cache FILE``: the planned
 plans are read from FILE where it exists (no re-planning: the same plans for every launch), else
 written to it. ``--live-set``: rank 0 also prints what is alive at each plan's measured tensor peak
@@ -38,8 +44,8 @@ written to it. ``--live-set``: rank 0 also prints what is alive at each plan's m
 :attr:`tensoropt.executor.state.tensor_peak.TensorPeak.peak_live`).
 
 Usage (one command): ``.venv/bin/python benchmarks/fidelity.py [--models decoder,encoder,vit,cnn]
-[--plans dp,fast,lean] [--steps 4] [--rounds 3] [--ops] [--node-clock] [--live-set] [--plan-cache plans.json]
-[--json out.json]``.
+[--plans dp,fast,lean] [--steps 4] [--rounds 3] [--ops] [--node-clock] [--comm-clock] [--live-set]
+[--plan-cache plans.json] [--reprice] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -238,6 +244,13 @@ def worker(options: dict) -> None:
         for key, _fn, trainer in systems:
             dist.barrier()
             clocked[key] = clocked_steps(trainer, options["ops_steps"], 2000)
+    comm_clocked: dict[str, dict] = {}
+    if options.get("comm_clock"):
+        from comm_clock import comm_clocked_steps
+
+        for key, _fn, trainer in systems:
+            dist.barrier()
+            comm_clocked[key] = comm_clocked_steps(trainer, options["ops_steps"], 3000)
     if options.get("ops"):
         from torch.profiler import ProfilerActivity, profile
 
@@ -261,6 +274,7 @@ def worker(options: dict) -> None:
                                                     "cpu_times": cpu_times, "thread_times": thread_times,
                                                     "unloaded": unloaded,
                                                     "op_rows": op_rows, "clocked": clocked,
+                                                    "comm_clocked": comm_clocked,
                                                     "predicted_peaks": predicted_peaks, "errors": errors,
                                                     "sum_form_peaks": sum_form_peaks,
                                                     "peak_moments": peak_moments,
@@ -431,25 +445,27 @@ def add_rows(name: str, plans: dict) -> None:
         plans[label]["redistributions"] = [move.to_json() for move in moves]
 
 
-BEFORE_OPTIMIZER = {"optimizer_bandwidth_gbps": 43.4, "optimizer_tensor_s": 1.0e-05}
-"""The cpu profile's optimizer constants before ``optfit`` (fidelity3's fit on ``step_local`` alone):
-the *before* column of :func:`print_before_after`."""
+BEFORE_SYNC_POINT_S = 2.535e-03
+"""``configs/devices/cpu.yaml``'s ``sync_point_s`` before commfid (2026-11-28): the per-sync slope less the
+all-reduce's idle price, measured at load 2.4-3.1 (the load's slowing of the collective itself)."""
 
 
-def before_step_terms(cluster: str):
-    """``cluster`` as the estimator priced it before ``optfit``: the device's optimizer constants
-    :data:`BEFORE_OPTIMIZER` (fit on ``step_local`` alone, not on the step's whole optimizer part).
+def before_cluster(cluster: str):
+    """``cluster`` as the estimator priced it before commfid: every blocking collective's sync point at
+    :data:`BEFORE_SYNC_POINT_S` (where the device prices sync points at all).
 
     Example:
-        >>> before_step_terms("cpu-local").device.optimizer_tensor_s
-        1e-05
+        >>> before_cluster("cpu-local").device.sync_point_s
+        0.002535
     """
     import dataclasses
 
     from estimators.profiles import load_cluster
 
     cl = load_cluster(cluster)
-    return dataclasses.replace(cl, device=dataclasses.replace(cl.device, **BEFORE_OPTIMIZER))
+    if not cl.device.sync_point_s:
+        return cl
+    return dataclasses.replace(cl, device=dataclasses.replace(cl.device, sync_point_s=BEFORE_SYNC_POINT_S))
 
 
 def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | None = None,
@@ -458,7 +474,7 @@ def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | Non
     ``{label: priced classes}`` (:func:`priced_classes`, ``"total"`` its step seconds). ``clock``: the
     profiled timer's (None: the device's; ``"wall"``: the estimator before the thread clock, read from
     the wall-clock means a thread-clock timing files beside its own). ``before``: the estimator before
-    ``optfit`` (:func:`before_step_terms`)."""
+    commfid's sync points (:func:`before_cluster`)."""
     from runtime import spec_of
 
     from tensoropt.capture import capture
@@ -468,7 +484,7 @@ def reprice(name: str, plans: dict, cluster: str, compute: str, clock: str | Non
     spec = spec_of(name, models=MODELS)
     batch = synthetic_batch(list(spec.inputs), spec.global_batch_size, spec.seed, 0)
     graph = capture(spec.build_model(), batch)
-    cg = cost_graph(graph, before_step_terms(cluster) if before else cluster, NPROC,
+    cg = cost_graph(graph, before_cluster(cluster) if before else cluster, NPROC,
                     batch_size=spec.global_batch_size, optimizer="adamw", compute_mode=compute,
                     profile_clock=clock)
     return {label: priced_classes(cg, {n: c["label"] for n, c in plans[label]["placements"].items()})
@@ -508,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live-set", action="store_true", help="print what is alive at each measured peak")
     parser.add_argument("--node-clock", action="store_true",
                         help="also each replayed program node's main-thread CPU time (clocked_steps)")
+    parser.add_argument("--comm-clock", action="store_true",
+                        help="also each collective's issue, overlap and wait in the replayed step against "
+                             "its price (benchmarks/comm_clock.py)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
     from runtime import _median_ms, _summary, plan_model
@@ -561,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         res = launch_workers(__file__, {"plans": plans, "steps": args.steps, "rounds": args.rounds,
                                         "ops": args.ops, "ops_steps": args.ops_steps,
-                                        "node_clock": args.node_clock,
+                                        "node_clock": args.node_clock, "comm_clock": args.comm_clock,
                                         "live_set": args.live_set}, Path(tmp),
                              timeout_s=3600)
     load_after = os.getloadavg()
@@ -648,6 +667,16 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             if r["clocked"]:
                 print_clocked(r, args.ops_top)
+    if args.comm_clock:
+        from comm_clock import price_collectives, print_collective_table
+
+        for r in rows:
+            key = f"{r['model']}/{r['plan']}"
+            got = res.get("comm_clocked", {}).get(key)
+            if got:
+                priced = price_collectives(got["collectives"], args.cluster)
+                r["comm_clocked"] = {**got, "collectives": priced}
+                r["comm_table"] = print_collective_table(key, got, args.cluster)
     for key, table in res.get("live_sets", {}).items():
         print(f"\n{key}: rank 0, {table}")
     for key, err in res["errors"].items():
@@ -678,8 +707,8 @@ def compute_ms(priced: dict | None) -> float | None:
 
 def print_before_after(rows: list[dict]) -> None:
     """The whole step (against the wall less the main thread's run delay) and the compute (against the
-    main thread's CPU), priced before and after optfit (:func:`before_step_terms`), from one launch's
-    measurement; per family the median absolute errors."""
+    main thread's CPU), priced before and after commfid's sync points, from one launch's measurement;
+    per family the median absolute errors."""
     print(f"\n{'plan':14} {'before':>8} {'after':>8} {'wall-delay':>10} {'err before':>10} {'err after':>9} "
           f"{'comp before':>11} {'comp after':>10} {'main CPU':>8} {'err before':>10} {'err after':>9}")
     for r in rows:

@@ -33,8 +33,10 @@ HERE = Path(__file__).resolve().parent
 
 
 def worker(options: dict) -> None:
-    """torchrun entry: every sync count per repetition, rotated; rank 0 writes the step times."""
+    """torchrun entry: every sync count per repetition, rotated, and the all-reduce alone as calibrate
+    times it; rank 0 writes the step times, the collective's times and each step's sync waits."""
     import torch.distributed as dist
+    from micro_batch_time import run_delay_s
 
     from tensoropt.executor.state.worker import end_process_group, init_process_group
 
@@ -47,31 +49,80 @@ def worker(options: dict) -> None:
     buf = torch.zeros(max(1, options["bytes"] // 4))
     syncs = options["syncs"]
 
-    def step(k: int) -> float:
+    def step(k: int) -> tuple[float, list]:
         at = {round((i + 1) * options["ops"] / (k + 1)) for i in range(k)}  # evenly spaced
         dist.barrier()
         start = time.perf_counter()
+        marks = [(start, run_delay_s(), start, run_delay_s())]  # (issue, its run delay, end, its delay)
         h = x
         for i, w in enumerate(weights):
             h = torch.tanh(h @ w)
             if i in at:
                 buf[0] = h[0, 0]  # the collective depends on the compute before it
+                issued, delay = time.perf_counter(), run_delay_s()
                 dist.all_reduce(buf)  # blocking: the next operator needs it
+                marks.append((issued, delay, time.perf_counter(), run_delay_s()))
                 h = h + buf[0] * 0
         dist.all_reduce(buf)  # the step's end (every k alike: DP's gradient sync)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, marks
+
+    def alone() -> float:  # as tensoropt calibrate times it: after a barrier and 1 ms of compute
+        from tensoropt.commands.calibrate import BUSY_S
+
+        busy = torch.ones(128, 128)
+        dist.barrier()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < BUSY_S:
+            busy @ busy
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        return time.perf_counter() - t0
 
     for k in syncs:  # warm-up
         step(k)
     times = {k: [] for k in syncs}
+    marks = {k: [] for k in syncs}
+    collective = []
     for r in range(options["reps"]):
         order = syncs[r % len(syncs):] + syncs[:r % len(syncs)]
         for k in (order[::-1] if r % 2 else order):
-            times[k].append(step(k))
+            took, got = step(k)
+            times[k].append(took)
+            marks[k].append(got)
+        collective.append(alone())
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, {"marks": marks, "collective": collective})
     if rank == 0:
-        Path(options["out"]).write_text(json.dumps({str(k): v for k, v in times.items()}))
+        waits = {k: [sync_waits([e["marks"][k][r] for e in every]) for r in range(options["reps"])]
+                 for k in syncs}
+        slowest = [max(e["collective"][r] for e in every) for r in range(options["reps"])]
+        Path(options["out"]).write_text(json.dumps({"times": {str(k): v for k, v in times.items()},
+                                                    "waits": {str(k): v for k, v in waits.items()},
+                                                    "collective_s": slowest}))
     dist.barrier()
     end_process_group()
+
+
+def sync_waits(marks: list[list[tuple]]) -> tuple[float, float]:
+    """Rank 0's waits at one step's sync points: ``(sum of its waits for the last rank to issue each
+    collective, the same less what the last rank waited runnable for a core beyond rank 0 since its
+    previous collective)``. ``marks[rank]``: that rank's (issue time, run delay then, end time, run
+    delay then) per sync point, the step's start first (the same clock on every rank of one host).
+
+    Example:
+        >>> me = [(0.0, 0.0, 0.0, 0.0), (1.0, 0.0, 1.005, 0.0)]
+        >>> late = [(0.0, 0.0, 0.0, 0.0), (1.003, 0.002, 1.005, 0.002)]
+        >>> [round(x, 6) for x in sync_waits([me, late])]
+        [0.003, 0.001]
+    """
+    wait = unloaded = 0.0
+    for i in range(1, len(marks[0])):
+        last = max(range(len(marks)), key=lambda r: marks[r][i][0])
+        skew = marks[last][i][0] - marks[0][i][0]
+        extra = (marks[last][i][1] - marks[last][i - 1][3]) - (marks[0][i][1] - marks[0][i - 1][3])
+        wait += skew
+        unloaded += max(0.0, skew - max(0.0, extra))
+    return wait, unloaded
 
 
 def fit_slope(counts: list[float], times_s: list[float]) -> float:
@@ -100,9 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", default="cpu-local", help="cluster whose all-reduce price is subtracted")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(HERE))
-    from worker_launch import launch_workers
-
     from estimators.collectives import CommModel
     from estimators.configuration import Mesh
     from estimators.profiles import load_cluster
@@ -112,31 +160,59 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--syncs: give two or more distinct counts")
     load_before = os.getloadavg()
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        got = launch_workers(__file__, {"ops": args.ops, "rows": args.rows, "width": args.width,
-                                        "bytes": args.bytes, "syncs": syncs, "reps": args.reps},
-                             Path(tmp), 2, timeout_s=1800)
+    got = measure({"ops": args.ops, "rows": args.rows, "width": args.width, "bytes": args.bytes,
+                   "syncs": syncs, "reps": args.reps})
     load_after = os.getloadavg()
-    medians = {k: statistics.median(got[str(k)]) for k in syncs}
     comm = CommModel(load_cluster(args.cluster), Mesh((2,), ("gpu",)))
     priced_s = comm.time_s("all_reduce", args.bytes, (0,))
-    slope_s = fit_slope(syncs, [medians[k] for k in syncs])
+    medians = got["medians_s"]
     print(f"{'syncs':>6} {'median step ms':>15} {'per sync ms (vs 0)':>19}")
     for k in syncs:
         per = (medians[k] - medians[syncs[0]]) / (k - syncs[0]) * 1e3 if k != syncs[0] else float("nan")
         print(f"{k:>6} {medians[k] * 1e3:>15.2f} {per:>19.3f}")
-    unpriced_s = slope_s - priced_s
-    print(f"\nslope {slope_s * 1e3:.3f} ms per sync point; priced all-reduce of {args.bytes} B on "
-          f"{args.cluster}: {priced_s * 1e3:.3f} ms; unpriced per sync point (sync_point_s): "
-          f"{unpriced_s * 1e3:.3f} ms")
+    slope_s = got["slope_s"]
+    print(f"\nslope {slope_s * 1e3:.3f} ms per sync point; the all-reduce of {args.bytes} B alone (as "
+          f"calibrate times it, this launch) {got['collective_s'] * 1e3:.3f} ms, priced on {args.cluster} "
+          f"{priced_s * 1e3:.3f} ms")
+    print(f"per sync point: slope less the all-reduce alone {(slope_s - got['collective_s']) * 1e3:.3f} ms; "
+          f"slope less its price {(slope_s - priced_s) * 1e3:.3f} ms (the measure before 2026-11-28 22:30)")
+    print(f"rank 0's wait for the last rank to issue: {got['wait_s'] * 1e3:.3f} ms per sync point; less the "
+          f"last rank's extra run delay (sync_point_s): {got['sync_point_s'] * 1e3:.3f} ms")
     print(f"load average before {' '.join(f'{x:.2f}' for x in load_before)}, after "
           f"{' '.join(f'{x:.2f}' for x in load_after)}; {args.reps} repetitions; "
           f"{time.perf_counter() - start:.0f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"medians_s": medians, "slope_s": slope_s, "priced_s": priced_s,
-                                               "sync_point_s": unpriced_s, "load_before": load_before,
+        Path(args.json).write_text(json.dumps({**got, "priced_s": priced_s, "load_before": load_before,
                                                "load_after": load_after, **vars(args)}, indent=2))
     return 0
+
+
+def measure(options: dict, timeout_s: float = 1800) -> dict:
+    """One launch of :func:`worker` on 2 processes: ``medians_s`` (sync count -> median step seconds),
+    ``slope_s`` (seconds per sync point), ``collective_s`` (the all-reduce alone, median of the slowest
+    rank's), ``wait_s`` (rank 0's wait for the last rank to issue, per sync point: the median over the
+    repetitions of the steps' sums over their sync counts) and ``sync_point_s`` (the same less the last
+    rank's extra run delay).
+
+    Example:
+        >>> options = {"ops": 24, "rows": 64, "width": 64, "bytes": 4096, "syncs": [0, 8], "reps": 4}
+        >>> measure(options)  # starts 2 processes  # doctest: +SKIP
+        {'medians_s': {0: 0.004, 8: 0.016}, 'slope_s': 0.0015, ...}
+    """
+    sys.path.insert(0, str(HERE))
+    from worker_launch import launch_workers
+
+    syncs = options["syncs"]
+    with tempfile.TemporaryDirectory() as tmp:
+        got = launch_workers(__file__, options, Path(tmp), 2, timeout_s=timeout_s)
+    medians = {k: statistics.median(got["times"][str(k)]) for k in syncs}
+    counted = [k for k in syncs if k > 0]
+    per_rep = list(zip(*(got["waits"][str(k)] for k in counted)))  # per repetition: each k's (wait, unloaded)
+    waits = [sum(w[0] for w in rep) / sum(counted) for rep in per_rep]
+    unloaded = [sum(w[1] for w in rep) / sum(counted) for rep in per_rep]
+    return {"medians_s": medians, "slope_s": fit_slope(syncs, [medians[k] for k in syncs]),
+            "collective_s": statistics.median(got["collective_s"]), "wait_s": statistics.median(waits),
+            "sync_point_s": statistics.median(unloaded)}
 
 
 if __name__ == "__main__":

@@ -39,6 +39,11 @@ wakes late. The fits above time collectives issued back to back, which holds no 
 :meth:`CommModel.blocking_time_s` adds the device's ``sync_point_s`` (``configs/devices/*.yaml``,
 measured by ``benchmarks/sync_points.py``) to each such collective. The gradient buckets are not
 sync points (started during backward, waited once at the step's end by every plan alike).
+``sync_point_s`` is a dedicated host's: the wait for the last rank to issue the collective, less
+what that rank waited for a core beyond the others. From the last rank's issue to the wait's end a
+collective in a replayed step takes what ``tensoropt calibrate`` measures at the same load
+(``benchmarks/fidelity.py --comm-clock``), so a loaded host's slowing of the collective itself is
+the load's, not a sync point's.
 
 Without the model's total (``bucketed_bytes`` None) a gradient below ``FIRST_GRAD_BUCKET_BYTES``
 pays its share of a first-size bucket and a larger one ``T(b)``.
