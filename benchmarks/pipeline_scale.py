@@ -79,8 +79,6 @@ def main() -> int:
                       + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
                       + ("; of the stage frontiers: " + ", ".join(f"{k} {v:.1f}" for k, v in chain.items())
                          if chain else ""))
-            if search.get("in_flight_repriced"):
-                print(f"    middle stages re-priced from the in-flight grid: {search['in_flight_repriced']}")
         if frontiers and frontiers[-1].get("pipeline_search"):
             compare(frontiers[-1])
     return 0

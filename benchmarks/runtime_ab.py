@@ -12,22 +12,31 @@ for the duration of that trainer's trace and steps, nothing else differs):
   (sum, count) all-reduced together and waited at the loss);
 * ``fused`` / ``reinplace`` / ``hoist``: only that feature on;
 * ``unsimplified``: all but ``simplify`` (engineer S: the traced program's constants folded and
-  re-labelling nodes dropped, :mod:`tensoropt.executor.program.graph_simplify`).
+  re-labelling nodes dropped, :mod:`tensoropt.executor.program.graph_simplify`);
+* ``main``: the runtime before branch ``cnnfast`` (the four above on, its three off); ``direct`` /
+  ``unread`` / ``lossread``: ``main`` plus that one of them: aten operators called through their
+  Python bindings (:mod:`tensoropt.executor.program.direct_calls`), unread pure nodes dropped
+  (``graph_simplify.drop_unread``), a partial loss summed inside the program
+  (``lowering.reported_loss``) instead of by a blocking all-reduce after the step.
 
 Printed per model and system: the median wall step time (what ``runtime.py`` reports) and the
 median main-thread CPU time of a step (``time.thread_time``: forward, backward and optimizer on
 this thread, no time spent waiting for the other rank or descheduled). On a loaded machine the
 wall time of 2 single-thread ranks on 2 shared cores is mostly waiting; the CPU time still
-compares the work. Also the largest difference of losses and final parameters against ``old``.
+compares the work. Also the largest difference of losses and final parameters against the first
+variant (0.0: the same values bit for bit). ``--batch-norm local``: the CNN's plans with per-rank
+statistics, as plain DDP's batch norm (``benchmarks/runtime.py``'s option).
 
 Usage (one command): ``TENSOROPT_CACHE=/tmp/cache .venv/bin/python benchmarks/runtime_ab.py
-[--models gpt,hf-gpt2,hf-bert,hf-llama] [--steps 12] [--variants old,new,fused,reinplace,hoist]``.
+[--models gpt,hf-gpt2,hf-bert,hf-llama] [--steps 12] [--variants old,new,fused,reinplace,hoist]
+[--batch-norm local]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -39,9 +48,11 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-FEATURES = ("fused", "reinplace", "hoist", "simplify")
+FEATURES = ("fused", "reinplace", "hoist", "simplify", "direct", "unread", "lossread")
+MAIN = ("fused", "reinplace", "hoist", "simplify")
 VARIANTS = {"old": (), "new": FEATURES, "fused": ("fused",), "reinplace": ("reinplace",), "hoist": ("hoist",),
-            "unsimplified": ("fused", "reinplace", "hoist")}
+            "unsimplified": ("fused", "reinplace", "hoist"), "main": MAIN, "direct": (*MAIN, "direct"),
+            "unread": (*MAIN, "unread"), "lossread": (*MAIN, "lossread")}
 """Variant -> the features it keeps on."""
 
 
@@ -56,6 +67,16 @@ def _stacked_global_mean(ctx, local_sum, count, groups):
     return (buf[0] / buf[1]).to(local_sum.dtype)
 
 
+def _loss_as_traced(loss):
+    """``lowering.reported_loss`` before branch ``cnnfast``: the loss's local value and its own spec (a
+    partial sum is read after the step, by ``parallel.runtime.read_loss``'s blocking all-reduce)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(loss, DTensor):
+        return loss._local_tensor.detach(), loss._spec
+    return loss.detach(), None
+
+
 @contextlib.contextmanager
 def features(on: tuple[str, ...]):
     """Run the block with only the features ``on`` of the runtime (the others patched back).
@@ -65,12 +86,14 @@ def features(on: tuple[str, ...]):
         ...     pass
     """
     import tensoropt.executor.ops.local_ops as local_ops
+    import tensoropt.executor.program.graph_simplify as graph_simplify
     import tensoropt.executor.program.lowering as lowering
     import tensoropt.executor.program.replay as replay
     import tensoropt.executor.state.local_optim as local_optim
 
     saved = (lowering.hoist_collectives, lowering.sink_waits, lowering.reinplace_collectives,
              local_optim.fusable, local_ops._GlobalMean.forward, replay.simplify)
+    saved_cnnfast = (replay.direct_calls, graph_simplify.drop_unread, lowering.reported_loss)
     if "hoist" not in on:
         lowering.hoist_collectives = lowering.sink_waits = lambda gm: 0
         local_ops._GlobalMean.forward = staticmethod(_stacked_global_mean)
@@ -80,9 +103,16 @@ def features(on: tuple[str, ...]):
         local_optim.fusable = lambda *args: False
     if "simplify" not in on:
         replay.simplify = lambda gm: {}
+    if "direct" not in on:
+        replay.direct_calls = lambda gm: gm
+    if "unread" not in on:
+        graph_simplify.drop_unread = lambda gm: 0
+    if "lossread" not in on:
+        lowering.reported_loss = _loss_as_traced
     try:
         yield
     finally:
+        replay.direct_calls, graph_simplify.drop_unread, lowering.reported_loss = saved_cnnfast
         (lowering.hoist_collectives, lowering.sink_waits, lowering.reinplace_collectives,
          local_optim.fusable, forward, replay.simplify) = saved
         local_ops._GlobalMean.forward = staticmethod(forward)
@@ -106,7 +136,8 @@ def worker(options: dict) -> None:
     variants = options["variants"]
     out = {}
     for name, plan in options["plans"].items():
-        spec = spec_of(name, options["steps"])
+        spec = dataclasses.replace(spec_of(name, options["steps"]),
+                                   batch_norm=options.get("batch_norm", "synchronized"))
         trainers = {}
         for v in variants:
             with features(VARIANTS[v]):
@@ -140,14 +171,15 @@ def worker(options: dict) -> None:
         row = {"wall_ms": {k: statistics.median(v) * 1e3 for k, v in wall.items()},
                "cpu_ms": {k: statistics.median(v) * 1e3 for k, v in cpu.items()},
                "nodes": trainers[variants[-1]].runtime_info().get("nodes")}
-        if "old" in trainers:
-            ref = trainers["old"].full_params()
-            row["param_diff_vs_old"] = {}
-            row["loss_diff_vs_old"] = {}
-            for v, trainer in trainers.items():
-                params = trainer.full_params()
-                row["param_diff_vs_old"][v] = max(float((params[k] - ref[k]).abs().max()) for k in ref)
-                row["loss_diff_vs_old"][v] = max(abs(a - b) for a, b in zip(losses[v], losses["old"]))
+        first = variants[0]
+        ref = trainers[first].full_params()
+        row["reference"] = first
+        row["param_diff_vs_old"] = {}
+        row["loss_diff_vs_old"] = {}
+        for v, trainer in trainers.items():
+            params = trainer.full_params()
+            row["param_diff_vs_old"][v] = max(float((params[k] - ref[k]).abs().max()) for k in ref)
+            row["loss_diff_vs_old"][v] = max(abs(a - b) for a, b in zip(losses[v], losses[first]))
         out[name] = row
         trainers.clear()
         del model, opt
@@ -165,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12, help="measured steps per system")
     parser.add_argument("--variants", default="old,new,fused,reinplace,hoist",
                         help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--batch-norm", choices=("synchronized", "local"), default="synchronized",
+                        help="training.batch_norm of the plans (the CNN's; 'local': as plain DDP)")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
@@ -180,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     plans = {n: plan_model(n, "cpu-local", "roofline")["dp"] for n in names}  # DP: the same for any compute
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        got = launch_workers(__file__, {"plans": plans, "steps": args.steps, "variants": variants}, Path(tmp),
+        got = launch_workers(__file__, {"plans": plans, "steps": args.steps, "variants": variants,
+                                        "batch_norm": args.batch_norm}, Path(tmp),
                              env={"OMP_NUM_THREADS": "1"})
     load_after = os.getloadavg()
     systems = [*variants, "ddp"]
@@ -194,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         if "param_diff_vs_old" in row:
             params = ", ".join(f"{v} {d:.1e}" for v, d in row["param_diff_vs_old"].items())
             losses = ", ".join(f"{v} {d:.1e}" for v, d in row["loss_diff_vs_old"].items())
-            print(f"{'':15} vs old: max |param diff| {params}; max |loss diff| {losses}")
+            reference = row.get("reference", "old")
+            print(f"{'':15} vs {reference}: max |param diff| {params}; max |loss diff| {losses}")
     print(f"load average (1, 5, 15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, after "
           f"{' '.join(f'{x:.2f}' for x in load_after)}; medians of {args.steps} steps per system")
     if args.json:

@@ -166,7 +166,7 @@ def plan_devices(graph, job: Job, cluster, num_devices: int, progress: Progress 
     frontier.timing_s = timing
     pipeline_start = time.perf_counter()
     frontier = plan_pipelines(graph, job, cluster, num_devices, frontier,
-                              {} if pipeline_graphs is None else pipeline_graphs, progress)
+                              {} if pipeline_graphs is None else pipeline_graphs, progress, micro_graph)
     if frontier.pipeline_search is not None:
         timing["pipeline"] = time.perf_counter() - pipeline_start
     attach_data_parallel(frontier, solved, batch, units)
@@ -276,14 +276,6 @@ CHAIN_MIN_BLOCKS = 16
 #: one count's (1.1 M against 42-62 k) and costs 2.6 x the CPU of all 8 two-objective ones
 #: (docs/results.md, 2026-11-28 pp3obj; it was over 100 x one count's on the numpy kernel, pp70b).
 PIPELINE_SHARED_IN_FLIGHT = False
-
-
-#: A middle pipeline stage may take the plans of two other in-flight counts' stage frontiers re-priced
-#: where their computed bound is at most this (:func:`tensoropt.pipeline.in_flight_grid.reprice_bound`,
-#: folded into the printed bound); else its count is solved. None (the default): every count solved.
-#: Off: on the 8B shape (stage mesh of 8, p = 4) every try was over 5 % and the tries only added sweeps
-#: (docs/results.md, 2026-11-28 pscale).
-PIPELINE_IN_FLIGHT_BOUND: float | None = None
 
 
 def pipeline_chain_settings(in_flight: tuple[int, int] | None = None):
@@ -408,11 +400,13 @@ def pipeline_candidates(job: Job, num_devices: int, cluster, fits_budget: bool) 
 
 
 def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontier, graphs: dict,
-                   progress: Progress | None = None) -> Frontier:
+                   progress: Progress | None = None,
+                   micro_graph: Callable[[int], object] | None = None) -> Frontier:
     """Add the pipelined plans ``planner.pipeline`` asks for to ``frontier`` (issue 27).
 
     For each candidate (:func:`pipeline_candidates`) the model is captured at the micro-batch size
-    (once per size, kept in ``graphs``), priced on ``num_devices / p`` devices, each stage's
+    (once per size, kept in ``graphs``; by ``micro_graph(m)`` where given, :func:`plan_job`'s, which
+    reuses the model already built), priced on ``num_devices / p`` devices, each stage's
     frontier solved (:class:`tensoropt.pipeline.search.StageSolver`) and the stages combined by the
     exact DP (:func:`tensoropt.pipeline.search.pipelined_frontier`). The result is the Pareto set
     of the plans without a pipeline and the pipelined ones, by time, renumbered; under ``epsilon:
@@ -459,7 +453,7 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         stage_bound = max(stage_bound, (1.0 + bound) * (1.0 + report.bound) - 1.0)
         return points
 
-    plans, configurations, tried, solves, used, repriced = [], {}, [], 0, {}, []
+    plans, configurations, tried, solves, used = [], {}, [], 0, {}
     cpu = {"captures": 0.0, "cost_graphs": 0.0, "stages_and_dp": 0.0, "plans": 0.0}
     """This process's CPU seconds per part of the search (a shared machine: wall time is not the work)."""
     for p, schedule, m in candidates:
@@ -468,7 +462,7 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         if m not in graphs:
             start = time.process_time()
             job_m = micro_batch_job(job, m)
-            graph_m = capture_job(job_m) if m > 1 else graph
+            graph_m = graph if m == 1 else (micro_graph(m) if micro_graph is not None else capture_job(job_m))
             cpu["captures"] += time.process_time() - start
             try:
                 blocks = find_blocks(graph_m)
@@ -494,18 +488,16 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
             # layers: 1.3 x slower; docs/results.md, benchmarks/pipeline_stages.py)
             shared = in_flight_range(candidates, m) if PIPELINE_SHARED_IN_FLIGHT else None
             chain = pipeline_chain_settings(shared) if blocks.count > CHAIN_MIN_BLOCKS else None
-            solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain,
-                                       in_flight_bound=PIPELINE_IN_FLIGHT_BOUND)
+            solvers[key] = StageSolver(G, graph_m, blocks, m, solve, chain=chain)
         solver = solvers[key]
         solver.solve = solve  # this device count's (its bound and memo)
-        before, repriced_before = solver.solves, len(solver.repriced)
+        before = solver.solves
         base = ((solver.chain.eliminations, solver.chain.steps, dict(solver.chain.cpu_s))
                 if solver.chain is not None else None)
         start = time.process_time()
         found, _ = pipelined_frontier(solver, p, schedule)
         cpu["stages_and_dp"] += time.process_time() - start
         solves += solver.solves - before
-        repriced += solver.repriced[repriced_before:]
         if solver.chain is not None:
             stage_bound = max(stage_bound, solver.chain.bound)
             # the chain was perhaps used by an earlier device count (same stage mesh): count this one's
@@ -549,7 +541,6 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
                          for part in ("eliminations", "sweeps", "finish")}} if used else None)
     frontier.pipeline_search = {
         "candidates": tried, "stage_solves": solves, "stage_bound": stage_bound, "stage_chain": sweeps,
-        "in_flight_repriced": _repriced_summary(repriced),
         "cpu_s": cpu,
         "unpipelined_fastest_s": min((q.time_s for q in unpiped), default=None),
         "unpipelined_leanest_bytes": min((q.memory_bytes for q in unpiped), default=None),
@@ -557,26 +548,6 @@ def plan_pipelines(graph, job: Job, cluster, num_devices: int, frontier: Frontie
         "pipelined_plans": sum(1 for q in merged if q.pipeline),
     }
     return frontier
-
-
-def _repriced_summary(repriced: list[tuple[int, int, float, bool]]) -> dict | None:
-    """``pipeline_search.in_flight_repriced``: the middle stages taken from two other in-flight
-    counts' frontiers (:meth:`tensoropt.pipeline.search.StageSolver.options`), the tries refused
-    (bound over ``PIPELINE_IN_FLIGHT_BOUND``), the largest bound taken and the least refused.
-
-    Example:
-        >>> s = _repriced_summary([(3, 10, 0.01, True), (5, 10, 0.2, False), (7, 9, 0.02, True)])
-        >>> s["taken"], s["refused"], s["largest_bound_taken"], s["least_bound_refused"], s["counts_taken"]
-        (2, 1, 0.02, 0.2, [3, 7])
-    """
-    if not repriced:
-        return None
-    taken = [(k, b) for k, _, b, ok in repriced if ok]
-    refused = [b for _, _, b, ok in repriced if not ok]
-    return {"taken": len(taken), "refused": len(refused),
-            "largest_bound_taken": max((b for _, b in taken), default=0.0),
-            "least_bound_refused": min(refused, default=None),
-            "counts_taken": sorted({k for k, _ in taken})}
 
 
 def job_cost_graph(graph, job: Job, cluster, num_devices: int,

@@ -11,7 +11,8 @@ the other way round.
 
 Checkpoints of the loop written before this layout keep the optimizer's groups by index
 (``optim.param_groups.0.lr``); :func:`optimizer_options` tells which layout a folder holds, and
-loading reads either.
+loading reads either. Both runtimes keep the newest ``--keep-checkpoints`` complete folders
+(:func:`prune_checkpoints`), as the executor's worker keeps its own.
 
 Example:
     >>> FLAT_OPTIMIZER.flatten_optimizer_state_dict
@@ -20,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from torch.distributed.checkpoint.state_dict import StateDictOptions
@@ -33,6 +35,11 @@ FLAT_OPTIMIZER = StateDictOptions(flatten_optimizer_state_dict=True)
 """``get_state_dict`` / ``set_state_dict`` options of the shared layout."""
 
 _GROUPS = "optim.param_groups."
+
+STEP_PREFIX = "step-"
+"""A checkpoint folder's name: ``step-<steps done>`` (no leading zeros)."""
+
+_MANIFEST = "manifest.json"  # the executor's worker's checkpoints (step-00000004/): not this layout's
 
 
 def optimizer_options(folder: str | Path) -> StateDictOptions:
@@ -56,3 +63,38 @@ def optimizer_options(folder: str | Path) -> StateDictOptions:
     groups = [k.removeprefix(_GROUPS).split(".") for k in keys if k.startswith(_GROUPS)]
     by_index = bool(groups) and all(len(g) == 2 and g[0].isdigit() for g in groups)
     return StateDictOptions() if by_index else FLAT_OPTIMIZER
+
+
+def prune_checkpoints(directory: str | Path, step: int, keep: int,
+                      complete_files: tuple[str, ...] = (TRAINER_STATE,)) -> list[Path]:
+    """Once ``step``'s checkpoint is complete, delete the ``step-<n>`` folders of earlier steps
+    beyond the newest ``keep`` complete ones (holding one of ``complete_files``), and the incomplete
+    ones of earlier steps (a save cut short); ``keep`` 0 keeps every folder. Rank 0 calls it after
+    writing :data:`TRAINER_STATE`, as :func:`tensoropt.checkpoint.save_checkpoint` prunes the
+    executor's worker's checkpoints (``--keep-checkpoints``). Folders of another layout (zero-padded
+    names, a ``manifest.json``) are left alone. Returns the folders deleted.
+
+    Example:
+        >>> import tempfile; d = Path(tempfile.mkdtemp())
+        >>> for n in (1, 2, 3, 4):
+        ...     (d / f"step-{n}").mkdir(); _ = (d / f"step-{n}" / TRAINER_STATE).write_text("{}")
+        >>> (d / "step-0").mkdir()  # incomplete: a save cut short
+        >>> [p.name for p in prune_checkpoints(d, 4, keep=2)], sorted(p.name for p in d.iterdir())
+        (['step-0', 'step-1', 'step-2'], ['step-3', 'step-4'])
+    """
+    if keep <= 0:
+        return []
+    folders = []
+    for path in Path(directory).glob(STEP_PREFIX + "*"):
+        digits = path.name.removeprefix(STEP_PREFIX)
+        if path.is_dir() and digits.isdigit() and str(int(digits)) == digits \
+                and not (path / _MANIFEST).exists():
+            folders.append((int(digits), path))
+    folders.sort()
+    complete = [path for n, path in folders
+                if n <= step and any((path / name).is_file() for name in complete_files)]
+    kept = set(complete[-keep:])
+    deleted = [path for n, path in folders if n < step and path not in kept]
+    for path in deleted:
+        shutil.rmtree(path, ignore_errors=True)
+    return deleted

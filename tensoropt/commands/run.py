@@ -96,7 +96,7 @@ def run(args) -> int:
     if staged:  # a start may select a pipelined plan: the trainer's loop runs either kind
         from tensoropt.commands.run_pipelined import pipelined_problems
 
-        problems = pipelined_problems(args, trainer, executor)
+        problems = pipelined_problems(args, trainer, executor, selected=True)
         if problems:
             raise CommandError("a start may select a pipelined plan (the frontier file lists some, or the "
                                "job plans them): " + "; ".join(problems))
@@ -291,6 +291,7 @@ def _run_trainer(args, job, spec, plan: dict | None, nproc: int, executor: dict,
     run = {"job": spec.job, "plan": plan, "select": entry.get("select"), "out_dir": str(out_dir),
            "steps": spec.steps,
            "mode": executor.get("mode", "replay"), "checkpoint_every": args.checkpoint_every,
+           "keep_checkpoints": args.keep_checkpoints,
            "checkpoint_dir": str(Path(args.checkpoint_dir).resolve()) if args.checkpoint_dir else None}
     chosen = (f"plan {plan['id']} ({plan.get('micro_batches', 1)} micro-batches" if plan is not None
               else "the plan of each start's device count (" + ("elastic" if args.elastic else "resumed")

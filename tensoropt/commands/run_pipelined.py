@@ -25,23 +25,32 @@ UNSUPPORTED_FLAGS: tuple[tuple[str, str], ...] = ()
 loop, which hands a pipelined plan to :func:`tensoropt.training.pipelined.train_pipelined`)."""
 
 
-def pipelined_problems(args, trainer_keys: list[str], executor: dict) -> list[str]:
-    """What of this command line a pipelined run cannot honour yet (empty: it runs).
+def pipelined_problems(args, trainer_keys: list[str], executor: dict, selected: bool = False) -> list[str]:
+    """What of this command line a pipelined run cannot honour yet (empty: it runs), each problem
+    naming the option (or the job's key) and the way out. ``selected``: the plan is selected at each
+    start (``--elastic``, or ``--checkpoint-dir`` without ``--plan``) rather than fixed by ``--plan``.
 
     Example:
         >>> import argparse
-        >>> problems = pipelined_problems(argparse.Namespace(elastic=False), ["validation", "lr_scheduler"],
-        ...                               {"mode": "replay", "compile": "inductor"})
-        >>> [p.split(" (")[0].split(":")[0] for p in problems]
+        >>> problems = pipelined_problems(argparse.Namespace(elastic=False, compile="inductor"),
+        ...     ["validation", "lr_scheduler"], {"mode": "replay", "compile": "inductor"})
+        >>> [p.split(" is refused")[0] for p in problems]
         ['--compile inductor']
     """
     from tensoropt.training.pipelined import UNSUPPORTED_KEYS
 
     problems = [f"{flag}: not run with a pipelined plan yet" for attr, flag in UNSUPPORTED_FLAGS
                 if getattr(args, attr, None)]
-    if executor.get("compile", "none") != "none":
-        problems.append(f"--compile {executor['compile']}: the pipelined runtime does not compile its stages "
-                        "(their traced programs replay uncompiled)")
+    backend = executor.get("compile", "none")
+    if backend != "none":
+        source = (f"--compile {backend}" if getattr(args, "compile", None) else
+                  f"the job's executor.compile: {backend}")
+        way_out = ("keep pipelined plans out of the selection: plan the job with planner.pipeline: off, so "
+                   "its frontier file lists none" if selected else
+                   "select a plan without a pipeline (`tensoropt select`) for --plan")
+        problems.append(f"{source} is refused: the pipelined runtime does not compile its stages (compiling "
+                        f"them is not implemented). Pass --compile none to train with the stages' traced "
+                        f"programs replayed uncompiled, or {way_out}")
     for key in (k for k in trainer_keys if k in UNSUPPORTED_KEYS):
         problems.append(f"trainer key {key}: not run with a pipelined plan yet (drop it, or select a plan "
                         "without a pipeline)")
@@ -102,6 +111,7 @@ def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], e
         ckpt = Path(args.checkpoint_dir).resolve()
         entry["checkpoint_dir"] = str(ckpt)
         entry["checkpoint_every"] = int(getattr(args, "checkpoint_every", 0) or 0)
+        entry["keep_checkpoints"] = int(getattr(args, "keep_checkpoints", 2))
         if latest_pipelined_checkpoint(ckpt) is not None:
             entry["resume_from"] = str(ckpt)
     print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc} process(es), "

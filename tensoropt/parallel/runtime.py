@@ -27,6 +27,7 @@ import dataclasses
 import torch
 from torch import nn
 from torch.distributed.tensor import DeviceMesh, DTensor
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 from tensoropt.executor.job.data import input_regions
 from tensoropt.executor.job.meta_export import meta_inputs, retarget_device
@@ -157,6 +158,7 @@ class StepGraph:
             else:
                 self.slots.append((None, self.input_names.index(name)))
         self.strides = [contiguous_stride(shape) for shape in self.input_shapes]
+        self._input_specs: dict[tuple[int, torch.dtype], DTensorSpec] = {}
         self.program = ReplayProgram(self, runtime.compile) if runtime.mode == "replay" else None
 
     def _interpreter(self, gm, checkpoint_modules=None) -> PlanInterpreter:
@@ -202,11 +204,23 @@ class StepGraph:
                 out.append(table[key])
                 continue
             x = local_inputs[key]
-            if mesh is not None:
-                x = DTensor.from_local(x, mesh, self.input_placements[key], run_check=False,
-                                       shape=torch.Size(self.input_shapes[key]), stride=self.strides[key])
-            out.append(x)
+            out.append(x if mesh is None else self._distributed_input(key, x))
         return out
+
+    def _distributed_input(self, key: int, x: torch.Tensor) -> DTensor:
+        """Input ``key``'s local region ``x`` as a DTensor of the global shape: what ``DTensor.from_local``
+        makes (without a check), its spec made once per dtype instead of an autograd function and a spec
+        every step (an input that requires a gradient still goes through ``from_local``)."""
+        mesh = self.runtime.mesh
+        if x.requires_grad:
+            return DTensor.from_local(x, mesh, self.input_placements[key], run_check=False,
+                                      shape=torch.Size(self.input_shapes[key]), stride=self.strides[key])
+        spec = self._input_specs.get((key, x.dtype))
+        if spec is None:
+            meta = TensorMeta(torch.Size(self.input_shapes[key]), tuple(self.strides[key]), x.dtype)
+            spec = self._input_specs[(key, x.dtype)] = DTensorSpec(mesh, tuple(self.input_placements[key]),
+                                                                    tensor_meta=meta)
+        return DTensor(x, spec, requires_grad=False)
 
 
 class Runtime:

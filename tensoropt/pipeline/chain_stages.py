@@ -75,6 +75,8 @@ class StageChain:
         self.parts: dict[str, object] = {}
         self.finished: dict[tuple, object] = {}
         """Stage frontier tables in three objectives by (sweep start, blocks swept, holds the head)."""
+        self._interiors: dict[tuple, dict] = {}
+        self._renames: dict[tuple[int, int], dict] = {}
         self.bound = 0.0
         """The largest bound of a stage frontier returned (boxing and thinning together)."""
         self.eliminations = 0
@@ -197,16 +199,6 @@ class StageChain:
         self.cpu_s["finish"] += time.process_time() - begin
         return out
 
-    def points(self, first: int, last: int, k: int) -> tuple[np.ndarray, float]:
-        """The stage ``[first, last]``'s frontier points at ``k`` in flight before the thinning,
-        (time, memory) by time, and their boxing bound: every plan's point is within ``1 + bound``
-        of one (what :func:`tensoropt.pipeline.in_flight_grid.reprice_bound` bounds from)."""
-        key = self.tables_for(k)
-        F = self.frontier3(first, last, key)[0]
-        if not F.size:
-            return np.zeros((0, 2)), 0.0
-        return _at(F.cost[project(F.cost, key, k)], key, k), bound_of(F, self.settings.step_epsilon)
-
     def frontier3(self, first: int, last: int, tables_key):
         """The stage ``[first, last]``'s frontier table from the tables ``tables_key`` (three
         objectives for a range of in-flight counts, :meth:`tables_for`), with the sweep table it
@@ -242,8 +234,7 @@ class StageChain:
         boundary_block = (first - 1 + n) if first > 0 else n
         out[b.boundary[b.names[boundary_block]]] = int(F.vals[r])
         if last == L - 1:
-            reduced = self._part("head", key)[0]
-            out.update(reduced.assignments([int(F.rows[r, ie])])[0])
+            out.update(self._interior("head", key, int(F.rows[r, ie])))
         row = int(F.rows[r, iv])
         for i in range(n, 0, -1):
             Vi = tables[i]
@@ -251,22 +242,31 @@ class StageChain:
             iv_prev = next(t for t, c in enumerate(Vi.children) if c is tables[i - 1])
             ir = 1 - iv_prev
             out[b.boundary[b.names[j - 1]]] = int(Vi.vals[row])
-            kind = "first" if j == 1 else "block"
-            reduced, _, rep = self._part(kind, key)
-            interior = reduced.assignments([int(Vi.rows[row, ir])])[0]
-            out.update(self._rename(interior, rep, j))
+            out.update(self._interior("first" if j == 1 else "block", key, int(Vi.rows[row, ir]), j))
             row = int(Vi.rows[row, iv_prev])
         if first == 0:
-            reduced = self._part("emb", key)[0]
-            out.update(reduced.assignments([row])[0])
+            out.update(self._interior("emb", key, row))
         return out
+
+    def _interior(self, kind: str, key, row: int, j: int | None = None) -> dict:
+        """The configurations behind ``row`` of the part ``kind``'s table (:meth:`_part`), as block
+        ``j``'s nodes for a transfer table; computed once per (part, row, block) and shared (read only:
+        the stage frontiers of every length and in-flight count walk the same rows)."""
+        cache_key = (kind, key, row, j)
+        if cache_key not in self._interiors:
+            reduced, _, rep = self._part(kind, key)
+            interior = reduced.assignments([row])[0]
+            self._interiors[cache_key] = interior if j is None else self._rename(interior, rep, j)
+        return self._interiors[cache_key]
 
     def _rename(self, interior: dict, rep: int, j: int) -> dict:
         """Block ``rep``'s node names of ``interior`` as block ``j``'s (identical blocks, same order)."""
         if rep == j:
             return interior
-        s = self.solver
-        mapping = dict(zip(s.canonical(rep, rep), s.canonical(j, j)))
+        if (rep, j) not in self._renames:
+            s = self.solver
+            self._renames[rep, j] = dict(zip(s.canonical(rep, rep), s.canonical(j, j)))
+        mapping = self._renames[rep, j]
         return {mapping[n]: c for n, c in interior.items()}
 
 

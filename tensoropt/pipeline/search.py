@@ -31,9 +31,7 @@ Identical blocks make a stage's options depend only on (blocks held, holds the f
 the last, ``k_s``): they are computed once per such key (:class:`StageSolver`). Without the stage
 chain a middle stage's options are the union of its frontiers at its own ``k_s`` and at the least
 and the most in-flight count of the middle positions, each plan re-priced at ``k_s``. With the stage
-chain (:class:`tensoropt.pipeline.chain_stages.StageChain`) a stage is solved at its own ``k_s``,
-or, for a middle stage under 1F1B with ``in_flight_bound`` set, taken from the frontiers at two
-counts around ``k_s`` re-priced, with a computed bound (:mod:`tensoropt.pipeline.in_flight_grid`);
+chain (:class:`tensoropt.pipeline.chain_stages.StageChain`) a stage is solved at its own ``k_s``;
 with a range of in-flight counts (``ChainSettings.in_flight``) one set of tables in (time, memory
 at the range's least count, memory at its most) is projected to each ``k``. Large models keep
 stage sizes within ``balance`` blocks of the even split (:func:`stage_sizes`).
@@ -63,7 +61,6 @@ from frontier.pipeline import PipelinePoint, bubble_fraction, pipeline_frontier
 from frontier.pipeline_interleaved import interleaved_bubble_fraction, interleaved_frontier
 from tensoropt.configspace.configuration import local_shape
 from tensoropt.pipeline.chain_stages import ChainSettings, StageChain
-from tensoropt.pipeline.in_flight_grid import brackets, reprice_bound
 from tensoropt.pipeline.in_flight_memory import split_memory
 from tensoropt.pipeline.schedules import in_flight_micro_batches, stages_per_rank
 from tensoropt.pipeline.stage_memory import StageMemory, stage_memory
@@ -197,24 +194,13 @@ class StageSolver:
         chain: where given and the model qualifies (:meth:`StageChain.applies`), stage frontiers
             come from one transfer table per block kind and one sweep per start
             (:class:`tensoropt.pipeline.chain_stages.StageChain`) instead of ``solve``.
-        in_flight_bound: with the chain, a middle stage at an in-flight count off the grid
-            (:func:`tensoropt.pipeline.in_flight_grid.in_flight_grid`) takes the plans of its
-            neighbouring counts' frontiers re-priced, where their computed bound is at most this
-            (:meth:`options`); None: solved at its own count.
     """
 
     def __init__(
         self, G: nx.DiGraph, graph, blocks: Blocks, micro_batches: int, solve: Callable[[nx.DiGraph], list],
-        chain: ChainSettings | None = None, in_flight_bound: float | None = None,
+        chain: ChainSettings | None = None,
     ):
         self.G, self.graph, self.blocks, self.m, self.solve = G, graph, blocks, micro_batches, solve
-        self.in_flight_bound = in_flight_bound
-        """With the stage chain: the largest bound (:func:`tensoropt.pipeline.in_flight_grid.reprice_bound`)
-        accepted for a middle stage taken from its neighbours' frontiers on the in-flight grid
-        instead of its own solve (None: every count solved)."""
-        self.repriced: list[tuple[int, int, float, bool]] = []
-        """Each middle stage a re-pricing was tried on: (in-flight count, stage length, its bound,
-        taken: False where over ``in_flight_bound``, then the next pair or its own count)."""
         g = graph.nx if hasattr(graph, "nx") else graph
         self.g = g
         cluster, mesh = G.graph["cluster"], G.graph["mesh"]
@@ -247,7 +233,11 @@ class StageSolver:
                                           for b in self.boundary_bytes[n]])
         self.schedule_s = schedule_overhead_s(cluster, 2)
         """What torch's schedule adds per micro-batch on a stage (a measured constant of the device)."""
-        self.cache: dict[tuple, list[StageOption]] = {}
+        self.cache: dict[tuple, list] = {}
+        self._canonical: dict[tuple[int, int], list[str]] = {}
+        self._block_orders: dict[int, list[str]] = {}
+        self._reads: dict[tuple, tuple] = {}
+        self._config_json: dict[tuple[str, int], dict] = {}
         self.solves = 0
         self.chain = StageChain(self, chain) if chain is not None and StageChain.applies(self) else None
 
@@ -260,6 +250,13 @@ class StageSolver:
                 [float(np.prod(local_shape(shape, c.output, mesh.shape))) * itemsize_of(dtype)
                  for c in self.G.nodes[n]["configurations"]])
         return self._out_bytes[n]
+
+    def configuration_json(self, n: str, c: int) -> dict:
+        """Configuration ``c`` of node ``n`` as JSON, built once per (node, configuration) for every
+        plan of this stage mesh (shared: read only)."""
+        if (n, c) not in self._config_json:
+            self._config_json[n, c] = self.G.nodes[n]["configurations"][c].to_json()
+        return self._config_json[n, c]
 
     def key(self, first: int, last: int, in_flight: int) -> tuple:
         """What a stage's options depend on: with identical blocks, not which blocks (only how many,
@@ -284,40 +281,59 @@ class StageSolver:
 
     def canonical(self, first: int, last: int) -> list[str]:
         """The stage's nodes in an order that identical stages share: the received tensor's
-        producer, each block's operators in graph order (:func:`block_order`), the graph inputs read."""
-        b, G = self.blocks, self.G
-        nodes = [n for i in range(first, last + 1) for n in block_order(self.g, b.nodes[i])]
-        inputs = sorted({u for n in nodes for u in G.predecessors(n) if G.nodes[u]["kind"] == "input"})
-        received = [b.boundary[b.names[first - 1]]] if first > 0 else []
-        return received + nodes + inputs
+        producer, each block's operators in graph order (:func:`block_order`), the graph inputs read
+        (computed once per stage; the caller must not change the list)."""
+        if (first, last) not in self._canonical:
+            b, G = self.blocks, self.G
+            nodes = [n for i in range(first, last + 1) for n in self._block_order(i)]
+            inputs = sorted({u for n in nodes for u in G.predecessors(n) if G.nodes[u]["kind"] == "input"})
+            received = [b.boundary[b.names[first - 1]]] if first > 0 else []
+            self._canonical[first, last] = received + nodes + inputs
+        return self._canonical[first, last]
+
+    def _block_order(self, i: int) -> list[str]:
+        """Block ``i``'s operators in graph order (:func:`block_order`), once per block."""
+        if i not in self._block_orders:
+            self._block_orders[i] = block_order(self.g, self.blocks.nodes[i])
+        return self._block_orders[i]
 
     def options(
         self, first: int, last: int, in_flight: int, other_in_flight: tuple[int, ...] = (),
-        pairs: list[tuple[int, int]] = (),
     ) -> list[StageOption]:
         """The options of the stage ``[first, last]`` holding ``in_flight`` micro-batches.
 
         ``other_in_flight``: further counts whose exact frontiers are solved too and re-priced at
         ``in_flight`` (the union's Pareto set is kept); ignored where the stage chain builds the
-        frontier (its frontier at ``in_flight`` is exact up to its printed bound). ``pairs`` (1F1B's
-        :func:`tensoropt.pipeline.in_flight_grid.brackets`): with the chain and ``in_flight_bound``
-        set, a middle stage takes the plans of the frontiers at the first pair of counts around
-        ``in_flight`` whose computed bound allows, re-priced (:meth:`_repriced`). Options are cached
+        frontier (its frontier at ``in_flight`` is exact up to its printed bound). Options are cached
         by :meth:`key` as configuration vectors over :meth:`canonical`, so identical stages
         elsewhere reuse them.
         """
+        names = self.canonical(first, last)
+        return [StageOption(dict(zip(names, v)), *row)
+                for v, row in self._entries(first, last, in_flight, other_in_flight)]
+
+    def option_costs(self, first: int, last: int, in_flight: int,
+                     other_in_flight: tuple[int, ...] = ()) -> np.ndarray:
+        """The ``(t, d, w)`` rows of :meth:`options`, in its order, without building the options'
+        assignments (what the DP across stages reads)."""
+        return np.array([row for _, row in self._entries(first, last, in_flight, other_in_flight)],
+                        dtype=np.float64).reshape(-1, 3)
+
+    def option(self, first: int, last: int, in_flight: int, row: int,
+               other_in_flight: tuple[int, ...] = ()) -> StageOption:
+        """Option ``row`` of :meth:`options` alone."""
+        vector, costs = self._entries(first, last, in_flight, other_in_flight)[row]
+        return StageOption(dict(zip(self.canonical(first, last), vector)), *costs)
+
+    def _entries(self, first: int, last: int, in_flight: int, other_in_flight: tuple[int, ...] = ()
+                 ) -> list[tuple[tuple[int, ...], tuple[float, float, float]]]:
+        """The cached (configuration vector over :meth:`canonical`, (t, d, w)) of each option."""
         from frontier.pareto import pareto_select
 
         key = self.key(first, last, in_flight)
-        names = self.canonical(first, last)
-        whole = first == 0 and last == self.blocks.count - 1
-        middle = 0 < first and last < self.blocks.count - 1
-        if self.chain is not None and self.in_flight_bound is not None and middle:
-            for pair in pairs:
-                options = self._repriced(first, last, in_flight, pair)
-                if options is not None:
-                    return options
         if key not in self.cache:
+            names = self.canonical(first, last)
+            whole = first == 0 and last == self.blocks.count - 1
             vectors = []
             if self.chain is not None and not whole:
                 other_in_flight = ()  # the chain's frontier at in_flight is exact (or its shared tables')
@@ -331,40 +347,7 @@ class StageSolver:
                 self.cache[key] = [(vectors[i], tuple(map(float, arr[i]))) for i in keep]
             else:
                 self.cache[key] = []
-        return [StageOption(dict(zip(names, v)), *row) for v, row in self.cache[key]]
-
-    def _repriced(self, first: int, last: int, in_flight: int,
-                  pair: tuple[int, int]) -> list[StageOption] | None:
-        """A middle stage's options at ``in_flight`` from the plans of its frontiers at the two grid
-        counts ``pair`` around it, re-priced at ``in_flight``, with their computed bound
-        (:func:`tensoropt.pipeline.in_flight_grid.reprice_bound`, folded into the chain's bound);
-        None where the bound exceeds ``in_flight_bound`` (the caller solves ``in_flight`` itself)."""
-        from frontier.pareto import pareto_select
-
-        key = (*self.key(first, last, in_flight), ("repriced", pair))
-        names = self.canonical(first, last)
-        if key not in self.cache:
-            k1, k2 = pair
-            vectors = list(dict.fromkeys(self._solved(first, last, k1) + self._solved(first, last, k2)))
-            assignments = [dict(zip(names, v)) for v in vectors]
-            read = [self._read(first, last, in_flight, a) for a in assignments]
-            rows = np.array([(t - d / self.m + self.schedule_s, d, float(w.held_bytes))
-                             for t, d, _, w in read]).reshape(-1, 3)
-            keep = (pareto_select(np.stack([rows[:, 0] + rows[:, 1] / self.m, rows[:, 2]], axis=1))
-                    if len(rows) else [])
-            kept = np.array([(read[i][0], read[i][2]) for i in keep]).reshape(-1, 2)
-            low, low_bound = self.chain.points(first, last, k1)
-            high, high_bound = self.chain.points(first, last, k2)
-            bound = reprice_bound(low, high, low_bound, high_bound, (k2 - in_flight) / (k2 - k1), kept)
-            self.repriced.append((in_flight, last - first + 1, bound, bound <= self.in_flight_bound))
-            if bound > self.in_flight_bound:
-                self.cache[key] = None
-            else:
-                self.chain.bound = max(self.chain.bound, bound)
-                self.cache[key] = [(vectors[i], tuple(map(float, rows[i]))) for i in keep]
-        if self.cache[key] is None:
-            return None
-        return [StageOption(dict(zip(names, v)), *row) for v, row in self.cache[key]]
+        return self.cache[key]
 
     def _solved(self, first: int, last: int, k: int) -> list[tuple[int, ...]]:
         """The stage's thinned FT frontier at ``k`` in flight, as vectors over :meth:`canonical`."""
@@ -448,6 +431,18 @@ class StageSolver:
         return time_s - step_s / self.m + self.schedule_s, step_s, float(memory.held_bytes)
 
     def _read(self, first: int, last: int, k: int, assignment: dict[str, int]
+              ) -> tuple[float, float, float, StageMemory]:
+        """:meth:`_sums`, once per (stage, k, configuration vector) for an assignment over
+        :meth:`canonical` in its order (the options of a stage and the breakdown of every kept plan
+        holding that option read the same sums; shared: read only)."""
+        if list(assignment) != self.canonical(first, last):
+            return self._sums(first, last, k, assignment)
+        key = (first, last, k, tuple(assignment.values()))
+        if key not in self._reads:
+            self._reads[key] = self._sums(first, last, k, assignment)
+        return self._reads[key]
+
+    def _sums(self, first: int, last: int, k: int, assignment: dict[str, int]
               ) -> tuple[float, float, float, StageMemory]:
         """(time, once-per-step time, memory, memory by part) of an assignment of the stage ``[first,
         last]`` at ``k`` in flight: the sums of its stage graph's entries (:meth:`_stage_graph`; time
@@ -554,14 +549,12 @@ def pipelined_frontier(
         return _interleaved(solver, num_stages, schedule, in_flight, epsilon)
     middle = in_flight[1:-1]
     sizes = stage_sizes(b.count, num_stages)
-    pairs = [brackets(k, max(in_flight)) if schedule == "1F1B" else [] for k in in_flight]
 
     def options(s: int, first: int, last: int) -> np.ndarray:
         if (first > 0 and not b.can_cut(first - 1)) or not b.can_cut(last):
             return np.zeros((0, 3))
         others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
-        opts = solver.options(first, last, in_flight[s], others, pairs[s])
-        return np.array([[o.time_s, o.step_s, o.memory_bytes] for o in opts]).reshape(-1, 3)
+        return solver.option_costs(first, last, in_flight[s], others)
 
     result = pipeline_frontier(b.count, num_stages, m, options, lambda s: sizes, epsilon=epsilon)
     plans = []
@@ -569,7 +562,7 @@ def pipelined_frontier(
         chosen = []
         for s, ((first, last), row) in enumerate(zip(point.blocks, point.options)):
             others = (min(middle), max(middle)) if 0 < s < num_stages - 1 and middle else ()
-            chosen.append(solver.options(first, last, in_flight[s], others, pairs[s])[row])
+            chosen.append(solver.option(first, last, in_flight[s], row, others))
         plans.append(PipelinedPlan(point, num_stages, schedule, m, list(b.names), in_flight, chosen))
     return plans, result.bound
 
@@ -589,13 +582,12 @@ def _interleaved(solver: StageSolver, num_ranks: int, schedule: str, in_flight: 
     def options(s: int, first: int, last: int) -> np.ndarray:
         if (first > 0 and not b.can_cut(first - 1)) or not b.can_cut(last):
             return np.zeros((0, 3))
-        opts = solver.options(first, last, in_flight[s])
-        return np.array([[o.time_s, o.step_s, o.memory_bytes] for o in opts]).reshape(-1, 3)
+        return solver.option_costs(first, last, in_flight[s])
 
     result = interleaved_frontier(b.count, num_ranks, m, options, chunks, lambda s: sizes, epsilon=epsilon)
     plans = []
     for point in result.points:
-        chosen = [solver.options(first, last, in_flight[s])[row]
+        chosen = [solver.option(first, last, in_flight[s], row)
                   for s, ((first, last), row) in enumerate(zip(point.blocks, point.options))]
         plans.append(PipelinedPlan(point, num_ranks, schedule, m, list(b.names), in_flight, chosen))
     return plans, result.bound
@@ -627,9 +619,7 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
                 assignment[n] = c
                 stage_of[n] = s
     ops = {n: G.nodes[n]["configs"][c] for n, c in assignment.items()}
-    configurations = {
-        n: {prefix + ops[n]: G.nodes[n]["configurations"][c].to_json()} for n, c in assignment.items()
-    }
+    configurations = {n: {prefix + ops[n]: solver.configuration_json(n, c)} for n, c in assignment.items()}
     layers, redistributions = plan_layers(G, solver.graph, assignment)
     redistributions = [r for r in redistributions if stage_of.get(r.src) == stage_of.get(r.dst)]
     mesh = G.graph["mesh"]

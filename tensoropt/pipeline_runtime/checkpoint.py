@@ -34,7 +34,12 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from tensoropt.checkpoint.trainer_format import FLAT_OPTIMIZER, TRAINER_STATE, optimizer_options
+from tensoropt.checkpoint.trainer_format import (
+    FLAT_OPTIMIZER,
+    TRAINER_STATE,
+    optimizer_options,
+    prune_checkpoints,
+)
 
 STEP_FILE = "pipeline_step.json"
 """The file (beside DCP's) holding ``{"step": steps done}``."""
@@ -72,9 +77,12 @@ def latest_pipelined_checkpoint(directory: str | Path | None) -> Path | None:
     return max(done, key=lambda p: int(p.name.removeprefix(CHECKPOINT_PREFIX)), default=None)
 
 
-def save_checkpoint(directory: str | Path, module, optimizer, step: int, plan_id: str | None = None) -> Path:
+def save_checkpoint(directory: str | Path, module, optimizer, step: int, plan_id: str | None = None,
+                    keep: int = 0) -> Path:
     """Write this rank's stage and optimizer state to ``directory/step-<step>`` (collective);
-    returns that folder. ``plan_id``: the plan that wrote it, recorded in ``trainer.json``.
+    returns that folder. ``plan_id``: the plan that wrote it, recorded in ``trainer.json``. Then the
+    newest ``keep`` complete checkpoints are kept (0: all;
+    :func:`tensoropt.checkpoint.trainer_format.prune_checkpoints`), as the loop keeps its own.
 
     Example:
         >>> # not run here: collective
@@ -91,6 +99,7 @@ def save_checkpoint(directory: str | Path, module, optimizer, step: int, plan_id
         (path / TRAINER_STATE).write_text(json.dumps({
             "step": step, "scheduler": None, "data_position": step, "loss_scale": None,
             "world_size": dist.get_world_size(), "plan_id": plan_id, "pipelined": True}))
+        prune_checkpoints(directory, step, keep, complete_files=(STEP_FILE, TRAINER_STATE))
     dist.barrier()
     return path
 

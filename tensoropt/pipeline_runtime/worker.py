@@ -22,7 +22,10 @@ backward of every micro-batch run back to back without the schedule, timed: each
 ``compute_times_s``, the stages' compute under the same load).
 
 ``total_steps`` (instead of ``steps``): train up to that step, from the step a resumed checkpoint
-reached. With ``job`` (the job's dict, as ``tensoropt run`` passes it when the job sets trainer keys), the
+reached. ``keep_checkpoints`` (default 2; 0: all): the newest complete checkpoints kept in
+``checkpoint_dir``, where each start also appends its line to ``elastic-log.jsonl``
+(:func:`tensoropt.executor.state.restart.record_start`), as the trainer's loop does. With ``job``
+(the job's dict, as ``tensoropt run`` passes it when the job sets trainer keys), the
 run trains with them (the ``trainer_factory`` :func:`main` is given:
 :class:`tensoropt.training.pipelined.StageTrainer`, whose module starts this worker: optimizer groups,
 learning-rate schedule, clipping across stages, ``metrics.jsonl`` under ``out_dir``, the exported
@@ -45,7 +48,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tensoropt.executor.state.restart import hold_for_tests
+from tensoropt.executor.state.restart import hold_for_tests, record_start
 from tensoropt.pipeline_runtime.checkpoint import (
     latest_pipelined_checkpoint,
     load_checkpoint,
@@ -98,6 +101,9 @@ class PlanRun:
                       f"process(es), plan {config['plan'].get('id')}", flush=True)
         if config.get("total_steps") is not None:  # run to that step from wherever it resumed
             self.steps = max(0, int(config["total_steps"]) - self.start)
+        if config.get("checkpoint_dir"):
+            record_start(config["checkpoint_dir"], config["plan"].get("id"),
+                         self.start if config.get("resume_from") else None, self.start + self.steps)
         if self.trainer is not None:
             self.trainer.start(self.start, self.start + self.steps)
         self.losses: list[float | None] = []
@@ -128,14 +134,19 @@ class PlanRun:
         done = step + 1
         if len(self.times) < self.steps:  # the last step's checkpoint is finish()'s
             if self.config.get("checkpoint_dir") and every and done % every == 0:
-                save_checkpoint(self.config["checkpoint_dir"], self.rt.module, self.rt.optimizer, done,
-                                plan_id=self.config["plan"].get("id"))
+                self._save_checkpoint(done)
             hold_for_tests(done, self.rt.world)
         if self.config.get("compute_reference"):
             dist.barrier()
             t0 = time.perf_counter()
             self._compute_only(self.start + index)
             self.compute_times.append(time.perf_counter() - t0)
+
+    def _save_checkpoint(self, step: int) -> None:
+        """The checkpoint after ``step`` steps (collective), the newest ``keep_checkpoints`` kept."""
+        config = self.config
+        save_checkpoint(config["checkpoint_dir"], self.rt.module, self.rt.optimizer, step,
+                        plan_id=config["plan"].get("id"), keep=int(config.get("keep_checkpoints", 2)))
 
     def _compute_only(self, step: int) -> None:
         """The stage's own work of ``step`` without the schedule: each micro-batch's forward and
@@ -203,8 +214,7 @@ class PlanRun:
             torch.save({k: v.detach().cpu() for k, v in rt.module.state_dict().items()},
                        out / f"stage-{rt.stage_index}.pt")
         if config.get("checkpoint_dir"):
-            save_checkpoint(config["checkpoint_dir"], rt.module, rt.optimizer, start + steps,
-                            plan_id=config["plan"].get("id"))
+            self._save_checkpoint(start + steps)
         if self.trainer is not None:
             self.trainer.finish()
         dist.barrier()

@@ -37,7 +37,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tensoropt.checkpoint.trainer_format import FLAT_OPTIMIZER, TRAINER_STATE, optimizer_options
+from tensoropt.checkpoint.trainer_format import (
+    FLAT_OPTIMIZER,
+    TRAINER_STATE,
+    optimizer_options,
+    prune_checkpoints,
+)
 from tensoropt.config import Job, effective_optimizer
 from tensoropt.training.metrics import (
     VALIDATION_KEYS,
@@ -159,10 +164,12 @@ def latest_checkpoint(directory: str | Path | None) -> Path | None:
     return max(done, key=lambda p: int(p.name.removeprefix(CHECKPOINT_PREFIX)), default=None)
 
 
-def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) -> Path:
+def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler, keep: int = 0) -> Path:
     """A DCP checkpoint of the model and optimizer state (DTensors: resharded on load at any device
     count) and the trainer's state: ``step`` updates done, the scheduler, the data position (the next
-    global batch is step ``step``'s) and fp16-mixed's dynamic loss scale (null in other precisions)."""
+    global batch is step ``step``'s) and fp16-mixed's dynamic loss scale (null in other precisions).
+    Then the newest ``keep`` complete checkpoints are kept (0: all;
+    :func:`tensoropt.checkpoint.trainer_format.prune_checkpoints`)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -177,6 +184,7 @@ def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler) 
                  "loss_scale": scaler.state_dict() if scaler is not None else None,
                  "world_size": _world(), "plan_id": pm.plan.plan_id}
         (folder / TRAINER_STATE).write_text(json.dumps(state))
+        prune_checkpoints(directory, step, keep)
     if dist.is_initialized():
         dist.barrier()
     return folder
@@ -212,7 +220,7 @@ def load_checkpoint(folder: Path, pm, optimizer, scheduler) -> int:
 
 def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int | None = None,
           stream=None, mode: str = "replay", checkpoint_dir: str | Path | None = None,
-          checkpoint_every: int = 0, stop_after: int | None = None,
+          checkpoint_every: int = 0, keep_checkpoints: int = 2, stop_after: int | None = None,
           hold_after: int | None = None) -> list[dict]:
     """Train ``job`` with ``plan`` on this rank (under torchrun, or one process); returns the metrics
     records of every step (rank 0 also writes them, every ``log_every`` steps).
@@ -226,7 +234,9 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
         stream: the progress line's stream (default stderr).
         mode: the executor mode (replay | interpret).
         checkpoint_dir: resume from its newest checkpoint (if any) and write one every
-            ``checkpoint_every`` steps (and at the end).
+            ``checkpoint_every`` steps (and at the end), keeping the newest ``keep_checkpoints``
+            (0: all); each start appends its line to ``checkpoint_dir/elastic-log.jsonl``
+            (:func:`tensoropt.executor.state.restart.record_start`).
         stop_after: end after this step as if killed there (tests of resume).
         hold_after: after this step (and its checkpoint, when one is due) wait to be killed: a test
             kills the processes there, at a known step (:data:`HOLD_MAX_S` at most, then an error).
@@ -258,6 +268,10 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
         first = load_checkpoint(resume, pm, optimizer, scheduler)
         if rank0:
             print(f"[tensoropt] resumed from {resume} at step {first} on {_world()} process(es)", flush=True)
+    if checkpoint_dir:
+        from tensoropt.executor.state.restart import record_start
+
+        record_start(checkpoint_dir, plan.get("id"), first if resume is not None else None, total)
     if rank0:  # the logs keep the steps up to where this run starts (a restart rewrites the rest)
         tb = TensorBoardWriter(job.metrics.tensorboard) if job.metrics.tensorboard else None
         jsonl = Path(job.metrics.jsonl) if job.metrics.jsonl else out_dir / "metrics.jsonl"
@@ -292,7 +306,7 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
                 _validate(pm, held_out, job.validation.steps, step + 1, val_log)
             every = checkpoint_every and (step + 1) % checkpoint_every == 0
             if checkpoint_dir and (every or step + 1 == last):
-                save_checkpoint(checkpoint_dir, step + 1, pm, optimizer, scheduler)
+                save_checkpoint(checkpoint_dir, step + 1, pm, optimizer, scheduler, keep=keep_checkpoints)
             if hold_after is not None and step + 1 == hold_after:
                 _hold(step + 1, log)
             _elastic_hold(step + 1, log)
@@ -348,9 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     job's dict), ``plan`` (plan.json's content or path; null: ``select``, the options of
     :func:`tensoropt.executor.state.restart.resolve_plan`, choose it for this start's world size),
     ``out_dir``, optional ``steps``, ``mode``, ``checkpoint_dir``, ``checkpoint_every``,
-    ``stop_after``, ``hold_after`` and ``records`` (a path: rank 0 writes every step's record there
-    as JSON). A plan whose ``"pipeline"`` is set (an elastic start with ``select``'s ``pipelined``
-    may select one) trains on the pipelined runtime with the same keys
+    ``keep_checkpoints`` (default 2), ``stop_after``, ``hold_after`` and ``records`` (a path: rank 0
+    writes every step's record there as JSON). A plan whose ``"pipeline"`` is set (an elastic start
+    with ``select``'s ``pipelined`` may select one) trains on the pipelined runtime with the same keys
     (:func:`tensoropt.training.pipelined.train_pipelined`; ``stop_after`` and ``hold_after`` are
     this loop's only); the checkpoints of both resume under either."""
     argv = sys.argv[1:] if argv is None else argv
@@ -364,17 +378,19 @@ def main(argv: list[str] | None = None) -> int:
             from tensoropt.executor.state.restart import resolve_plan
 
             plan = resolve_plan(config["select"])
+        keep = int(config.get("keep_checkpoints", 2))
         if plan.get("pipeline"):  # a pipelined plan (elastic starts may select one): its stages' runtime
             from tensoropt.training.pipelined import train_pipelined
 
             records = train_pipelined(Job.from_dict(config["job"]), plan, out_dir=config["out_dir"],
                                       steps=config.get("steps"), checkpoint_dir=config.get("checkpoint_dir"),
-                                      checkpoint_every=int(config.get("checkpoint_every", 0)))
+                                      checkpoint_every=int(config.get("checkpoint_every", 0)),
+                                      keep_checkpoints=keep)
         else:
             records = train(Job.from_dict(config["job"]), plan, out_dir=config["out_dir"],
                             steps=config.get("steps"), mode=config.get("mode", "replay"),
                             checkpoint_dir=config.get("checkpoint_dir"),
-                            checkpoint_every=int(config.get("checkpoint_every", 0)),
+                            checkpoint_every=int(config.get("checkpoint_every", 0)), keep_checkpoints=keep,
                             stop_after=config.get("stop_after"), hold_after=config.get("hold_after"))
         if _rank() == 0 and config.get("records"):
             Path(config["records"]).write_text(json.dumps(records))

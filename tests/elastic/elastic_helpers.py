@@ -7,6 +7,7 @@ or leaves workers behind.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -58,6 +59,35 @@ def job_yaml(tmp: Path) -> Path:
 def run_cli(*args) -> list[str]:
     """The command line of ``tensoropt run ARGS``."""
     return [sys.executable, "-m", "tensoropt.cli", "run", *map(str, args)]
+
+
+RDZV_CONF = "last_call_timeout=1,join_timeout=120"
+"""The agents' c10d rendezvous: a round closes 1 s after its last arrival; an agent waits 120 s at
+most for a round to complete."""
+
+
+def elastic_cli(job: Path, frontier: Path, ckpt: Path, steps: int, port: int, *more,
+                per_agent: int = 1) -> list[str]:
+    """One agent's command line in the elastic tests: ``tensoropt run --elastic`` on 1 to 2 machines
+    of ``per_agent`` processes, the rendezvous on loopback ``port`` (:data:`RDZV_CONF`), plans from
+    ``frontier``, ``steps`` steps in all, a checkpoint in ``ckpt`` after every step; ``more``: further
+    options (``--max-restarts``, ``--timeout-s``, ...)."""
+    return run_cli(job, "--elastic", "--nnodes", "1:2", "--nproc-per-node", per_agent,
+                   "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf", RDZV_CONF, "--frontier", frontier,
+                   "--steps", steps, "--checkpoint-dir", ckpt, "--checkpoint-every", 1, *more)
+
+
+def trainer_state(ckpt: Path, step: int) -> dict | None:
+    """``trainer.json`` of the loop's (or the pipelined runtime's) checkpoint of ``step``, once complete."""
+    path = ckpt / f"step-{step}" / "trainer.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on loopback ``port`` (an agent's rendezvous store)."""
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture(scope="session")

@@ -5,17 +5,17 @@ uninterrupted run."""
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 from elastic_helpers import (
     TOTAL_STEPS,
     assert_params_close,
     checkpoint_params,
+    elastic_cli,
     free_port,
     job_yaml,
+    listening,
     newest,
-    run_cli,
     wait_until,
 )
 
@@ -24,21 +24,12 @@ from tensoropt.elastic import read_events
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(400)]
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 def test_agent_dies_and_another_joins(tmp_path, agents, frontier_file, reference_params):
     ckpt, hold, metrics = tmp_path / "ckpt", tmp_path / "hold", tmp_path / "metrics.json"
     hold.mkdir()
     port = free_port()
-    cmd = run_cli(job_yaml(tmp_path), "--elastic", "--nnodes", "1:2", "--nproc-per-node", 1,
-                  "--rdzv-endpoint", f"127.0.0.1:{port}",
-                  "--rdzv-conf", "last_call_timeout=1,join_timeout=120",
-                  "--max-restarts", 5, "--frontier", frontier_file, "--steps", TOTAL_STEPS,
-                  "--checkpoint-dir", ckpt, "--checkpoint-every", 1, "--metrics", metrics, "--timeout-s", 380)
+    cmd = elastic_cli(job_yaml(tmp_path), frontier_file, ckpt, TOTAL_STEPS, port, "--max-restarts", 5,
+                      "--metrics", metrics, "--timeout-s", 380)
     env = {"TENSOROPT_TEST_HOLD_DIR": str(hold)}
 
     # Round 1: world size 2. Workers hold after each step (and its checkpoint) until released.
@@ -47,7 +38,7 @@ def test_agent_dies_and_another_joins(tmp_path, agents, frontier_file, reference
     (hold / "hold-ws2").touch()
     (hold / "hold-ws1").touch()
     agents.start("a", cmd, env)  # the first agent hosts the rendezvous store: it is the survivor
-    wait_until(lambda: _listening(port), 120, agents, "the rendezvous store of agent a", alive=("a",))
+    wait_until(lambda: listening(port), 120, agents, "the rendezvous store of agent a", alive=("a",))
     agents.start("b", cmd, env)
     first = wait_until(lambda: (c := newest(ckpt)) and c.manifest.world_size == 2 and c, 180, agents,
                        "a checkpoint at world size 2", alive=("a", "b"))

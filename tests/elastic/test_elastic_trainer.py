@@ -8,12 +8,11 @@ gradient norm equal an uninterrupted 1-process PyTorch loop's within 1e-5."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 
 import pytest
-from elastic_helpers import free_port, run_cli, wait_until
+from elastic_helpers import elastic_cli, free_port, listening, trainer_state, wait_until
 
 from tensoropt.config import Job
 from tensoropt.planner import plan_job
@@ -38,17 +37,6 @@ def _job(tmp_path: Path) -> Job:
                      "seed": 0}})
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _checkpoint(ckpt: Path, step: int) -> dict | None:
-    path = ckpt / f"step-{step}" / "trainer.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
 def test_a_killed_agent_leaves_the_survivor_training_on_its_own_plan_exactly(tmp_path, agents):
     job = _job(tmp_path)
     frontier = tmp_path / "frontier.json"
@@ -63,15 +51,12 @@ def test_a_killed_agent_leaves_the_survivor_training_on_its_own_plan_exactly(tmp
     # resume from that checkpoint (the steps' values are those of one uninterrupted run either way).
     (hold / "hold-ws1").touch()
     port = free_port()
-    cmd = run_cli(path, "--elastic", "--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-endpoint",
-                  f"127.0.0.1:{port}", "--rdzv-conf", "last_call_timeout=1,join_timeout=120",
-                  "--max-restarts", 3, "--frontier", frontier, "--steps", STEPS,
-                  "--checkpoint-dir", ckpt, "--checkpoint-every", 1, "--timeout-s", 450)
+    cmd = elastic_cli(path, frontier, ckpt, STEPS, port, "--max-restarts", 3, "--timeout-s", 450)
     env = {"TENSOROPT_TEST_HOLD_DIR": str(hold)}
     agents.start("a", cmd, env)  # the first agent hosts the rendezvous store: it survives
-    wait_until(lambda: _listening(port), 120, agents, "the rendezvous store of agent a", alive=("a",))
+    wait_until(lambda: listening(port), 120, agents, "the rendezvous store of agent a", alive=("a",))
     agents.start("b", cmd, env)
-    at_kill = wait_until(lambda: _checkpoint(ckpt, KILL), 240, agents, f"the checkpoint of step {KILL}",
+    at_kill = wait_until(lambda: trainer_state(ckpt, KILL), 240, agents, f"the checkpoint of step {KILL}",
                          alive=("a", "b"))
     assert at_kill["world_size"] == 2 and at_kill["plan_id"].startswith("d2-"), at_kill
 
@@ -80,7 +65,7 @@ def test_a_killed_agent_leaves_the_survivor_training_on_its_own_plan_exactly(tmp
     (hold / "hold-ws1").unlink()  # the survivor trains on to the end
     assert agents.wait("a", 400) == 0, agents.all_text()
 
-    end = _checkpoint(ckpt, STEPS)
+    end = trainer_state(ckpt, STEPS)
     assert end["world_size"] == 1 and end["plan_id"].startswith("d1-"), end
     log = agents.text("a")
     assert "elastic: world size 1: plan d1-" in log, log[-3000:]

@@ -84,9 +84,41 @@ def test_an_elastic_start_that_may_select_a_pipelined_plan_runs_the_loop(tmp_pat
     frontier = _frontier_file(tmp_path / "frontier.json", pipelined)
     rc = main(["run", str(job), "--elastic", "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-endpoint",
                "127.0.0.1:1", "--checkpoint-dir", str(tmp_path / "ck"), "--frontier", str(frontier),
+               "--keep-checkpoints", "3",
                "--metrics", str(tmp_path / "metrics.json")])  # the loop writes beside it, not in out/
     assert rc == 0
     [(started, config)] = launched
     assert started == module
     select = config["select"] if pipelined else config["runs"][0]["select"]
     assert select["frontier"] == str(frontier) and bool(select.get("pipelined")) == pipelined
+    keep = config["keep_checkpoints"] if pipelined else config["runs"][0]["checkpoint"]["keep"]
+    assert keep == 3  # both runtimes keep --keep-checkpoints complete checkpoints
+
+
+@pytest.mark.parametrize("where", ["flag", "job"])
+def test_compile_with_a_pipelined_plan_is_refused_with_the_way_out(tmp_path, monkeypatch, capsys, where):
+    """An elastic start that may select a pipelined plan and a compile backend (the flag, or the
+    job's executor.compile): refused before launch, naming where the backend comes from and the two
+    ways out (no compile; no pipelined plan in the selection)."""
+    from tensoropt.cli import main
+    from tensoropt.config import Job
+
+    launched = []
+    monkeypatch.setattr("tensoropt.commands.run.launch_run",
+                        lambda module, *rest: launched.append(module) or 0)
+    job = tmp_path / "job.yaml"
+    extra = {"executor": {"compile": "inductor"}} if where == "job" else {}
+    job.write_text(Job.from_dict({"model": {"name": "mlp"}, "cluster": "cpu-local", "devices": [1, 2],
+                                  **extra}).to_yaml())
+    frontier = _frontier_file(tmp_path / "frontier.json", True)
+    flag = ["--compile", "inductor"] if where == "flag" else []
+    argv = ["run", str(job), "--elastic", "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-endpoint",
+            "127.0.0.1:1", "--checkpoint-dir", str(tmp_path / "ck"), "--frontier", str(frontier),
+            "--metrics", str(tmp_path / "metrics.json")]
+    rc = main([*argv, *flag])
+    err = capsys.readouterr().err
+    assert rc == 1 and not launched, err
+    source = "--compile inductor is refused" if where == "flag" else "the job's executor.compile: inductor"
+    for part in (source, "does not compile its stages", "Pass --compile none", "planner.pipeline: off"):
+        assert part in err, err
+    assert main([*argv, "--compile", "none"]) == 0 and launched == ["tensoropt.training.loop"]  # the way out

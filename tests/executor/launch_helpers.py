@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -91,3 +92,18 @@ def plan_doc(cg, job, plan_id: str, assignment: dict) -> tuple[dict, float]:
     predicted = sum(float(cg.nodes[n]["cost"][assignment[n], 1]) for n in cg) + sum(
         float(cg.edges[u, v]["cost"][assignment[u], assignment[v], 1]) for u, v in cg.edges)
     return doc, predicted
+
+
+@contextlib.contextmanager
+def one_rank_mesh(folder: Path):
+    """A 1-rank gloo process group in this process (its store in ``folder``) and its CPU mesh."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DeviceMesh
+
+    from tensoropt.executor.state.worker import end_process_group
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(folder / "store"), 1), rank=0, world_size=1)
+    try:
+        yield DeviceMesh("cpu", [0])
+    finally:
+        end_process_group()

@@ -14,7 +14,13 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from tensoropt.executor.program.graph_simplify import MAX_FOLDED_BYTES, drop_aliases, fold_constants, simplify
+from tensoropt.executor.program.graph_simplify import (
+    MAX_FOLDED_BYTES,
+    drop_aliases,
+    drop_unread,
+    fold_constants,
+    simplify,
+)
 
 aten = torch.ops.aten
 C10D = torch.ops._c10d_functional
@@ -114,7 +120,24 @@ def test_drop_aliases_keeps_storage_shape_and_strides():
     assert got[2].data_ptr() == x.data_ptr()  # still the input's storage, as the alias was
 
 
-def test_simplify_reports_both_passes():
+def test_simplify_reports_every_pass():
     gm = make_fx(lambda x: x.detach() + torch.arange(3.0).exp())(torch.zeros(3))
-    assert simplify(gm) == {"aliases": 1, "constants": 1}
+    assert simplify(gm) == {"aliases": 1, "constants": 1, "unread": 0}
     assert _targets(gm) == ["aten.add.Tensor"]
+
+
+def test_drop_unread_removes_unread_pure_results_and_keeps_writes_randoms_and_collectives():
+    def step(x, buf):
+        torch.empty_like(x, device="meta")  # what the DTensor trace leaves behind: read by nothing
+        x.sin()  # unread and pure
+        buf.add_(1)  # unread, but it writes a buffer
+        torch.rand(2)  # unread, but it draws random numbers (the next draw depends on it)
+        return x.cos()
+
+    gm = make_fx(step)(torch.zeros(3), torch.zeros(1))
+    cos = next(n for n in gm.graph.nodes if n.target is aten.cos.default)
+    with gm.graph.inserting_before(cos):  # an unread collective: every rank issues it
+        gm.graph.call_function(C10D.all_reduce.default, (cos.args[0], "sum", "0"))
+    assert drop_unread(gm) == 2
+    assert _targets(gm) == ["aten.add_.Tensor", "aten.rand.default", "_c10d_functional.all_reduce.default",
+                            "aten.cos.default"]

@@ -163,10 +163,12 @@ def test_batch_split_mse_loss_matches_one_process(tmp_path):
             errors += parity_errors(f"{case}-{mode}", plan["id"], tmp_path, reference)
     assert not errors, "\n".join(errors)
     assert rc == 0
-    # the replayed step's collectives: the gradients' all-reduce, plus the loss's sum where an operator
-    # reads the loss (no all-gather of the prediction and the target, as a replicated loss needed)
+    # the replayed step's collectives: the gradients' all-reduce, plus the loss's sum (where an operator
+    # reads the loss, or, for the loss the step reports, issued after forward and waited for at the
+    # program's end: lowering.reported_loss); no all-gather of the prediction and the target, as a
+    # replicated loss needed
     collectives = {case: json.loads((tmp_path / f"{case}-replay-{plan['id']}.json").read_text())["executor"]
                    ["collectives"] for case, (_, plan) in cases.items()}
     assert collectives["mean-columns"] > collectives["mean-replicated"], collectives  # rows -> columns -> all
     del collectives["mean-columns"]
-    assert collectives == {"mean-x1": 1, "sum-x1": 1, "mean-x3": 2, "mean-replicated": 3}, collectives
+    assert collectives == {"mean-x1": 2, "sum-x1": 2, "mean-x3": 2, "mean-replicated": 3}, collectives

@@ -23,6 +23,7 @@ from pipeline_jobs import GPT, plan, plan_pipelined
 
 from tensoropt.cli import main
 from tensoropt.config import Job
+from tensoropt.elastic import read_events
 from tensoropt.executor.job.spec import TrainSpec
 from tensoropt.launch import LaunchOptions, launch_module
 from tensoropt.training.metrics import METRIC_KEYS
@@ -74,7 +75,11 @@ def test_losses_rates_and_norms_equal_the_plain_loop(trained):
                 errors.append(f"step {want['step']} {key}: {got[key]} against {want[key]}")
     assert not errors, "\n".join(errors)
     assert any(r["grad_norm"] > MAX_NORM for r in expected), "the test's clipping clips nothing"
-    assert sorted(p.name for p in (tmp / "ckpt").glob("step-*")) == ["step-2", "step-4", "step-6"]
+    # every 2 steps, the newest 2 kept (--keep-checkpoints' default): step-2 deleted once step-6 was written
+    assert sorted(p.name for p in (tmp / "ckpt").glob("step-*")) == ["step-4", "step-6"]
+    starts = [(e["world_size"], e["start_step"], e["resumed_from"], e["total_steps"])
+              for e in read_events(tmp / "ckpt")]
+    assert starts == [(2, 0, None, FIRST), (2, FIRST, FIRST, STEPS)], starts  # one line per start
 
 
 def test_the_exported_model_is_the_trained_one(trained):

@@ -1,5 +1,5 @@
 """Pipeline search on real captured models (issue 27): blocks and cuts, in-flight counts from
-torch's schedule order, the planner's pipelined plans and their errors."""
+torch's schedule order, `auto`'s candidates, the planner's pipelined plans and their errors."""
 
 from __future__ import annotations
 
@@ -117,6 +117,31 @@ def test_off_and_one_node_auto_keep_plans_unpipelined():
     assert ff.frontiers[0].pipeline_search is None
     assert all(p.pipeline is None for p in ff.frontiers[0].plans)
     assert json.loads(frontier_file_text(ff.to_json()))["frontiers"][0]["plans"][0]["pipeline"] is None
+
+
+def test_auto_proposes_whole_nodes_per_stage_beyond_one_node():
+    from estimators.profiles import load_cluster
+    from tensoropt.planner import auto_stage_counts, pipeline_candidates
+
+    cluster = load_cluster("h100-128x8-ib")
+    job = Job.from_dict({"model": {"name": "mlp"}, "cluster": "h100-128x8-ib",
+                         "devices": [8, 16, 32, 64, 512], "training": {"global_batch_size": 64},
+                         "planner": {"pipeline": "auto"}})
+    got = {d: pipeline_candidates(job, d, cluster, True) for d in (8, 16, 32, 64, 512)}
+    assert got[8] == []  # one node, a plan fits: no pipeline
+    assert [p for p, _, _ in got[16]] == [2] and [p for p, _, _ in got[32]] == [2, 4]
+    assert [p for p, _, _ in got[64]] == [2, 4, 8] and [p for p, _, _ in got[512]] == [2, 4, 8]
+    assert {m for c in got.values() for _, _, m in c} == {16}  # one micro-batch count for every count
+    assert all(d // p % 8 == 0 for d, c in got.items() for p, _, _ in c)  # stages of whole nodes
+    # no plan fits the budget: every stage count dividing the devices, within a node too
+    assert [p for p, _, _ in pipeline_candidates(job, 16, cluster, False)] == [2, 4, 8]
+    assert [p for p, _, _ in pipeline_candidates(job, 8, cluster, False)] == [2, 4, 8]
+    assert auto_stage_counts(24, 8, 64) == [] and auto_stage_counts(24, 8, 64, whole_nodes=False) == [2, 4, 8]
+    # an explicit request still gets every stage count it asks for
+    explicit = Job.from_dict({"model": {"name": "mlp"}, "cluster": "h100-128x8-ib", "devices": [16],
+                              "training": {"global_batch_size": 64},
+                              "planner": {"pipeline": {"stages": [8]}}})
+    assert [p for p, _, _ in pipeline_candidates(explicit, 16, cluster, True)] == [8]
 
 
 def test_pipelined_frontier_on_hf_llama_equals_enumeration_of_partitions_and_stage_plans():

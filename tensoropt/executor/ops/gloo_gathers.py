@@ -97,13 +97,26 @@ def plain_gathers(gm: fx.GraphModule) -> fx.GraphModule:
                and n.users and all(u.op == "call_function" and u.target is _WAIT for u in n.users)]
     if not gathers:
         return gm
+    targets = {n: start_all_gather for n in gathers}
+    targets.update({user: finish_all_gather for n in gathers for user in n.users})
+    return retargeted_copy(gm, targets)
+
+
+def retargeted_copy(gm: fx.GraphModule, targets: dict[fx.Node, object]) -> fx.GraphModule:
+    """A copy of ``gm`` in which each node of ``targets`` calls its new target (same arguments); ``gm``
+    is left as it is. Parameters, buffers and folded constants are shared with ``gm``, not copied.
+
+    Example:
+        >>> gm = torch.fx.symbolic_trace(lambda x: torch.relu(x))
+        >>> relu = next(n for n in gm.graph.nodes if n.op == "call_function")
+        >>> retargeted_copy(gm, {relu: torch.neg})(torch.ones(1)).tolist(), gm(torch.ones(1)).tolist()
+        ([-1.0], [1.0])
+    """
     graph = fx.Graph()
     graph._codegen = gm.graph._codegen  # how the program takes its inputs and returns its outputs
     remap: dict[fx.Node, fx.Node] = {}
     graph.output(graph.graph_copy(gm.graph, remap))
-    for n in gathers:
-        remap[n].target = start_all_gather
-        for user in n.users:
-            remap[user].target = finish_all_gather
+    for n, target in targets.items():
+        remap[n].target = target
     graph.lint()
     return fx.GraphModule(gm, graph)

@@ -168,19 +168,47 @@ def drop_aliases(gm: fx.GraphModule) -> int:
         n.replace_all_uses_with(source)
         gm.graph.erase_node(n)
         dropped += 1
-    if dropped:
+    return _recompiled(gm, dropped)
+
+
+def drop_unread(gm: fx.GraphModule) -> int:
+    """Remove operator nodes whose result nothing reads and that write nothing: pure, not random, not a
+    collective nor a wait (the DTensor trace leaves ``empty_like(..., device='meta')`` and
+    ``empty([0])`` results behind, one call each per step, and unread ``getitem``s). Returns how
+    many were removed.
+
+    Example:
+        >>> g = fx.Graph(); x = g.placeholder("x")
+        >>> _ = g.call_function(aten.empty_like.default, (x,), {"device": torch.device("meta")})
+        >>> _ = g.output(g.call_function(aten.neg.default, (x,)))
+        >>> gm = fx.GraphModule(torch.nn.Module(), g)
+        >>> drop_unread(gm), [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        (1, ['aten.neg.default'])
+    """
+    dropped = 0
+    for n in reversed(list(gm.graph.nodes)):
+        if n.users or not _pure(n) or _is_collective(n) or n.target is _WAIT:
+            continue
+        gm.graph.erase_node(n)
+        dropped += 1
+    return _recompiled(gm, dropped)
+
+
+def _recompiled(gm: fx.GraphModule, changed: int) -> int:
+    """``changed``, after checking and recompiling ``gm`` where a pass changed something."""
+    if changed:
         gm.graph.lint()
         gm.recompile()
-    return dropped
+    return changed
 
 
 def simplify(gm: fx.GraphModule) -> dict[str, int]:
-    """Both passes, as the replay applies them to each traced step: :func:`drop_aliases` then
-    :func:`fold_constants`. Returns how many nodes each changed.
+    """The passes as the replay applies them to each traced step: :func:`drop_aliases`,
+    :func:`fold_constants`, then :func:`drop_unread`. Returns how many nodes each changed.
 
     Example:
         >>> from torch.fx.experimental.proxy_tensor import make_fx
         >>> simplify(make_fx(lambda x: x.detach() * torch.arange(2))(torch.ones(2)))
-        {'aliases': 1, 'constants': 1}
+        {'aliases': 1, 'constants': 1, 'unread': 0}
     """
-    return {"aliases": drop_aliases(gm), "constants": fold_constants(gm)}
+    return {"aliases": drop_aliases(gm), "constants": fold_constants(gm), "unread": drop_unread(gm)}

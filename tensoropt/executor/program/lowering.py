@@ -13,7 +13,8 @@ interpreter's saved-tensor recipes. What comes out is an ``fx.GraphModule`` of l
     inputs:  local parameter tensors, then the local values of the other placeholders (buffers,
              constants, the batch shard), then the whole labels of each partial loss (its count of
              valid labels, computed in the graph with no collective)
-    outputs: local loss, local gradients (the parameters' placements), local ZeRO-2 gradient shards
+    outputs: the loss (summed over the ranks where it is a partial sum: :func:`reported_loss`), local
+             gradients (the parameters' placements), local ZeRO-2 gradient shards
 
 :func:`defer_waits` then moves each ``wait_tensor`` to right before the first op that reads its
 result, so a bucket's all-reduce, issued as soon as its last gradient exists, runs while the rest
@@ -35,7 +36,7 @@ import torch
 import torch.fx as fx
 from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -222,6 +223,7 @@ def lower_step(trainer, values: list, reinplace: bool = True, sync_grads: bool =
         interp.global_inputs = whole
         out = interp.run(*step_values)
         loss = out[0] if isinstance(out, (tuple, list)) else out
+        reported, reported_spec = reported_loss(loss)  # issued here, waited for at the program's end
         loss.backward()
         if sync_grads:
             sync.finish()
@@ -233,10 +235,10 @@ def lower_step(trainer, values: list, reinplace: bool = True, sync_grads: bool =
         sync.params.clear()
         grad_keys = [k for k in param_keys if leaves[k].grad is not None]
         outputs.update(grad_keys=tuple(grad_keys), shard_grad_keys=tuple(shard_grads),
-                       loss_spec=loss._spec if isinstance(loss, DTensor) else None,
+                       loss_spec=reported_spec,
                        grad_specs=tuple(leaves[k].grad._spec if isinstance(leaves[k].grad, DTensor) else None
                                         for k in grad_keys))
-        return [_local(loss).detach(), *[_local(leaves[k].grad) for k in grad_keys],
+        return [reported, *[_local(leaves[k].grad) for k in grad_keys],
                 *[_local(g) for g in shard_grads.values()]]
 
     flat = [_local(trainer.params[k]).detach() for k in param_keys]
@@ -266,6 +268,34 @@ def lower_step(trainer, values: list, reinplace: bool = True, sync_grads: bool =
         reinplace_collectives(gm)
     return LoweredStep(gm, param_keys, value_slots, label_inputs, outputs["grad_keys"],
                        outputs["shard_grad_keys"], outputs["loss_spec"], traced_nodes, outputs["grad_specs"])
+
+
+def reported_loss(loss: torch.Tensor) -> tuple[torch.Tensor, DTensorSpec | None]:
+    """The loss as a traced step reports it: (its local value, its DTensor spec or None).
+
+    A loss left a partial sum over some mesh axes (each rank's share of a mean, read only after the
+    step) is summed over them here, by functional all-reduces: in the replayed program each is
+    issued right after forward and waited for at the program's end (:func:`defer_waits`), so the
+    reported value costs no blocking collective after the step, where
+    :func:`~tensoropt.parallel.runtime.read_loss` would sum it (the same all-reduce of the same
+    values: the same result). Any other loss is returned as it is.
+
+    Example:
+        >>> reported_loss(torch.tensor(2.0))
+        (tensor(2.), None)
+    """
+    if not isinstance(loss, DTensor):
+        return loss.detach(), None
+    local = loss._local_tensor.detach()
+    placements = loss.placements
+    summed = [axis for axis, p in enumerate(placements) if p.is_partial() and p.reduce_op == "sum"]
+    if not summed or any(not p.is_replicate() and axis not in summed for axis, p in enumerate(placements)):
+        return local, loss._spec
+    for axis in summed:  # the raw ops (no AsyncCollectiveTensor): one wait each, which defer_waits can move
+        group = loss.device_mesh.get_group(axis).group_name
+        local = _WAIT(torch.ops._c10d_functional.all_reduce.default(local, "sum", group))
+    return local, DTensorSpec(loss.device_mesh, tuple(Replicate() for _ in placements),
+                              tensor_meta=loss._spec.tensor_meta)
 
 
 def defer_waits(gm: fx.GraphModule) -> int:

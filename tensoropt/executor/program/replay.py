@@ -25,6 +25,7 @@ from torch.distributed.tensor import DTensor
 from tensoropt.config import COMPILE_BACKENDS
 from tensoropt.config import EXECUTOR_MODES as MODES
 from tensoropt.executor.ops.gloo_gathers import plain_gathers
+from tensoropt.executor.program.direct_calls import direct_calls
 from tensoropt.executor.program.graph_simplify import simplify
 from tensoropt.executor.program.lowering import LoweredStep, lower_step, overlapped_nodes
 
@@ -107,6 +108,8 @@ class ReplayProgram:
             call = plain_gathers(lowered.gm)  # on the CPU: gloo's coalesced all-gather corrupts the heap
             if self.compile == "inductor":
                 call = torch.compile(lowered.gm, backend="inductor", fullgraph=True, dynamic=False)
+            else:  # aten operators through their Python bindings where that is the same call
+                call = direct_calls(call)
             entry = self.programs[key] = (lowered, call)
         return entry
 

@@ -17,7 +17,8 @@ joins; each start then
    (:func:`train_with_checkpoints`).
 
 Rank 0 logs which plan runs at which world size (``[tensoropt] elastic: ...`` on stdout) and
-appends one JSON line per start to ``CHECKPOINT_DIR/elastic-log.jsonl``.
+appends one JSON line per start to ``CHECKPOINT_DIR/elastic-log.jsonl`` (:func:`record_start`: the
+executor's worker here, the trainer's loop and the pipelined runtime after their own resume).
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def train_with_checkpoints(trainer, spec, total_steps: int, options: dict):
     spec_json = spec.to_json()
     hash_ = job_hash(spec_json)
     description = {k: v for k, v in spec_json.items() if k != "job"}  # the planner job is bulky
-    rank, size = world()
+    size = world()[1]
     manifest = resume(trainer, root, hash_, bool(options.get("verify_checksums", True)))
     start = manifest.step if manifest is not None else 0
     if manifest is not None:
@@ -224,12 +225,7 @@ def train_with_checkpoints(trainer, spec, total_steps: int, options: dict):
         _log(f"world size {size}: no checkpoint of this job in {root}; starting at step 0")
     if start >= total_steps:
         _log(f"the checkpoint is at step {start}, the total is {total_steps} (--steps): nothing to train")
-    if rank == 0:
-        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-        _append_event(root, {"time": time.time(), "restart": restart,
-                             "world_size": size, "plan_id": trainer.plan.plan_id, "start_step": start,
-                             "resumed_from": manifest.step if manifest is not None else None,
-                             "total_steps": total_steps})
+    record_start(root, trainer.plan.plan_id, manifest.step if manifest is not None else None, total_steps)
 
     def after_step(done: int) -> None:
         if (every and done % every == 0) or done == total_steps:
@@ -262,10 +258,30 @@ def hold_for_tests(step: int, world_size: int) -> None:
         time.sleep(0.05)
 
 
-def _append_event(root: Path, event: dict) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / EVENT_LOG, "a") as f:
-        f.write(json.dumps(event) + "\n")
+def record_start(root: str | Path, plan_id: str | None, resumed_from: int | None, total_steps: int) -> dict:
+    """Rank 0 appends this start's line to ``root/elastic-log.jsonl`` (:data:`EVENT_LOG`): ``time``,
+    ``restart`` (torchrun's restart count), ``world_size``, ``plan_id``, ``start_step``,
+    ``resumed_from`` (the checkpoint's step, null when the start found none) and ``total_steps``.
+    Every runtime that checkpoints calls it once per start, after its resume: the executor's worker
+    (:func:`train_with_checkpoints`), the trainer's loop and the pipelined runtime. Returns the event
+    (every rank; only rank 0 writes it).
+
+    Example:
+        >>> import tempfile; d = tempfile.mkdtemp()
+        >>> _ = record_start(d, "d1-p0", None, 8); _ = record_start(d, "d2-p4", 3, 8)
+        >>> [(e["plan_id"], e["start_step"], e["resumed_from"]) for e in read_events(d)]
+        [('d1-p0', 0, None), ('d2-p4', 3, 3)]
+    """
+    rank, size = world()
+    event = {"time": time.time(), "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+             "world_size": size, "plan_id": plan_id, "start_step": resumed_from or 0,
+             "resumed_from": resumed_from, "total_steps": int(total_steps)}
+    if rank == 0:
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        with open(root / EVENT_LOG, "a") as f:
+            f.write(json.dumps(event) + "\n")
+    return event
 
 
 def read_events(root: str | Path) -> list[dict]:
