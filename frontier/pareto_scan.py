@@ -27,41 +27,35 @@ from frontier.staircase import njit
 
 
 @njit(cache=True)
+def _covers(kept, q, c, i):
+    """Whether kept row ``q`` is ``<=`` row ``i`` of ``c`` in the objectives ``1 .. K-1``."""
+    for j in range(1, c.shape[1]):
+        if kept[q, j] > c[i, j]:
+            return False
+    return True
+
+
+@njit(cache=True)
 def _dominated_scan(c, start, stop):
     """Per row of the sorted ``c``, whether a kept earlier row of its group ``[start, stop)`` beats it."""
     n, k = c.shape
     out = np.zeros(n, dtype=np.bool_)
     kept = np.empty((n, k), dtype=np.float64)  # the kept rows of the current group, in order
     for g in range(len(start)):
-        s, e = start[g], stop[g]
         count = 0
         last = -1  # index into kept of the row that dominated most recently
-        for i in range(s, e):
-            dominated = False
-            if last >= 0:
-                dominated = True
-                for j in range(1, k):
-                    if kept[last, j] > c[i, j]:
-                        dominated = False
-                        break
-            if not dominated:
-                q = count - 1
-                while q >= 0:
-                    hit = True
-                    for j in range(1, k):
-                        if kept[q, j] > c[i, j]:
-                            hit = False
-                            break
-                    if hit:
-                        dominated = True
-                        last = q
-                        break
-                    q -= 1
+        for i in range(start[g], stop[g]):
+            dominated = last >= 0 and _covers(kept, last, c, i)
+            q = count - 1
+            while not dominated and q >= 0:
+                if _covers(kept, q, c, i):
+                    dominated = True
+                    last = q
+                q -= 1
             if dominated:
                 out[i] = True
             else:
-                for j in range(k):
-                    kept[count, j] = c[i, j]
+                kept[count, :] = c[i, :]
                 count += 1
     return out
 
