@@ -48,7 +48,7 @@ def gpt_job(tmp: Path, per_agent: int) -> dict:
 
 def plan_frontier(job: dict, path: Path, per_agent: int) -> set[str]:
     """Plan ``job`` into ``path``: at ``per_agent`` devices without pipelines, at twice as many kept to
-    the pipelined plans (as a budget only they fit leaves it; on cpu-local no budget does that while a
+    the pipelined plans, its data-parallel plan dropped too (as a budget only they fit leaves it; on cpu-local no budget does that while a
     plan without stages fits the smaller count); returns the pipelined plans' ids."""
     from tensoropt.planner import plan_job
 
@@ -56,7 +56,9 @@ def plan_frontier(job: dict, path: Path, per_agent: int) -> set[str]:
     large = plan_job(Job.from_dict({**job, "devices": [2 * per_agent]}))
     staged = [p for p in large.frontier(2 * per_agent).plans if p.pipeline]
     assert staged and small.frontier(per_agent).plans, "needs pipelined plans at 2P and a plan at P"
-    kept = dataclasses.replace(large.frontier(2 * per_agent), plans=staged)
+    # the data-parallel plan goes too: the selection's margin rule would take it over a pipelined
+    # plan predicted less than the estimator's error faster (tensoropt.selector.simplest_within)
+    kept = dataclasses.replace(large.frontier(2 * per_agent), plans=staged, data_parallel=None)
     dataclasses.replace(large, frontiers=[small.frontier(per_agent), kept]).write(path)
     return {p.id for p in staged}
 
