@@ -93,8 +93,9 @@ def test_a_synchronised_gradient_is_priced_its_copy_into_the_bucket():
 def test_the_bucket_copy_term_matches_a_timed_cat_of_the_gradients():
     """GPT-2's gradients (8.1 MiB) flattened and concatenated into one bucket, as the replayed program's
     data-parallel gradient sync does, timed on the thread clock with the caches evicted first: priced
-    within 50 % (the replayed steps measured 1.21 ms a step for this cat, priced 0.87 ms:
-    ``benchmarks/fidelity.py --node-clock``, docs/results.md fidelity3)."""
+    within a factor 2 of the fastest of 15 copies (idle: 0.61 ms, priced 0.87 ms; the replayed steps
+    measured 1.21 ms a step for this cat: ``benchmarks/fidelity.py --node-clock``, docs/results.md
+    fidelity3)."""
     device = load_cluster("cpu-local").device
     grads = [torch.randn(shape) for shape in GPT2_GRADS]
     nbytes = sum(g.numel() * 4 for g in grads)
@@ -112,5 +113,7 @@ def test_the_bucket_copy_term_matches_a_timed_cat_of_the_gradients():
             times.append(time.thread_time() - t0)
     finally:
         torch.set_num_threads(threads)
-    measured = statistics.median(times)
-    assert abs(priced - measured) <= 0.5 * measured, (priced, measured)
+    # the fastest of 15: the copy itself (the thread clock leaves out waits, not other processes'
+    # contention for the caches and memory, which a loaded CI machine adds to the median)
+    measured = min(times)
+    assert 0.5 <= priced / measured <= 2.0, (priced, measured, statistics.median(times))
