@@ -48,8 +48,9 @@ def gpt_job(tmp: Path, per_agent: int) -> dict:
 
 def plan_frontier(job: dict, path: Path, per_agent: int) -> set[str]:
     """Plan ``job`` into ``path``: at ``per_agent`` devices without pipelines, at twice as many kept to
-    the pipelined plans, its data-parallel plan dropped too (as a budget only they fit leaves it; on cpu-local no budget does that while a
-    plan without stages fits the smaller count); returns the pipelined plans' ids."""
+    the pipelined plans, its data-parallel plan dropped too (as a budget only they fit leaves it; on
+    cpu-local no budget does that while a plan without stages fits the smaller count); returns the
+    pipelined plans' ids."""
     from tensoropt.planner import plan_job
 
     small = plan_job(Job.from_dict({**job, "devices": [per_agent], "planner": {"pipeline": "off"}}))
