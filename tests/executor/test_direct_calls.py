@@ -98,10 +98,15 @@ def test_a_node_without_traced_values_keeps_its_overload():
     assert direct_calls(gm) is gm
 
 
-def test_the_replayed_program_runs_the_bindings():
-    """A trainer's replayed step (the toy CNN, one process): most operators run through a binding, and
-    the step still equals the interpreter's (tests/executor/test_replay.py checks the losses too)."""
+def test_the_replayed_program_runs_the_bindings(monkeypatch):
+    """A trainer's replayed step (the toy CNN, one process) with ``replay.DIRECT_CALLS`` on (off by
+    default): most operators run through a binding, and the step still equals the interpreter's
+    (tests/executor/test_replay.py checks the losses too)."""
     from hand_plans import SPECS
+
+    from tensoropt.executor.program import replay
+
+    monkeypatch.setattr(replay, "DIRECT_CALLS", True)
 
     from tensoropt.executor.job.plan import ExecPlan
     from tensoropt.training.trainer import Trainer

@@ -29,6 +29,13 @@ from tensoropt.executor.program.direct_calls import direct_calls
 from tensoropt.executor.program.graph_simplify import simplify
 from tensoropt.executor.program.lowering import LoweredStep, lower_step, overlapped_nodes
 
+DIRECT_CALLS = False
+"""Whether the replayed program calls aten operators through their Python bindings
+(:func:`~tensoropt.executor.program.direct_calls.direct_calls`). Off: it saved ~50 us a step on the
+CNN (within a launch's noise, docs/results.md `cnnfast`) and raised the tiny HF Llama's resident peak
+on one process from ~20.5 to ~30.2 MiB (tests/executor/test_peak_memory.py, 2026-11-28 23:30 UTC),
+which the memory model does not price."""
+
 __all__ = ["COMPILE_BACKENDS", "MODES", "CompileUnavailable", "ReplayProgram", "check_compile_backend"]
 
 
@@ -108,7 +115,7 @@ class ReplayProgram:
             call = plain_gathers(lowered.gm)  # on the CPU: gloo's coalesced all-gather corrupts the heap
             if self.compile == "inductor":
                 call = torch.compile(lowered.gm, backend="inductor", fullgraph=True, dynamic=False)
-            else:  # aten operators through their Python bindings where that is the same call
+            elif DIRECT_CALLS:  # aten operators through their Python bindings where that is the same call
                 call = direct_calls(call)
             entry = self.programs[key] = (lowered, call)
         return entry
