@@ -28,9 +28,11 @@ from estimators.profiles import load_device
 
 pytestmark = pytest.mark.timeout(300)
 
-TOLERANCE = 0.35
-"""Priced within 35 % of the timed part (median of 15 clocked steps; the profile's fit is within 25 %
-of every point it was fit on, at load 8-10: configs/devices/cpu.yaml)."""
+TOLERANCE = 0.5
+"""Priced within 50 % of the timed part (median of 15 clocked steps). The profile was fit at load 8-10
+(configs/devices/cpu.yaml, within 25 % of every point it was fit on); on a quieter machine the
+many-small part times less (1.96 ms at load 2.4, ~1.7 ms idle, priced 2.42 ms: +24 to +42 %), and a
+fresh-clone CI failed the earlier 35 %. The constants before the refit (-58 %) still fail."""
 
 CASES = {"few-large": (1024, 4), "many-small": (128, 32)}
 """name -> (width, linear layers) of the zoo MLP: 8 tensors of 4 Mi parameters in all (the bytes weigh
