@@ -12,7 +12,8 @@ the other way round.
 Checkpoints of the loop written before this layout keep the optimizer's groups by index
 (``optim.param_groups.0.lr``); :func:`optimizer_options` tells which layout a folder holds, and
 loading reads either. Both runtimes keep the newest ``--keep-checkpoints`` complete folders
-(:func:`prune_checkpoints`), as the executor's worker keeps its own.
+(:func:`prune_checkpoints`) by the rule the executor's worker keeps its own by
+(:mod:`tensoropt.checkpoint.prune`).
 
 Example:
     >>> FLAT_OPTIMIZER.flatten_optimizer_state_dict
@@ -21,10 +22,11 @@ Example:
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+from tensoropt.checkpoint.prune import STEP_PREFIX, StepLayout, prune_step_folders
 
 TRAINER_STATE = "trainer.json"
 """Inside each checkpoint folder, beside the DCP shards: the step, the scheduler's state (null when
@@ -35,9 +37,6 @@ FLAT_OPTIMIZER = StateDictOptions(flatten_optimizer_state_dict=True)
 """``get_state_dict`` / ``set_state_dict`` options of the shared layout."""
 
 _GROUPS = "optim.param_groups."
-
-STEP_PREFIX = "step-"
-"""A checkpoint folder's name: ``step-<steps done>`` (no leading zeros)."""
 
 _MANIFEST = "manifest.json"  # the executor's worker's checkpoints (step-00000004/): not this layout's
 
@@ -65,14 +64,38 @@ def optimizer_options(folder: str | Path) -> StateDictOptions:
     return StateDictOptions() if by_index else FLAT_OPTIMIZER
 
 
+def trainer_layout(complete_files: tuple[str, ...] = (TRAINER_STATE,)) -> StepLayout:
+    """The trainers' folders for :func:`tensoropt.checkpoint.prune.prune_step_folders`: ``step-<n>``
+    (no leading zeros, no ``manifest.json``: the executor's worker's folders are another layout),
+    complete when one of ``complete_files`` is written.
+
+    Example:
+        >>> layout = trainer_layout()
+        >>> [layout.folder_step(Path(name)) for name in ("step-12", "step-00000012", "step-x")]
+        [12, None, None]
+    """
+
+    def folder_step(path: Path) -> int | None:
+        digits = path.name.removeprefix(STEP_PREFIX)
+        if digits.isdigit() and str(int(digits)) == digits and not (path / _MANIFEST).exists():
+            return int(digits)
+        return None
+
+    def is_complete(path: Path) -> bool:
+        return any((path / name).is_file() for name in complete_files)
+
+    return StepLayout("trainer", folder_step, is_complete)
+
+
 def prune_checkpoints(directory: str | Path, step: int, keep: int,
                       complete_files: tuple[str, ...] = (TRAINER_STATE,)) -> list[Path]:
     """Once ``step``'s checkpoint is complete, delete the ``step-<n>`` folders of earlier steps
     beyond the newest ``keep`` complete ones (holding one of ``complete_files``), and the incomplete
     ones of earlier steps (a save cut short); ``keep`` 0 keeps every folder. Rank 0 calls it after
-    writing :data:`TRAINER_STATE`, as :func:`tensoropt.checkpoint.save_checkpoint` prunes the
-    executor's worker's checkpoints (``--keep-checkpoints``). Folders of another layout (zero-padded
-    names, a ``manifest.json``) are left alone. Returns the folders deleted.
+    writing :data:`TRAINER_STATE`. The rule is the one :func:`tensoropt.checkpoint.save_checkpoint`
+    prunes the executor's worker's checkpoints by (:func:`tensoropt.checkpoint.prune.prune_step_folders`
+    with :func:`trainer_layout`). Folders of another layout (zero-padded names, a ``manifest.json``)
+    are left alone. Returns the folders deleted.
 
     Example:
         >>> import tempfile; d = Path(tempfile.mkdtemp())
@@ -82,19 +105,4 @@ def prune_checkpoints(directory: str | Path, step: int, keep: int,
         >>> [p.name for p in prune_checkpoints(d, 4, keep=2)], sorted(p.name for p in d.iterdir())
         (['step-0', 'step-1', 'step-2'], ['step-3', 'step-4'])
     """
-    if keep <= 0:
-        return []
-    folders = []
-    for path in Path(directory).glob(STEP_PREFIX + "*"):
-        digits = path.name.removeprefix(STEP_PREFIX)
-        if path.is_dir() and digits.isdigit() and str(int(digits)) == digits \
-                and not (path / _MANIFEST).exists():
-            folders.append((int(digits), path))
-    folders.sort()
-    complete = [path for n, path in folders
-                if n <= step and any((path / name).is_file() for name in complete_files)]
-    kept = set(complete[-keep:])
-    deleted = [path for n, path in folders if n < step and path not in kept]
-    for path in deleted:
-        shutil.rmtree(path, ignore_errors=True)
-    return deleted
+    return prune_step_folders(directory, step, keep, trainer_layout(complete_files))
