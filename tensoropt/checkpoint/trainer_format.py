@@ -16,15 +16,16 @@ loading reads either. Both runtimes keep the newest ``--keep-checkpoints`` compl
 (:mod:`tensoropt.checkpoint.prune`).
 
 Example:
+    >>> from tensoropt.checkpoint.trainer_format import FLAT_OPTIMIZER
     >>> FLAT_OPTIMIZER.flatten_optimizer_state_dict
     True
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-
-from torch.distributed.checkpoint.state_dict import StateDictOptions
+from typing import TYPE_CHECKING
 
 from tensoropt.checkpoint.prune import STEP_PREFIX, StepLayout, prune_step_folders
 
@@ -33,8 +34,33 @@ TRAINER_STATE = "trainer.json"
 the schedule is a function of the step alone, as a pipelined run writes it), the data position and
 fp16-mixed's loss scale (written last: a folder without it is incomplete and ignored)."""
 
-FLAT_OPTIMIZER = StateDictOptions(flatten_optimizer_state_dict=True)
-"""``get_state_dict`` / ``set_state_dict`` options of the shared layout."""
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+# FLAT_OPTIMIZER, the ``get_state_dict`` / ``set_state_dict`` options of the shared layout, is made on
+# first use (:func:`flat_optimizer`): ``torch.distributed.checkpoint`` loads only in a run that saves
+# or resumes.
+
+
+@functools.cache
+def flat_optimizer() -> StateDictOptions:
+    """:data:`FLAT_OPTIMIZER`: the optimizer state flattened per parameter name (one object).
+
+    Example:
+        >>> from tensoropt.checkpoint.trainer_format import FLAT_OPTIMIZER
+        >>> flat_optimizer() is FLAT_OPTIMIZER, FLAT_OPTIMIZER.flatten_optimizer_state_dict
+        (True, True)
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+def __getattr__(name: str):
+    if name == "FLAT_OPTIMIZER":
+        return flat_optimizer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _GROUPS = "optim.param_groups."
 
@@ -47,21 +73,22 @@ def optimizer_options(folder: str | Path) -> StateDictOptions:
 
     Example:
         >>> import tempfile, torch, torch.distributed.checkpoint as dcp
-        >>> from torch.distributed.checkpoint.state_dict import get_state_dict
+        >>> from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
         >>> m = torch.nn.Linear(2, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1)
         >>> folders = [tempfile.mkdtemp(), tempfile.mkdtemp()]
-        >>> for folder, options in zip(folders, (StateDictOptions(), FLAT_OPTIMIZER)):
+        >>> for folder, options in zip(folders, (StateDictOptions(), flat_optimizer())):
         ...     model_sd, optim_sd = get_state_dict(m, opt, options=options)
         ...     _ = dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=folder)
         >>> [optimizer_options(f).flatten_optimizer_state_dict for f in folders]
         [False, True]
     """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
 
     keys = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
     groups = [k.removeprefix(_GROUPS).split(".") for k in keys if k.startswith(_GROUPS)]
     by_index = bool(groups) and all(len(g) == 2 and g[0].isdigit() for g in groups)
-    return StateDictOptions() if by_index else FLAT_OPTIMIZER
+    return StateDictOptions() if by_index else flat_optimizer()
 
 
 def trainer_layout(complete_files: tuple[str, ...] = (TRAINER_STATE,)) -> StepLayout:
