@@ -14,7 +14,8 @@ Node cost c(v, s) (shared/guide/ALGORITHM.md):
 * a training batch norm whose batch is split, with synchronised statistics: one all-reduce of
   its packed per-channel sums per direction, and its compute timed as the executor runs it where
   the profiled timer can (:data:`estimators.batch_norm.SYNC_BATCH_NORM`); whose channels are split:
-  the all-gather of its updated running statistics (:mod:`estimators.batch_norm`);
+  the all-gather of its updated running statistics, and its compute timed as the executor runs it
+  (:data:`estimators.batch_norm.CHANNEL_SPLIT_BATCH_NORM`) (:mod:`estimators.batch_norm`);
 * memory: local parameters x (1 + 1 gradient + optimizer state factor) (in a mixed precision,
   :mod:`tensoropt.precision`: float32 master, gradient and state, plus the compute-dtype copy of
   each parameter the operator keeps for backward, :func:`estimators.memory.keeps_param`), the
@@ -49,7 +50,8 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from estimators.batch_norm import SYNC_BATCH_NORM, SYNC_EXTRA_OPERATORS
+from estimators.batch_norm import CHANNEL_SPLIT_BATCH_NORM, SYNC_BATCH_NORM, SYNC_EXTRA_OPERATORS
+from estimators.batch_norm import channel_split as bn_channel_split
 from estimators.batch_norm import running_stats_time_s as bn_running_stats_time_s
 from estimators.batch_norm import stats_time_s as bn_stats_time_s
 from estimators.batch_norm import synchronized as bn_synchronized
@@ -421,8 +423,10 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
                                        + shared_copy_bytes(info, name, node, config, mesh)))
     op = local_op(node, config, mesh, info)
     sync_bn = node["kind"] == "batch_norm" and bn_synchronized(node, config, model.batch_norm_stats)
-    if sync_bn and SYNC_BATCH_NORM in (getattr(model.compute_time, "variants", None) or ()):
-        op = dataclasses.replace(op, variant=SYNC_BATCH_NORM)  # timed as the executor runs it
+    variant = SYNC_BATCH_NORM if sync_bn else \
+        CHANNEL_SPLIT_BATCH_NORM if node["kind"] == "batch_norm" and bn_channel_split(node, config) else ""
+    if variant and variant in (getattr(model.compute_time, "variants", None) or ()):
+        op = dataclasses.replace(op, variant=variant)  # timed as the executor runs it
     timed = model.compute_time(name, node, config, op) if model.compute_time else None
     fwd_s, bwd_s = timed if timed is not None else roofline_time_s(model.cluster.device, op)
     if not info.computes_grad.get(name, True):

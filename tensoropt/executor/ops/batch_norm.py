@@ -35,8 +35,8 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
 from tensoropt.config import BATCH_NORM_MODES
 
-__all__ = ["BATCH_NORM_MODES", "UnsupportedBatchNorm", "batch_norm", "synchronized_batch_norm",
-           "synchronized_batch_norm_alone"]
+__all__ = ["BATCH_NORM_MODES", "UnsupportedBatchNorm", "batch_norm", "channel_split_batch_norm_alone",
+           "synchronized_batch_norm", "synchronized_batch_norm_alone"]
 
 _NO_TRAINING = torch.ops.aten._native_batch_norm_legit_no_training.default
 _BACKWARD = torch.ops.aten.native_batch_norm_backward.default
@@ -160,6 +160,45 @@ def synchronized_batch_norm_alone(x: torch.Tensor, weight, bias, running_mean, r
     return synchronized_batch_norm(x, weight, bias, running_mean, running_var, momentum, eps, count, [])
 
 
+def _rank_statistics(xl: torch.Tensor, w, b, momentum: float, eps: float):
+    """Batch norm of this rank's rows and channels without running statistics (the buffers are updated
+    apart, :func:`batch_norm`): (output, per-channel mean, biased variance, elements per channel)."""
+    out, mean, invstd = torch.ops.aten.native_batch_norm.default(xl, w, b, None, None, True, momentum, eps)
+    n = xl.numel() // max(xl.shape[1], 1)
+    return out, mean.detach(), invstd.detach().reciprocal().square() - eps, n
+
+
+def channel_split_batch_norm_alone(x: torch.Tensor, weight, bias, running_mean, running_var, training=True,
+                                   momentum: float = 0.1, eps: float = 1e-5, *_rest) -> torch.Tensor:
+    """A captured training batch norm's arguments (as :func:`synchronized_batch_norm_alone`) run as
+    :func:`batch_norm` runs one whose channels are split while its running statistics are replicated
+    (the executor's layout of buffers), on this rank's channels alone: the native kernel without running
+    statistics, the running statistics' update as new tensors, stacked and copied back as the gather
+    does (its all-gather is the cost model's communication,
+    :func:`estimators.batch_norm.running_stats_time_s`).
+    The profiled compute times a channel-split batch norm with it
+    (:data:`estimators.batch_norm.CHANNEL_SPLIT_BATCH_NORM`).
+
+    Example:
+        >>> x, rm, rv = torch.randn(4, 3, 2, 2), torch.zeros(3), torch.ones(3)
+        >>> out = channel_split_batch_norm_alone(x, None, None, rm, rv, True, 0.1, 1e-5)
+        >>> ref_rm, ref_rv = torch.zeros(3), torch.ones(3)
+        >>> ref = torch.nn.functional.batch_norm(x, ref_rm, ref_rv, None, None, True, 0.1, 1e-5)
+        >>> torch.allclose(out, ref, atol=1e-5), torch.allclose(rm, ref_rm), torch.allclose(rv, ref_rv)
+        (True, True, True)
+    """
+    out, mean, var, n = _rank_statistics(x, weight, bias, momentum, eps)
+    new = [_running_update(running_mean, mean, momentum, in_place=False),
+           _running_update(running_var, var * (n / max(n - 1, 1)), momentum, in_place=False)]
+    buffers = [t for t in (running_mean, running_var) if t is not None]
+    if buffers:  # _gather_back's local part: one stack, each row copied into its buffer
+        stacked = torch.stack([t for t in new if t is not None])
+        with torch.no_grad():
+            for row, t in enumerate(buffers):
+                t.copy_(stacked[row])
+    return out
+
+
 def _running_update(buffer, value, momentum: float, in_place: bool):
     """``buffer * (1 - momentum) + value * momentum``: into ``buffer``, or as a new tensor (None: None)."""
     if buffer is None:
@@ -251,10 +290,7 @@ def batch_norm(node_name: str, x, weight, bias, running_mean, running_var, train
         out = torch.ops.aten.batch_norm.default(xl, w, b, rm, rv, True, momentum, eps, False)  # in place
         return DTensor.from_local(out, mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
     if stats == "local" or not stat_axes:
-        out, mean, invstd = torch.ops.aten.native_batch_norm.default(xl, w, b, None, None, True, momentum,
-                                                                     eps)
-        n = xl.numel() // max(xl.shape[1], 1)
-        mean, var = mean.detach(), invstd.detach().reciprocal().square() - eps
+        out, mean, var, n = _rank_statistics(xl, w, b, momentum, eps)
     else:
         n = x.numel() // x.shape[1]
         out, mean, var = _SyncBatchNorm.apply(xl, w, b, rm, momentum, eps, n,
