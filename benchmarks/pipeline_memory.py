@@ -11,9 +11,11 @@ other; the second step of each measured under :class:`tensoropt.pipeline_runtime
 StepPeak`: every live tensor's storage, the receive buffers torch keeps included). The table gives,
 per stage (its first replica), the in-flight micro-batches ``k``, the predicted memory
 (``pipeline_detail.stages[s].memory_bytes``) split into state (parameters, gradients, optimizer)
-and the rest, the measured tensor peak (above what was alive before the run was built) and the
-phase of the schedule it was reached in, their ratio, the tensors resident between steps, and the
-process's resident-set peak (:class:`tensoropt.executor.state.peak_memory.PeakMemory`) beside it.
+and the rest, what the stage's forward program measured to save for backward per micro-batch
+(``saved/mb``, against the predicted ``act/mb``), the measured tensor peak (above what was alive
+before the run was built) and the phase of the schedule it was reached in, their ratio, the
+tensors resident between steps, and the process's resident-set peak
+(:class:`tensoropt.executor.state.peak_memory.PeakMemory`) beside it.
 
 ``--compile none inductor``: each plan runs with its stages' programs as traced and compiled by
 Inductor (``executor.compile``). A compiled program allocates its buffers in its own code, which the
@@ -79,7 +81,8 @@ def main() -> None:
     print(f"{'plan':16} {'compile':8} {'blocks':10} {'st':>2} {'k':>2} {'pred':>8} {'state':>7} "
           f"{'act/mb':>7} "
           f"{'bufs':>6} {'trans':>6} "
-          f"{'meas':>8} {'ratio':>6} {'phase':>8} {'alloc':>8} {'ratio':>6} {'phase':>8} {'resid':>7} "
+          f"{'saved/mb':>8} {'meas':>8} {'ratio':>6} {'phase':>8} {'alloc':>8} {'ratio':>6} {'phase':>8} "
+          f"{'resid':>7} "
           f"{'recv':>6} {'RSS pk':>7}")
     rows = []
     for run, m in zip(runs, metrics):
@@ -100,7 +103,7 @@ def main() -> None:
                    "transient_bytes": st["transient_bytes"],
                    "measured_tensor_bytes": measured, "phase": r["phase"],
                    "allocated_tensor_bytes": allocated, "allocated_phase": r["allocated_phase"],
-                   "compile_s": r["compile_s"],
+                   "compile_s": r["compile_s"], "saved_bytes": r["saved_bytes"],
                    "resident_tensor_bytes": r["resident_tensor_bytes"] - r["before_bytes"],
                    "resident_parts": r["resident_parts"], "peak_rss_bytes": r["peak_bytes"]}
             rows.append(row)
@@ -108,6 +111,7 @@ def main() -> None:
                   f"{st['in_flight']:>2} "
                   f"{predicted / mi:>8.2f} {state / mi:>7.2f} {st['activation_bytes'] / mi:>7.2f} "
                   f"{st['buffer_bytes'] / mi:>6.2f} {st['transient_bytes'] / mi:>6.2f} "
+                  f"{r['saved_bytes'] / mi:>8.2f} "
                   f"{measured / mi:>8.2f} {measured / predicted:>6.3f} {r['phase']:>8} "
                   f"{allocated / mi:>8.2f} {allocated / predicted:>6.3f} {r['allocated_phase']:>8} "
                   f"{row['resident_tensor_bytes'] / mi:>7.2f} "

@@ -74,7 +74,7 @@ def inductor_programs(forward: fx.GraphModule, backward: fx.GraphModule,
     ``inputs`` (the state then the stage's inputs), run once on them (random state untouched) for
     the strides of the tensors it saves, then the backward at those and a contiguous output
     gradient. Returns (forward called with the arguments, backward called boxed: one list it
-    empties).
+    empties, the bytes the compiled forward saves for backward: :func:`saved_bytes`).
 
     Example:
         >>> # not run here: compiles C++ (slow); see tests/pipeline_runtime/test_compiled_stages.py
@@ -89,7 +89,22 @@ def inductor_programs(forward: fx.GraphModule, backward: fx.GraphModule,
     _user_visible(backward)  # the gradients keep eager strides, as torch.compile's backward's do
     grad = torch.ones(outs[0].shape, dtype=outs[0].dtype, device=outs[0].device)  # as backward gets it
     compiled_bw = compile_fx_inner(backward, [*outs[1:], grad], is_backward=True)
-    return _unboxed(compiled_fw), compiled_bw
+    return _unboxed(compiled_fw), compiled_bw, saved_bytes(outs, inputs)
+
+
+def saved_bytes(outs, inputs: list[torch.Tensor]) -> int:
+    """Bytes of the tensors a forward program's run hands to backward (``outs[1:]``), each storage
+    once, those of its ``inputs`` (parameters, the received activation) left out: what one
+    micro-batch in flight holds.
+
+    Example:
+        >>> x = torch.ones(4)
+        >>> saved_bytes([x * 2, x, x * 3], [x])
+        16
+    """
+    from tensoropt.executor.state.memory import storage_bytes, storage_keys
+
+    return storage_bytes([t for t in outs[1:] if isinstance(t, torch.Tensor)], exclude=storage_keys(inputs))
 
 
 class _StageFunction(torch.autograd.Function):
@@ -163,6 +178,9 @@ class ReplayedStage(nn.Module):
         """Seconds the first call spent tracing (and compiling) the programs."""
         self.compile_s = 0.0
         """Of :attr:`trace_s`, the seconds Inductor spent compiling (0 uncompiled)."""
+        self.saved_bytes = 0
+        """What the forward program saves for backward per micro-batch (:func:`saved_bytes`),
+        measured on the first call: compiled, Inductor's decompositions may save other tensors."""
         self.anchor = torch.zeros((), requires_grad=True)
         """A leaf the stage's output depends on, so the first stage's output (which depends on no
         received tensor) still has a backward for the schedule to run."""
@@ -238,7 +256,8 @@ class ReplayedStage(nn.Module):
             start = time.perf_counter()
             values = [t.detach() for t in self.state_values()] + [x.detach() for x in inputs]
             try:
-                self.forward_program, self.backward_program = inductor_programs(forward, backward, values)
+                self.forward_program, self.backward_program, self.saved_bytes = inductor_programs(
+                    forward, backward, values)
             except Exception as err:  # noqa: BLE001 - any compiler failure: one line naming the way out
                 raise RuntimeError(f"executor.compile: inductor could not compile this pipeline stage's "
                                    f"programs ({type(err).__name__}: {err}); train with --compile none "
@@ -248,6 +267,9 @@ class ReplayedStage(nn.Module):
             backward.graph.set_codegen(fx.graph._BoxedCodeGen())
             backward.recompile()
             self.forward_program, self.backward_program = forward, backward
+            values = [t.detach() for t in self.state_values()] + [x.detach() for x in inputs]
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                self.saved_bytes = saved_bytes(forward(*values), values)
         params = dict(self.inner.named_parameters())
         self.trained = [params[k] if params[k].requires_grad else None for k in self.param_names]
         self.trained += [None] * len(self.buffer_names)

@@ -12,7 +12,8 @@ the optimizer, under the model's names, written after the last step) and ``resum
 checkpoint to start from: any stage count or process count wrote it), ``replay`` (default true: each
 stage's forward and backward replay traced programs; false: eager autograd); ``compile`` (``"none"``,
 the default, or ``"inductor"``: the replayed programs compiled by Inductor on the first step; each
-rank's ``trace_s`` and ``compile_s`` go into the metrics); ``timeout_s`` (every
+rank's ``trace_s``, ``compile_s`` and ``saved_bytes``, what its forward program saves for backward
+per micro-batch, go into the metrics); ``timeout_s`` (every
 collective's limit; default 120 s); ``interleave`` (true: the runs are built together and
 stepped in turn, for timing ratios under the same load); and ``tensor_peak`` (true: the second
 step, the stage traced and the optimizer's state made by the first, is measured for its tensor peak,
@@ -226,6 +227,7 @@ class PlanRun:
             "step_cpu_times_s": self.cpu_times,
             "trace_s": sum(getattr(m, "trace_s", 0.0) for m in rt.stage_modules),
             "compile_s": sum(getattr(m, "compile_s", 0.0) for m in rt.stage_modules),
+            "saved_bytes": sum(getattr(m, "saved_bytes", 0) for m in rt.stage_modules),
             "parameter_bytes": sum(p.numel() * p.element_size() for p in rt.module.parameters())})
         if config.get("params_dir") and rt.dp_index == 0:
             out = Path(config["params_dir"])
