@@ -9,7 +9,9 @@ Usage::
 Each figure is wall seconds beside CPU seconds (user + sys of the child and everything it waited
 for), with the 1-minute load average before and after: the machine is shared, so compare the
 checkouts within one round. The run's first step is stamped by a ``sitecustomize`` put on the
-workers' ``PYTHONPATH`` (it wraps ``StepMeter.step`` and writes the wall clock when step 0 starts).
+workers' ``PYTHONPATH`` (it wraps ``StepMeter.step`` and writes the wall clock when step 0 starts);
+every process of the run (launcher, torchrun's agent, workers) writes its ``sys.modules`` at exit to
+``first-step.modules.<rank or launcher>.<pid>`` in the round's folder, to see what each one loaded.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ ENTRIES = (
     "tensoropt.training.loop",  # tensoropt run with trainer keys / --checkpoint-dir / --elastic
     "tensoropt.training.pipelined",  # tensoropt run of a pipelined plan
     "tensoropt.pipeline_runtime.worker",  # the pipelined benchmarks' worker
-    "tensoropt.cli",  # the command line (`tensoropt --help` imports every command)
+    "tensoropt.cli",  # the command line's module (`--help` imports every command: docs/results.md)
 )
 """The modules torchrun starts (``python -m MODULE RUN.json``), and the CLI."""
 
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--entries", default=",".join(ENTRIES), help="comma-separated modules to import")
     p.add_argument("--no-run", action="store_true", help="skip the 2-process demo run")
     p.add_argument("--plan", default=None, help="the demo job's 2-device plan.json (default: planned here)")
-    p.add_argument("--test", default="tests/elastic/test_elastic_trainer.py",
+    p.add_argument("--test", default="tests/elastic/test_elastic_pipelined.py",
                    help="a test to time in each root ('' for none)")
     p.add_argument("--out", default=None, help="write every figure here (JSON)")
     args = p.parse_args(argv)
