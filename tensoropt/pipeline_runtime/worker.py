@@ -17,7 +17,9 @@ step, the stage traced and the optimizer's state made by the first, is measured 
 :class:`tensoropt.pipeline_runtime.stage_peak.StepPeak`; each rank's ``peak_tensor_bytes``,
 ``resident_tensor_bytes``, ``before_bytes`` (alive before the run was built), the ``phase`` the
 peak was reached in and the resident parts go into the metrics; that step's time is left out of
-the median); ``compute_reference`` (true: after each timed step, the stage's own forward and
+the median; with ``trace_peak`` also ``peak_live``: the largest storages alive at the peak, made
+during the step, as ``[bytes, op, shape, label]``, the label the schedule's phase and, in backward,
+the autograd node); ``compute_reference`` (true: after each timed step, the stage's own forward and
 backward of every micro-batch run back to back without the schedule, timed: each rank's
 ``compute_times_s``, the stages' compute under the same load).
 
@@ -55,6 +57,9 @@ from tensoropt.pipeline_runtime.checkpoint import (
     save_checkpoint,
 )
 from tensoropt.pipeline_runtime.runtime import PipelineRuntime
+
+TRACED_STORAGES = 60
+"""The largest storages of the live set at the peak a ``trace_peak`` run writes (``peak_live``)."""
 
 
 class PlanRun:
@@ -187,14 +192,18 @@ class PlanRun:
 
         stage.forward_one_chunk = labelled(forward, "F")
         stage.backward_one_chunk = labelled(backward, "B")
+        trace = bool(self.config.get("trace_peak"))
         try:
-            with StepPeak() as peak:
+            with StepPeak(trace=trace) as peak:
                 self.losses.append(rt.train_step(step))
         finally:
             del stage.forward_one_chunk, stage.backward_one_chunk
+        live = ({"peak_live": [[nbytes, op, list(shape), label]
+                               for nbytes, op, shape, label, _ in peak.peak_live[:TRACED_STORAGES]]}
+                if trace else {})
         return {"peak_tensor_bytes": peak.peak_bytes, "resident_tensor_bytes": peak.resident_bytes,
                 "before_bytes": self.before_bytes,
-                "phase": peak.peak_phase, "resident_parts": parts}
+                "phase": peak.peak_phase, "resident_parts": parts, **live}
 
     def finish(self) -> dict | None:
         """Write what the run's config asks for; rank 0 returns the metrics (others None)."""
