@@ -123,7 +123,9 @@ def write_traces(out: Path, plans: list[dict], metrics: list[dict], rows: list[d
             resident = (r["resident_tensor_bytes"] - r["before_bytes"]) / 2**20
             head = (f"{p['id']} stage {r['stage']} rank {r['rank']}: peak in {r['phase']}, {above:.2f} MiB "
                     f"above the level before the run ({resident:.2f} MiB of it resident at the step's start)")
-            text = head + "\n" + live_set_table([tuple(x) for x in live], top=len(live))
+            made = (f"made during the step and alive at the peak: {r.get('peak_live_bytes', 0) / 2**20:.2f} "
+                    f"MiB in {r.get('peak_live_storages', 0)} storages; the largest {len(live)}:")
+            text = "\n".join([head, made, live_set_table([tuple(x) for x in live], top=len(live))])
             (out / f"{p['id']}-stage{r['stage']}-rank{r['rank']}.txt").write_text(text + "\n")
     first = {(p["id"], r["stage"]): r.get("peak_live") for p, m in zip(plans, metrics)
              for r in sorted(m["measured"]["ranks"], key=lambda r: -r["rank"])}

@@ -19,7 +19,8 @@ step, the stage traced and the optimizer's state made by the first, is measured 
 peak was reached in and the resident parts go into the metrics; that step's time is left out of
 the median; with ``trace_peak`` also ``peak_live``: the largest storages alive at the peak, made
 during the step, as ``[bytes, op, shape, label]``, the label the schedule's phase and, in backward,
-the autograd node); ``compute_reference`` (true: after each timed step, the stage's own forward and
+the autograd node, and ``peak_live_bytes`` / ``peak_live_storages`` of all of them);
+``compute_reference`` (true: after each timed step, the stage's own forward and
 backward of every micro-batch run back to back without the schedule, timed: each rank's
 ``compute_times_s``, the stages' compute under the same load).
 
@@ -199,7 +200,9 @@ class PlanRun:
         finally:
             del stage.forward_one_chunk, stage.backward_one_chunk
         live = ({"peak_live": [[nbytes, op, list(shape), label]
-                               for nbytes, op, shape, label, _ in peak.peak_live[:TRACED_STORAGES]]}
+                               for nbytes, op, shape, label, _ in peak.peak_live[:TRACED_STORAGES]],
+                 "peak_live_bytes": sum(r[0] for r in peak.peak_live),
+                 "peak_live_storages": len(peak.peak_live)}
                 if trace else {})
         return {"peak_tensor_bytes": peak.peak_bytes, "resident_tensor_bytes": peak.resident_bytes,
                 "before_bytes": self.before_bytes,
