@@ -25,7 +25,12 @@ A stage ``s`` of ``p``, running ``m`` micro-batches of which it keeps ``k_s`` in
     its logits), plus the parameter gradients made so far (the replayed backward returns them at its
     end, :mod:`tensoropt.pipeline_runtime.replay`), less that micro-batch's saved tensors already
     freed; where not walked (the frontier search's sums, which read only the held bytes), bounded by
-    twice the stage's largest local operator output;
+    twice the stage's largest local operator output. In a steady state (``m > k_s``, 1F1B: a
+    backward that follows a later forward) torch's schedule still holds two sent tensors of
+    finished micro-batches beside it: the gradient the previous backward sent back (``b_in``, its
+    send ops kept until the next backward's) and the first forward's output (``b_out``, its send
+    work kept for the step where the warm-up has ``k_s >= 2`` forwards; ``Schedule1F1B``), measured
+    in the live sets (docs/results.md);
   - the micro-batch's fresh parameter gradients once its activations are freed, before they are
     added into ``.grad``: ``G_s - A_s`` above the held;
   - the gradient synchronisation over ``dp > 1`` replicas (one flat copy of the gradients) and
@@ -122,16 +127,19 @@ def stage_memory(
     Example:
         >>> mem = stage_memory(100, 20, in_flight=2, micro_batches=4, received_bytes=4,
         ...                    received_saved_bytes=4, sent_bytes=4, largest_output_bytes=6)
-        >>> mem.activation_bytes, mem.buffer_bytes, mem.transient_bytes
-        (20, 32, 12)
+        >>> mem.activation_bytes, mem.buffer_bytes, mem.transient_bytes  # 2 x 6 + the 2 kept sends
+        (20, 32, 20)
         >>> stage_memory(100, 20, 2, 4, largest_output_bytes=6, backward_bytes=5).transient_bytes
         5
     """
     k = int(in_flight)
     activation = saved_bytes - min(received_saved_bytes, received_bytes) + sent_bytes
     in_flight_bytes = k * activation
+    backward = 2 * largest_output_bytes if backward_bytes is None else backward_bytes
+    if micro_batches > k:  # a steady state: the sends torch's schedule still holds (module docstring)
+        backward += received_bytes + (sent_bytes if k >= 2 else 0.0)
     transients = [
-        2 * largest_output_bytes if backward_bytes is None else backward_bytes,
+        backward,
         grad_bytes - activation,
         2 * largest_param_bytes - in_flight_bytes,
         (grad_bytes - in_flight_bytes) if data_parallel > 1 else 0.0,
