@@ -130,7 +130,7 @@ def stage_memory(
         >>> mem.activation_bytes, mem.buffer_bytes, mem.transient_bytes  # 2 x 6 + the 2 kept sends
         (20, 32, 20)
         >>> stage_memory(100, 20, 2, 4, largest_output_bytes=6, backward_bytes=5).transient_bytes
-        5
+        5.0
     """
     k = int(in_flight)
     activation = saved_bytes - min(received_saved_bytes, received_bytes) + sent_bytes
