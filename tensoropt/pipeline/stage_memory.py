@@ -26,11 +26,12 @@ A stage ``s`` of ``p``, running ``m`` micro-batches of which it keeps ``k_s`` in
     end, :mod:`tensoropt.pipeline_runtime.replay`), less that micro-batch's saved tensors already
     freed; where not walked (the frontier search's sums, which read only the held bytes), bounded by
     twice the stage's largest local operator output. In a steady state (``m > k_s``, 1F1B: a
-    backward that follows a later forward) torch's schedule still holds two sent tensors of
-    finished micro-batches beside it: the gradient the previous backward sent back (``b_in``, its
-    send ops kept until the next backward's) and the first forward's output (``b_out``, its send
-    work kept for the step where the warm-up has ``k_s >= 2`` forwards; ``Schedule1F1B``), measured
-    in the live sets (docs/results.md);
+    backward that follows a later forward, ``k_s`` in flight) torch's ``Schedule1F1B`` still holds
+    sent tensors of finished micro-batches beside it: the gradient the previous backward sent back
+    (``b_in``: its send ops are kept until the next backward's are made), and the output of the
+    warm-up's second-to-last forward (``b_out``: its send work is kept to the cool-down; finished
+    by a backward with ``k_s`` in flight where ``k_s >= 2`` and ``m >= 2 k_s - 1``), measured in
+    the live sets (docs/results.md);
   - the micro-batch's fresh parameter gradients once its activations are freed, before they are
     added into ``.grad``: ``G_s - A_s`` above the held;
   - the gradient synchronisation over ``dp > 1`` replicas (one flat copy of the gradients) and
@@ -137,7 +138,7 @@ def stage_memory(
     in_flight_bytes = k * activation
     backward = 2 * largest_output_bytes if backward_bytes is None else backward_bytes
     if micro_batches > k:  # a steady state: the sends torch's schedule still holds (module docstring)
-        backward += received_bytes + (sent_bytes if k >= 2 else 0.0)
+        backward += received_bytes + (sent_bytes if k >= 2 and micro_batches >= 2 * k - 1 else 0.0)
     transients = [
         backward,
         grad_bytes - activation,

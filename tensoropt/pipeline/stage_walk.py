@@ -12,7 +12,7 @@ does the walk, as it does for a plan without a pipeline)::
   operator's, and through the operators that pass a gradient on unchanged (:func:`passes_gradient`:
   a residual ``add``, a dropout of ``p = 0``) to an operand they are the only reader of;
 * ``grad_operands(n)``: the gradients ``n`` makes for its activation operands (their producers' local
-  outputs, the received tensor's included; none for an operator that passes its gradient on); a cross
+  outputs, the received tensor's included; none where it passes its own on unchanged); a cross
   entropy's backward holds the gradients of the log-probabilities and of the logits at once beside
   the saved log-probabilities: twice its logits (measured exactly, docs/results.md);
 * ``G_i``: operator ``i``'s parameter gradients: the replayed backward returns them all at its end;
@@ -56,28 +56,23 @@ from estimators.memory_parts import STATE_PARTS
 from estimators.step_peak import backward_excess_bytes as walk_rows
 
 
-def passes_gradient(node: dict) -> bool:
-    """Whether an operator's backward hands its output's gradient to its operands unchanged (no new
-    tensor): an ``add`` of two tensors of its output's shape (a residual connection), a dropout that
-    drops nothing (``p = 0`` or not training: the identity).
+def passes_gradient(node: dict, operand_shape: tuple) -> bool:
+    """Whether an operator's backward hands its output's gradient unchanged (no new tensor) to an
+    operand of ``operand_shape``: an ``add`` to an operand of its output's shape (a residual
+    connection; a broadcast operand gets a new, reduced one), a dropout that drops nothing
+    (``p = 0`` or not training: the identity).
 
     Example:
-        >>> passes_gradient({"op": "aten.add.Tensor", "out_shape": (2, 3),
-        ...                  "inputs": [{"shape": (2, 3)}, {"shape": (2, 3)}]})
-        True
-        >>> passes_gradient({"op": "aten.add.Tensor", "out_shape": (2, 3),
-        ...                  "inputs": [{"shape": (2, 3)}, {"shape": (3,)}]})  # broadcast: summed
-        False
-        >>> passes_gradient({"op": "aten.dropout.default", "attrs": {"p": 0.0, "train": True}})
+        >>> add = {"op": "aten.add.Tensor", "out_shape": (2, 3)}
+        >>> passes_gradient(add, (2, 3)), passes_gradient(add, (3,))  # the broadcast one: summed
+        (True, False)
+        >>> passes_gradient({"op": "aten.dropout.default", "attrs": {"p": 0.0, "train": True}}, (2, 3))
         True
     """
     if node.get("op") == "aten.dropout.default":
         attrs = node.get("attrs") or {}
         return attrs.get("p", 1.0) == 0 or attrs.get("train") is False
-    if node.get("op") != "aten.add.Tensor" or "out_shape" not in node:
-        return False
-    shapes = [tuple(i.get("shape", ())) for i in node.get("inputs", [])]
-    return len(shapes) == 2 and all(s == tuple(node["out_shape"]) for s in shapes)
+    return node.get("op") == "aten.add.Tensor" and tuple(node.get("out_shape", ())) == tuple(operand_shape)
 
 
 def backward_excess_bytes(G: nx.DiGraph, order: Sequence[str], assignment: dict[str, int],
@@ -105,9 +100,12 @@ def backward_excess_bytes(G: nx.DiGraph, order: Sequence[str], assignment: dict[
     # the gradients that are torch's receive buffer: the sent output's (read by the next stage only),
     # and an operand's that a residual add passes it to, where that add is its only reader
     buffer = {sent} if sent in inside and not readers[sent] else set()
+    def passes(n, u):
+        return passes_gradient(graph.nodes[n], graph.nodes[u].get("out_shape", ()))
+
     for n in reversed(stage):
-        if n in buffer and passes_gradient(graph.nodes[n]):
-            buffer.update(u for u in G.pred[n] if u in inside and readers[u] == 1)
+        if n in buffer:
+            buffer.update(u for u in G.pred[n] if u in inside and readers[u] == 1 and passes(n, u))
     rows, transients = [], {}
     for n in stage:
         d, c = G.nodes[n], assignment[n]
@@ -116,13 +114,12 @@ def backward_excess_bytes(G: nx.DiGraph, order: Sequence[str], assignment: dict[
         for u, e in G.pred[n].items():
             if (u not in inside and u != received) or e.get("tied"):  # a graph input; a tied weight's edge
                 continue
-            operands += float(out_bytes(u)[assignment[u]])
+            if not passes(n, u):
+                operands += float(out_bytes(u)[assignment[u]])
             if u != received:
                 saved += float(e["cost"][assignment[u], c, 1])
         if str(graph.nodes[n].get("op", "")).startswith("aten.cross_entropy_loss"):
             operands *= 2
-        elif passes_gradient(graph.nodes[n]):
-            operands = 0.0
         made = 0.0 if n in buffer else float(out_bytes(n)[c])
         grads = float(grads_of.nodes[n]["grad_bytes"][c])
         rows.append({"node": n, "activation_bytes": saved, "grad_bytes": grads})
