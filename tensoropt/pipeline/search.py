@@ -238,6 +238,7 @@ class StageSolver:
         self._canonical: dict[tuple[int, int], list[str]] = {}
         self._block_orders: dict[int, list[str]] = {}
         self._reads: dict[tuple, tuple] = {}
+        self._walked: dict[tuple, StageMemory] = {}
         self._config_json: dict[tuple[str, int], dict] = {}
         self.solves = 0
         self.chain = StageChain(self, chain) if chain is not None and StageChain.applies(self) else None
@@ -423,8 +424,15 @@ class StageSolver:
     def memory(self, first: int, last: int, in_flight: int, assignment: dict[str, int]) -> StageMemory:
         """The stage ``[first, last]``'s memory by part under ``assignment``, ``in_flight`` micro-batches
         kept (:mod:`tensoropt.pipeline.stage_memory`), its backward transient walked in backward order
-        (:meth:`backward_excess_bytes`; the frontier search's sums carry only the held bytes)."""
-        return self._sums(first, last, in_flight, assignment, walk=True)[3]
+        (:meth:`backward_excess_bytes`; the frontier search's sums carry only the held bytes), once
+        per (stage, ``k``, configuration vector) over :meth:`canonical` (the kept plans share stage
+        options)."""
+        if list(assignment) != self.canonical(first, last):
+            return self._sums(first, last, in_flight, assignment, walk=True)[3]
+        key = (first, last, in_flight, tuple(assignment.values()))
+        if key not in self._walked:
+            self._walked[key] = self._sums(first, last, in_flight, assignment, walk=True)[3]
+        return self._walked[key]
 
     def backward_excess_bytes(self, first: int, last: int, assignment: dict[str, int],
                               grads_of: nx.DiGraph | None = None) -> float:

@@ -19,9 +19,10 @@ does the walk, as it does for a plan without a pipeline)::
 * ``saved_i``: what operator ``i`` saves for backward, freed after it: its activations (its memory
   beyond the state) and its incoming edges' (an operand saved in its layout). A tensor that two
   operators save is charged at its producer (:mod:`estimators.op_costs`), so the walk frees it after
-  the producer's backward, which follows both: never before its last use (at worst later). What the edges from the received tensor
-  (the receive buffer itself) and from the graph inputs (the micro-batch's input) save is not
-  freed, nor what an edge pricing a tied weight's other user holds (:mod:`estimators.tied`).
+  the producer's backward, which follows both: never before its last use (at worst later). What
+  the edges from the received tensor (the receive buffer itself) and from the graph inputs (the
+  micro-batch's input) save is not freed, nor what an edge pricing a tied weight's other user
+  holds (:mod:`estimators.tied`).
 
 The stage's backward transient is the largest ``excess(n)``. On the zoo GPT's MLP (hidden ``L``,
 second linear's weight gradient ``P``): at GELU's backward ``2 L + P - L`` (the same micro-batch's GELU
