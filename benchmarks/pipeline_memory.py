@@ -153,7 +153,8 @@ def write_traces(out: Path, runs: list[dict], metrics: list[dict], rows: list[di
             text = "\n".join([head, made, live_set_table([tuple(x) for x in live], top=len(live))])
             (out / f"{name}-stage{r['stage']}-rank{r['rank']}.txt").write_text(text + "\n")
     first = {(run["plan"]["id"], run["compile"], r["stage"]): r.get("peak_live")
-             for run, m in zip(runs, metrics) for r in sorted(m["measured"]["ranks"], key=lambda r: -r["rank"])}
+             for run, m in zip(runs, metrics)
+             for r in sorted(m["measured"]["ranks"], key=lambda r: -r["rank"])}
     for row in rows:
         row["peak_live"] = first.get((row["plan"], row["compile"], row["stage"]))
     print(f"live sets at the peak: {out}/<plan>-stage<s>-rank<r>.txt")
