@@ -1,7 +1,8 @@
 """Measured tensor peak of each pipeline stage against the planner's stage memory.
 
     python benchmarks/pipeline_memory.py JOB.yaml [--nproc 2] [--stages 2] [--schedules 1F1B GPipe]
-        [--micro-batches 2 4 8] [--compile none inductor] [--out table.json]
+        [--micro-batches 2 4 8] [--compile none inductor] [--data-parallel-stages] [--out table.json]
+        [--trace DIR]
 
 For every (schedule, m) asked, the pipelined frontier of ``--stages`` stages on ``--nproc``
 devices is planned exactly as ``tensoropt plan`` does (:func:`tensoropt.pipeline.search.
@@ -22,6 +23,11 @@ Inductor (``executor.compile``). A compiled program allocates its buffers in its
 dispatch-mode peak does not see; the ``alloc`` columns read the same step from the CPU allocator's
 events (:class:`tensoropt.pipeline_runtime.stage_peak.AllocationPeak`), the figure to set against
 the prediction for compiled stages (and, uncompiled, a check of the two ways against each other).
+
+``--trace DIR``: each rank's live set at its peak (``StepPeak(trace=True)``'s ``peak_live``: the
+largest storages made during the measured step, each with its operator, shape, the schedule's
+phase and, in backward, its autograd node) written to ``DIR/<plan>-stage<s>-rank<r>.txt`` (and
+into ``--out``'s rows as ``peak_live``): what a stage holds at its peak beside the held state.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ def main() -> None:
                         help="run each plan with these executor.compile backends (one row set each)")
     parser.add_argument("--data-parallel-stages", action="store_true",
                         help="each stage's data-parallel plan (what the runtime runs on devices/p > 1)")
+    parser.add_argument("--trace", metavar="DIR",
+                        help="write each rank's live set at its peak to DIR/<plan>-stage<s>-rank<r>.txt")
     args = parser.parse_args()
     job = load_job(args.job)
     spec = TrainSpec.from_job(job, steps=3)
@@ -68,7 +76,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pipeline-memory-") as tmp:
         tmp = Path(tmp)
         runs = [{"spec": spec.to_json(), "plan": p, "steps": 3, "tensor_peak": True, "compile": c,
-                 "metrics": str(tmp / f"{p['id']}-{c}.json")} for p in plans for c in args.compile]
+                 "trace_peak": bool(args.trace), "metrics": str(tmp / f"{p['id']}-{c}.json")}
+                for p in plans for c in args.compile]
         (tmp / "runs.json").write_text(json.dumps({"runs": runs, "timeout_s": 300}))
         rc = launch_module("tensoropt.pipeline_runtime.worker", [str(tmp / "runs.json")],
                            LaunchOptions(args.nproc, timeout_s=1800))
@@ -117,8 +126,38 @@ def main() -> None:
                   f"{row['resident_tensor_bytes'] / mi:>7.2f} "
                   f"{r['resident_parts']['recv_buffer_bytes'] / mi:>6.2f} "
                   f"{r['peak_bytes'] / mi:>7.2f}")
+    if args.trace:
+        write_traces(Path(args.trace), runs, metrics, rows)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+def write_traces(out: Path, runs: list[dict], metrics: list[dict], rows: list[dict]) -> None:
+    """Each rank's live set at its peak (``peak_live`` of a ``trace_peak`` run) as a text table in
+    ``out/<plan>-stage<s>-rank<r>.txt`` (``<plan>-inductor-...`` for a compiled run); each row of the
+    stage's first replica gets its ``peak_live``."""
+    from tensoropt.executor.state.tensor_peak import live_set_table
+
+    out.mkdir(parents=True, exist_ok=True)
+    for run, m in zip(runs, metrics):
+        p = run["plan"]
+        name = p["id"] if run["compile"] == "none" else f"{p['id']}-{run['compile']}"
+        for r in m["measured"]["ranks"]:
+            live = r.get("peak_live") or []
+            above = (r["peak_tensor_bytes"] - r["before_bytes"]) / 2**20
+            resident = (r["resident_tensor_bytes"] - r["before_bytes"]) / 2**20
+            head = (f"{p['id']} stage {r['stage']} rank {r['rank']}: peak in {r['phase']}, {above:.2f} MiB "
+                    f"above the level before the run ({resident:.2f} MiB of it resident at the step's start)")
+            made = (f"made during the step and alive at the peak: {r.get('peak_live_bytes', 0) / 2**20:.2f} "
+                    f"MiB in {r.get('peak_live_storages', 0)} storages; the largest {len(live)}:")
+            text = "\n".join([head, made, live_set_table([tuple(x) for x in live], top=len(live))])
+            (out / f"{name}-stage{r['stage']}-rank{r['rank']}.txt").write_text(text + "\n")
+    first = {(run["plan"]["id"], run["compile"], r["stage"]): r.get("peak_live")
+             for run, m in zip(runs, metrics)
+             for r in sorted(m["measured"]["ranks"], key=lambda r: -r["rank"])}
+    for row in rows:
+        row["peak_live"] = first.get((row["plan"], row["compile"], row["stage"]))
+    print(f"live sets at the peak: {out}/<plan>-stage<s>-rank<r>.txt")
 
 
 if __name__ == "__main__":

@@ -47,17 +47,31 @@ def live_tensor_bytes() -> int:
 class StepPeak(TensorPeak):
     """:class:`TensorPeak` started at :func:`live_tensor_bytes` (see the module docstring).
 
+    Args:
+        trace: keep the live set at the peak (:attr:`TensorPeak.peak_live`), each storage labelled
+            with the phase it was made in and, in backward, its autograd node (slower: a copy of the
+            live set at each new peak; ``benchmarks/pipeline_memory.py --trace``).
+
     Attributes:
         resident_bytes: what was alive when the step started.
         phase: a label the caller sets as the step goes (``"F3"``: the forward of micro-batch 3);
             ``peak_phase`` is its value when the peak was reached.
+
+    Example:
+        >>> keep = torch.ones(1024)
+        >>> with StepPeak(trace=True) as peak:
+        ...     peak.phase = "B0"
+        ...     a = keep * 2
+        >>> [(nbytes, label) for nbytes, _, _, label, _ in peak.peak_live]
+        [(4096, 'B0')]
     """
 
-    def __init__(self):
+    def __init__(self, trace: bool = False):
         self.resident_bytes = live_tensor_bytes()
-        super().__init__(baseline_bytes=self.resident_bytes)
+        super().__init__(baseline_bytes=self.resident_bytes, trace=trace)
         self.phase = ""
         self.peak_phase = ""
+        self.where = lambda: self.phase
 
     def _add(self, storage: torch.UntypedStorage, func=None, t: torch.Tensor | None = None) -> None:
         before = self.peak_bytes

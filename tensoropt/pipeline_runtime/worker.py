@@ -23,7 +23,10 @@ peak was reached in and the resident parts go into the metrics, and beside them 
 peak read from the allocator's events, ``allocated_peak_bytes`` and ``allocated_phase``
 (:class:`~tensoropt.pipeline_runtime.stage_peak.AllocationPeak`: it sees the buffers a compiled
 stage allocates in its own code, which ``peak_tensor_bytes`` does not); that step's time is left out of
-the median); ``compute_reference`` (true: after each timed step, the stage's own forward and
+the median; with ``trace_peak`` also ``peak_live``: the largest storages alive at the peak, made
+during the step, as ``[bytes, op, shape, label]``, the label the schedule's phase and, in backward,
+the autograd node, and ``peak_live_bytes`` / ``peak_live_storages`` of all of them);
+``compute_reference`` (true: after each timed step, the stage's own forward and
 backward of every micro-batch run back to back without the schedule, timed: each rank's
 ``compute_times_s``, the stages' compute under the same load).
 
@@ -61,6 +64,9 @@ from tensoropt.pipeline_runtime.checkpoint import (
     save_checkpoint,
 )
 from tensoropt.pipeline_runtime.runtime import PipelineRuntime
+
+TRACED_STORAGES = 60
+"""The largest storages of the live set at the peak a ``trace_peak`` run writes (``peak_live``)."""
 
 
 class PlanRun:
@@ -203,15 +209,21 @@ class PlanRun:
 
         stage.forward_one_chunk = labelled(forward, "F")
         stage.backward_one_chunk = labelled(backward, "B")
+        trace = bool(self.config.get("trace_peak"))
         try:
-            with AllocationPeak() as allocated, StepPeak() as peak:
+            with AllocationPeak() as allocated, StepPeak(trace=trace) as peak:
                 self.losses.append(rt.train_step(step))
         finally:
             del stage.forward_one_chunk, stage.backward_one_chunk
+        live = ({"peak_live": [[nbytes, op, list(shape), label]
+                               for nbytes, op, shape, label, _ in peak.peak_live[:TRACED_STORAGES]],
+                 "peak_live_bytes": sum(r[0] for r in peak.peak_live),
+                 "peak_live_storages": len(peak.peak_live)}
+                if trace else {})
         return {"peak_tensor_bytes": peak.peak_bytes, "resident_tensor_bytes": peak.resident_bytes,
                 "before_bytes": self.before_bytes,
                 "phase": peak.peak_phase, "resident_parts": parts,
-                "allocated_peak_bytes": allocated.peak_bytes, "allocated_phase": allocated.peak_phase}
+                "allocated_peak_bytes": allocated.peak_bytes, "allocated_phase": allocated.peak_phase, **live}
 
     def finish(self) -> dict | None:
         """Write what the run's config asks for; rank 0 returns the metrics (others None)."""
