@@ -13,8 +13,6 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Sequence
 
-import numpy as np
-
 from estimators.collectives import ring_coefficients
 from estimators.profiles import Cluster, CollectiveFit, cluster_to_dict
 
@@ -56,6 +54,8 @@ def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float]) -> tuple[f
         >>> round(a * 1e4, 6), round(b * 1e9, 6)
         (1.0, 1.0)
     """
+    import numpy as np  # here: the command line reads STATISTICS without loading numpy
+
     n = np.asarray(nbytes, dtype=np.float64)
     t = np.asarray(times_s, dtype=np.float64)
     if n.shape != t.shape or n.size < 2:

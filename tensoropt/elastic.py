@@ -9,20 +9,21 @@ re-exported here. Layers: this module sits above the executor (it imports
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
-from tensoropt.checkpoint import job_hash
-from tensoropt.executor.state.restart import (  # noqa: F401 - re-exported: the worker side of elastic runs
-    EVENT_LOG,
-    HOLD_DIR_ENV,
-    HOLD_MAX_S,
-    ElasticPlanError,
-    read_events,
-    resolve_plan,
-    select_for_world_size,
-    train_with_checkpoints,
-    world,
-)
+from tensoropt.checkpoint.manifest import job_hash
+
+_RESTART_NAMES = ("EVENT_LOG", "HOLD_DIR_ENV", "HOLD_MAX_S", "ElasticPlanError", "read_events",
+                  "resolve_plan", "select_for_world_size", "train_with_checkpoints", "world")
+"""Re-exported from :mod:`tensoropt.executor.state.restart` (the worker side of elastic runs), imported
+when first used: ``tensoropt --help`` adds this module's options without importing torch."""
+
+
+def __getattr__(name: str):
+    if name in _RESTART_NAMES:
+        return getattr(importlib.import_module("tensoropt.executor.state.restart"), name)
+    raise AttributeError(f"module 'tensoropt.elastic' has no attribute {name!r}")
 
 
 def add_run_arguments(parser) -> None:

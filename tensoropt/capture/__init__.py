@@ -10,14 +10,15 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from tensoropt.capture.export import TraceError, export_program
-from tensoropt.capture.fxroles import operand_roles, tensor_args
-from tensoropt.capture.graph import CaptureWarning, OpGraph, build_graph
+    from tensoropt.capture.graph import OpGraph
 
 __all__ = [
     "capture",
@@ -28,6 +29,24 @@ __all__ = [
     "TraceError",
     "CaptureWarning",
 ]
+
+_LAZY = {
+    "export_program": "tensoropt.capture.export",
+    "TraceError": "tensoropt.capture.export",
+    "operand_roles": "tensoropt.capture.fxroles",
+    "tensor_args": "tensoropt.capture.fxroles",
+    "OpGraph": "tensoropt.capture.graph",
+    "CaptureWarning": "tensoropt.capture.graph",
+    "build_graph": "tensoropt.capture.graph",
+}
+"""The package's names, imported when first used: a module that needs one light part of capture
+(``tensoropt.capture.ops``, ``.fingerprint``) does not load torch.export's wrapper nor networkx."""
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tensoropt.capture' has no attribute {name!r}")
 
 
 def capture(model: torch.nn.Module, example_inputs: Sequence) -> OpGraph:
@@ -50,6 +69,9 @@ def capture(model: torch.nn.Module, example_inputs: Sequence) -> OpGraph:
         >>> g.nx.nodes["linear"]["flops"]
         48
     """
+    from tensoropt.capture.export import export_program
+    from tensoropt.capture.graph import build_graph
+
     return build_graph(export_program(model, example_inputs))
 
 

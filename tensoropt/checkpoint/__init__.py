@@ -1,28 +1,31 @@
 """Atomic distributed checkpoints (torch.distributed.checkpoint) that reshard into any plan.
 
+The names are imported when first used: a worker that never saves (or only hashes its job) does
+not import ``torch.distributed.checkpoint``.
+
 Example:
     >>> from tensoropt.checkpoint import job_hash, latest_checkpoint
     >>> latest_checkpoint("/nonexistent", job_hash({"model": "mlp"})) is None
     True
 """
 
-from tensoropt.checkpoint.dcp_io import broadcast, load_checkpoint, resume, save_checkpoint, state_module
-from tensoropt.checkpoint.manifest import (
-    MANIFEST,
-    CheckpointMismatch,
-    CheckpointWarning,
-    Found,
-    Manifest,
-    job_hash,
-    latest_checkpoint,
-    list_checkpoints,
-    read_manifest,
-    step_dir,
-    write_manifest,
-)
+from __future__ import annotations
 
-__all__ = [
-    "MANIFEST", "CheckpointMismatch", "CheckpointWarning", "Found", "Manifest", "broadcast", "job_hash",
-    "latest_checkpoint", "list_checkpoints", "load_checkpoint", "read_manifest", "resume", "save_checkpoint",
-    "state_module", "step_dir", "write_manifest",
-]
+import importlib
+
+_LAZY = {
+    **dict.fromkeys(("broadcast", "load_checkpoint", "resume", "save_checkpoint", "state_module"),
+                    "tensoropt.checkpoint.dcp_io"),
+    **dict.fromkeys(("MANIFEST", "CheckpointMismatch", "CheckpointWarning", "Found", "Manifest", "job_hash",
+                     "latest_checkpoint", "list_checkpoints", "read_manifest", "step_dir", "write_manifest"),
+                    "tensoropt.checkpoint.manifest"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tensoropt.checkpoint' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

@@ -23,14 +23,15 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from tensoropt.checkpoint.manifest import (
+    MANIFEST_LAYOUT,
     CheckpointWarning,
     Found,
     Manifest,
     list_checkpoints,
     step_dir,
-    step_dirs,
     write_manifest,
 )
+from tensoropt.checkpoint.prune import prune_step_folders
 
 
 def state_module(params: dict[str, torch.Tensor],
@@ -130,13 +131,8 @@ def save_checkpoint(trainer, root: str | Path, step: int, job_hash: str, job: di
     if rank == 0:
         write_manifest(path, Manifest(step=step, plan_id=trainer.plan.plan_id, world_size=world,
                                       job_hash=job_hash, job=job))
-        if keep > 0:  # older complete checkpoints beyond `keep`, and leftovers of failed saves
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", CheckpointWarning)
-                kept = {f.path for f in list_checkpoints(root, verify_checksums=False)[-keep:]}
-            for old_step, old in step_dirs(root):
-                if old_step < step and old not in kept:
-                    shutil.rmtree(old, ignore_errors=True)
+        # older complete checkpoints beyond `keep`, and leftovers of failed saves: the trainers' rule
+        prune_step_folders(root, step, keep, MANIFEST_LAYOUT)
     _barrier()
     return path
 

@@ -22,7 +22,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tensoropt.plans import write_text_atomic
+from estimators.files import write_text_atomic
+from tensoropt.checkpoint.prune import StepLayout
 
 MANIFEST = "manifest.json"
 """Name of the manifest file inside a step directory."""
@@ -222,17 +223,7 @@ def list_checkpoints(root: str | Path, expected_job_hash: str | None = None,
     """
     found = []
     for step, path in step_dirs(root):
-        try:
-            manifest = read_manifest(path)
-        except FileNotFoundError:
-            _skip(path, "it has no manifest (the save did not finish)")
-            continue
-        except (OSError, ValueError) as e:
-            _skip(path, f"its manifest is unreadable: {e}")
-            continue
-        problem = check_files(path, manifest, verify_checksums)
-        if problem is None and manifest.step != step:
-            problem = f"its manifest says step {manifest.step}"
+        manifest, problem = _checked(path, step, verify_checksums)
         if problem is not None:
             _skip(path, problem)
             continue
@@ -244,6 +235,34 @@ def list_checkpoints(root: str | Path, expected_job_hash: str | None = None,
             )
         found.append(Found(path, manifest))
     return found
+
+
+def _checked(path: Path, step: int, verify_checksums: bool) -> tuple[Manifest | None, str | None]:
+    """The manifest of the step folder ``path`` of ``step``, and why it is unusable (None when usable)."""
+    try:
+        manifest = read_manifest(path)
+    except FileNotFoundError:
+        return None, "it has no manifest (the save did not finish)"
+    except (OSError, ValueError) as e:
+        return None, f"its manifest is unreadable: {e}"
+    problem = check_files(path, manifest, verify_checksums)
+    if problem is None and manifest.step != step:
+        problem = f"its manifest says step {manifest.step}"
+    return manifest, problem
+
+
+def _manifest_folder_step(path: Path) -> int | None:
+    """The step of a folder named as :func:`step_dir` names it (``step-00000012``), else None."""
+    m = _STEP_DIR.match(path.name)
+    return int(m.group(1)) if m and step_dir(path.parent, int(m.group(1))).name == path.name else None
+
+
+MANIFEST_LAYOUT = StepLayout(
+    "manifest", _manifest_folder_step,
+    lambda path: _checked(path, _manifest_folder_step(path), verify_checksums=False)[1] is None)
+"""The executor's worker's checkpoints for :func:`tensoropt.checkpoint.prune.prune_step_folders`:
+``step-00000012/`` folders, complete when the manifest matches its files' sizes (checksums are not
+read: pruning must stay cheap)."""
 
 
 def latest_checkpoint(root: str | Path, expected_job_hash: str | None = None,

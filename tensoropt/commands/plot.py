@@ -15,7 +15,6 @@ from tensoropt.commands import CommandError
 from tensoropt.commands.select import budget_bytes, frontier_path
 from tensoropt.plans import load_frontier_file, write_text_atomic
 from tensoropt.plot.details import EMBED_LIMIT_BYTES
-from tensoropt.plot.page import pareto_html
 
 
 def add_parser(subparsers) -> None:
@@ -40,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     frontier_json = load_frontier_file(path).to_json(shared=True)  # the file's form: rows shared
     out = Path(args.output) if args.output else path.parent / "pareto.html"
     budget = budget_bytes(args.memory_budget, frontier_json["job"])
+    from tensoropt.plot.page import pareto_html  # plotly: imported by this command only
+
     text = pareto_html(frontier_json, budget, args.job, embed_limit_bytes=_limit_bytes(args.embed_limit_mib))
     write_text_atomic(out, text)
     plans = sum(len(f["plans"]) for f in frontier_json["frontiers"])

@@ -17,7 +17,6 @@ from tensoropt.commands.plot import _limit_bytes
 from tensoropt.commands.select import budget_bytes
 from tensoropt.plans import load_frontier_file
 from tensoropt.plot.details import EMBED_LIMIT_BYTES
-from tensoropt.plot.server import ParetoServer, serve
 
 
 def add_parser(subparsers) -> None:
@@ -39,6 +38,8 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C / SIGTERM."""
+    from tensoropt.plot.server import ParetoServer, serve  # plotly: imported by this command only
+
     path = Path(args.dir)
     path = path if path.suffix == ".json" else path / "frontier.json"
     job = load_frontier_file(path).job

@@ -13,12 +13,16 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-import networkx as nx
-
-from tensoropt.configspace import rules
 from tensoropt.configspace.configuration import Configuration, Mesh
 from tensoropt.configspace.space import ParDim, configurations_of
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+# The rules (and the capture modules they use) are imported by the first enumeration, so that
+# importing `tensoropt.configspace.configuration`, all the executor needs, stays light.
 
 __all__ = ["configurations", "node_configurations", "parallel_dims", "ParDim"]
 
@@ -46,6 +50,8 @@ def parallel_dims(g: nx.DiGraph, node: str) -> list[ParDim]:
         >>> [(d.name, d.size) for d in parallel_dims(g.nx, "linear")]
         [('batch', 2), ('out', 4), ('in', 8)]
     """
+    from tensoropt.configspace import rules
+
     data = dict(g.nodes[node])
     data["_operand_names"] = _operand_names(g, node)
     rule = rules.RULES.get(data["kind"], rules.opaque_dims)

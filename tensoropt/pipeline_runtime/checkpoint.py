@@ -31,12 +31,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from tensoropt.checkpoint.trainer_format import (
-    FLAT_OPTIMIZER,
     TRAINER_STATE,
+    flat_optimizer,
     optimizer_options,
     prune_checkpoints,
 )
@@ -44,11 +42,17 @@ from tensoropt.checkpoint.trainer_format import (
 STEP_FILE = "pipeline_step.json"
 """The file (beside DCP's) holding ``{"step": steps done}``."""
 
-OPTIONS = FLAT_OPTIMIZER
+
+def __getattr__(name: str):
+    if name == "OPTIONS":  # the layout's options (trainer_format.FLAT_OPTIMIZER), made on first use
+        return flat_optimizer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _state(module, optimizer) -> dict:
-    model_sd, optim_sd = get_state_dict(module, optimizer, options=OPTIONS)
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(module, optimizer, options=flat_optimizer())
     return {"model": model_sd, "optim": optim_sd}
 
 
@@ -88,6 +92,8 @@ def save_checkpoint(directory: str | Path, module, optimizer, step: int, plan_id
         >>> # not run here: collective
         >>> save_checkpoint("ckpt", module, optimizer, 4)  # doctest: +SKIP
     """
+    import torch.distributed.checkpoint as dcp  # here: a run that never saves does not load DCP
+
     path = Path(directory) / f"{CHECKPOINT_PREFIX}{step}"
     if dist.get_rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
@@ -126,6 +132,9 @@ def load_checkpoint(path: str | Path, module, optimizer) -> int:
     if found is None:
         raise FileNotFoundError(f"resume_from {path}: no complete checkpoint ({CHECKPOINT_PREFIX}<n>/"
                                 f"{STEP_FILE}); not a pipelined run's checkpoint directory")
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
     options = optimizer_options(found)
     _create_optimizer_state(module, optimizer)
     model_sd, optim_sd = get_state_dict(module, optimizer, options=options)
@@ -143,6 +152,8 @@ def _buffers_not_saved(folder: Path, module, model_sd: dict) -> list[str]:
     """Drop from ``model_sd`` (and return) the buffers of ``module`` that the checkpoint lacks: a
     plan without stages keeps a model's constant buffers (a causal mask) out of its checkpoint, and
     a stage module rebuilds them. A missing *parameter* is an error naming it."""
+    import torch.distributed.checkpoint as dcp
+
     saved = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
     buffers = {name for name, _ in module.named_buffers()}
     absent = [k for k in model_sd if f"model.{k}" not in saved]

@@ -38,8 +38,8 @@ import torch
 import torch.distributed as dist
 
 from tensoropt.checkpoint.trainer_format import (
-    FLAT_OPTIMIZER,
     TRAINER_STATE,
+    flat_optimizer,
     optimizer_options,
     prune_checkpoints,
 )
@@ -174,7 +174,7 @@ def save_checkpoint(directory: str | Path, step: int, pm, optimizer, scheduler, 
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     folder = Path(directory) / f"{CHECKPOINT_PREFIX}{step}"
-    model_sd, optim_sd = get_state_dict(pm, optimizer, options=FLAT_OPTIMIZER)
+    model_sd, optim_sd = get_state_dict(pm, optimizer, options=flat_optimizer())
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(folder))
     if dist.is_initialized():
         dist.barrier()

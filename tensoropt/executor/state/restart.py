@@ -31,8 +31,6 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from tensoropt.checkpoint import broadcast, job_hash, resume, save_checkpoint
-
 EVENT_LOG = "elastic-log.jsonl"
 """Name of the per-start event log inside the checkpoint directory."""
 
@@ -173,6 +171,8 @@ def resolve_plan(select_options: dict) -> dict:
         >>> # not run here: needs out/frontier.json from `tensoropt plan` and a process group
         >>> plan = resolve_plan({"frontier": "out/frontier.json", "job": None})  # doctest: +SKIP
     """
+    from tensoropt.checkpoint import broadcast
+
     rank, size = world()
     answer: tuple | Exception
     if rank == 0:
@@ -208,6 +208,8 @@ def train_with_checkpoints(trainer, spec, total_steps: int, options: dict):
         >>> # not run here: needs out/frontier.json from `tensoropt plan` and a process group
         >>> train_with_checkpoints(trainer, spec, 100, {"dir": "ckpt", "every": 10})  # doctest: +SKIP
     """
+    from tensoropt.checkpoint import job_hash, resume, save_checkpoint
+
     root = Path(options["dir"])
     every = int(options.get("every") or 0)
     keep = int(options.get("keep", 2))
