@@ -220,10 +220,7 @@ def cost_graph(
         # on a CPU host the other ranks compute at the same time, sharing caches and memory bandwidth
         co_runners = min(num_devices, cl.devices_per_node) - 1
         from estimators.batch_norm import CHANNEL_SPLIT_BATCH_NORM, SYNC_BATCH_NORM
-        from tensoropt.executor.ops.batch_norm import (
-            channel_split_batch_norm_alone,
-            synchronized_batch_norm_alone,
-        )
+        from tensoropt.batch_norm_kernels import channel_split_batch_norm_alone, synchronized_batch_norm_alone
 
         # batch norms timed as the executor runs them (estimators/batch_norm.py)
         variants = {SYNC_BATCH_NORM: synchronized_batch_norm_alone,

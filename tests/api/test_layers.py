@@ -19,6 +19,7 @@ LAYERS = {
     "tensoropt.sizes": 2, "tensoropt.precision": 2, "tensoropt.progress": 2, "tensoropt.capture": 2,
     "tensoropt.models": 2, "tensoropt.configspace": 2, "tensoropt.config": 2, "tensoropt.cost_graph": 2,
     "tensoropt.job_model": 2, "tensoropt.accumulation": 2, "tensoropt.data_parallel": 2,
+    "tensoropt.batch_norm_kernels": 2,  # batch-norm kernels: the executor runs, the cost graph times
     # planning and selection: plan/frontier files, the planner, the selector
     "tensoropt.plans": 3, "tensoropt.summary": 3, "tensoropt.solver_size": 3, "tensoropt.planner": 3,
     "tensoropt.selector": 3, "tensoropt.tables": 3, "tensoropt.baselines": 3, "tensoropt.pipeline": 3,
