@@ -30,9 +30,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-HIDDEN_OPS = 20
-"""A collective with at least this many program operators between its issue and its wait, or waited
-only by the program's output, is counted as hidden (the hoisted label count, the sunk loss value)."""
 
 
 class Attribution:
@@ -125,7 +122,7 @@ def program_collectives(gm, att: Attribution) -> list[dict]:
     order: ``node``, ``kind``, ``bytes`` (the estimator's ``n``), ``owner`` and ``phase`` (who issued
     it, :func:`owner_of`), ``reader`` (the plan node whose part of the program first reads its wait;
     ``output``: only the program's result), ``between`` (program operators between issue and wait),
-    ``bucket`` (a gradient bucket) and ``hidden`` (see :data:`HIDDEN_OPS`).
+    ``bucket`` (a gradient bucket) and ``hidden`` (:func:`hidden`).
 
     Example:
         >>> program_collectives(lowered.gm, att)[0]["kind"]  # doctest: +SKIP
@@ -135,6 +132,7 @@ def program_collectives(gm, att: Attribution) -> list[dict]:
     from comm_clock import _nbytes, collective_kind, gradient_bucket, is_wait
 
     position = {n: i for i, n in enumerate(att.order)}
+    tail = sunk_tail(gm)
     nodes = list(gm.graph.nodes)
     where = {n: i for i, n in enumerate(nodes)}
     rows = []
@@ -161,8 +159,72 @@ def program_collectives(gm, att: Attribution) -> list[dict]:
         bucket = gradient_bucket(n)
         rows.append({"node": n.name, "kind": kind, "bytes": _nbytes(kind, vals, None), "owner": owner,
                      "phase": phase, "reader": reader, "between": between, "bucket": bucket,
-                     "hidden": not bucket and (reader == "output" or between >= HIDDEN_OPS)})
+                     "hidden": not bucket and hidden(n, wait, tail)})
     return rows
+
+
+def hidden(collective, wait, tail: set | None = None) -> bool:
+    """Whether the program's passes keep ``collective`` off the step's path, as the cost graph prices it
+    (no sync point): a small all-reduce fed by integer graph inputs through a few pure operators (the
+    label count :func:`~tensoropt.executor.program.graph_passes.hoist_collectives` issues early), or
+    one whose wait is in the program's ``tail`` (:func:`sunk_tail`: the waits
+    :func:`~tensoropt.executor.program.graph_passes.sink_waits` moved to the end with their readers:
+    the loss's value, gathered running statistics).
+
+    Example:
+        >>> import torch
+        >>> g = torch.fx.Graph(); y = g.placeholder("labels"); y.meta["val"] = torch.ones(4, dtype=torch.long)
+        >>> r = g.call_function(torch.ops._c10d_functional.all_reduce.default, (y, "sum", "0"))
+        >>> w = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (r,))
+        >>> _ = g.output(w); r.meta["val"] = torch.empty(4)
+        >>> hidden(r, w, set())  # a count of labels: the kind hoisted
+        True
+    """
+    import torch
+
+    from tensoropt.executor.program import graph_passes as gp
+
+    if wait is not None and tail is not None and wait in tail:
+        return True
+    val = collective.meta.get("val")
+    small = isinstance(val, torch.Tensor) and val.numel() * val.element_size() <= gp.MAX_HOISTED_BYTES
+    if collective.target is not torch.ops._c10d_functional.all_reduce.default or not small:
+        return False
+    cone = gp._cone(collective, forward=False)
+    if cone is None:
+        return False
+    inputs = {a for n in [*cone, collective] for a in n.all_input_nodes if a.op == "placeholder"}
+    return all(not (isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].is_floating_point())
+               for a in inputs)  # counted from integer inputs only (labels), not from the model's values
+
+
+def sunk_tail(gm) -> set:
+    """The waits (and their readers) that end the program: each wait whose result only reaches the
+    output or in-place writes into graph inputs through a few pure operators, as far back from the
+    output as only such nodes stand."""
+    from tensoropt.executor.program import graph_passes as gp
+
+    sinkable: set = set()
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and is_wait_node(n):
+            cone = gp._cone(n, forward=True, writes=True)
+            if cone is not None:
+                sinkable.update([n, *cone])
+    tail: set = set()
+    for n in reversed(gm.graph.nodes):
+        if n.op == "output":
+            continue
+        if n not in sinkable:
+            break
+        tail.add(n)
+    return tail
+
+
+def is_wait_node(n) -> bool:
+    """Whether fx node ``n`` waits for a collective."""
+    from comm_clock import is_wait
+
+    return is_wait(n.target)
 
 
 def match(priced: list[dict], run: list[dict]) -> dict:
