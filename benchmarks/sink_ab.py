@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, row in got.items():
         wall, unloaded, cpu = (statistics.median(row[k]) * 1e3 for k in ("wall", "unloaded", "cpu"))
         print(f"{key:14} {wall:8.1f} {unloaded:10.1f} {cpu:7.1f}")
-    print(f"load average before {' '.join(f'{x:.2f}' for x in load_before)}, after "
-          f"{' '.join(f'{x:.2f}' for x in load_after)}")
+    loads = [" ".join(f"{x:.2f}" for x in xs) for xs in (load_before, load_after)]
+    print(f"load average before {loads[0]}, after {loads[1]}")
     return 0
 
 
