@@ -132,7 +132,6 @@ def program_collectives(gm, att: Attribution) -> list[dict]:
     from comm_clock import _nbytes, collective_kind, gradient_bucket, is_wait
 
     position = {n: i for i, n in enumerate(att.order)}
-    tail = sunk_tail(gm)
     nodes = list(gm.graph.nodes)
     where = {n: i for i, n in enumerate(nodes)}
     rows = []
@@ -159,32 +158,40 @@ def program_collectives(gm, att: Attribution) -> list[dict]:
         bucket = gradient_bucket(n)
         rows.append({"node": n.name, "kind": kind, "bytes": _nbytes(kind, vals, None), "owner": owner,
                      "phase": phase, "reader": reader, "between": between, "bucket": bucket,
-                     "hidden": not bucket and hidden(n, wait, tail)})
+                     "hidden": not bucket and hidden(n, wait, between)})
     return rows
 
 
-def hidden(collective, wait, tail: set | None = None) -> bool:
-    """Whether the program's passes keep ``collective`` off the step's path, as the cost graph prices it
-    (no sync point): a small all-reduce fed by integer graph inputs through a few pure operators (the
-    label count :func:`~tensoropt.executor.program.graph_passes.hoist_collectives` issues early), or
-    one whose wait is in the program's ``tail`` (:func:`sunk_tail`: the waits
-    :func:`~tensoropt.executor.program.graph_passes.sink_waits` moved to the end with their readers:
-    the loss's value, gathered running statistics).
+OVERLAP_OPS = 20
+"""A collective whose result only the program's outputs read counts as hidden from this many program
+operators between its issue and its wait (the step's other work runs meanwhile)."""
+
+
+def hidden(collective, wait, between: int) -> bool:
+    """Whether nothing of the step waits for ``collective`` (the cost graph prices it without a sync
+    point): its waited result only reaches the outputs or in-place writes into graph inputs through a
+    few pure operators, with at least :data:`OVERLAP_OPS` operators run between its issue and its wait
+    (the loss's value and gathered running statistics, which
+    :func:`~tensoropt.executor.program.graph_passes.sink_waits` moves to the end; a gradient only a
+    parameter's gradient reads); or it is a small all-reduce fed by integer graph inputs through a few
+    pure operators (the label count :func:`~tensoropt.executor.program.graph_passes.hoist_collectives`
+    issues early).
 
     Example:
         >>> import torch
         >>> g = torch.fx.Graph(); y = g.placeholder("labels"); y.meta["val"] = torch.ones(4, dtype=torch.long)
         >>> r = g.call_function(torch.ops._c10d_functional.all_reduce.default, (y, "sum", "0"))
         >>> w = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (r,))
-        >>> _ = g.output(w); r.meta["val"] = torch.empty(4)
-        >>> hidden(r, w, set())  # a count of labels: the kind hoisted
+        >>> x = g.call_function(torch.ops.aten.mm.default, (w, w)); _ = g.output(x)
+        >>> r.meta["val"] = torch.empty(4)
+        >>> hidden(r, w, 0)  # a count of labels: the kind hoisted
         True
     """
     import torch
 
     from tensoropt.executor.program import graph_passes as gp
 
-    if wait is not None and tail is not None and wait in tail:
+    if wait is not None and between >= OVERLAP_OPS and gp._cone(wait, forward=True, writes=True) is not None:
         return True
     val = collective.meta.get("val")
     small = isinstance(val, torch.Tensor) and val.numel() * val.element_size() <= gp.MAX_HOISTED_BYTES
@@ -196,35 +203,6 @@ def hidden(collective, wait, tail: set | None = None) -> bool:
     inputs = {a for n in [*cone, collective] for a in n.all_input_nodes if a.op == "placeholder"}
     return all(not (isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].is_floating_point())
                for a in inputs)  # counted from integer inputs only (labels), not from the model's values
-
-
-def sunk_tail(gm) -> set:
-    """The waits (and their readers) that end the program: each wait whose result only reaches the
-    output or in-place writes into graph inputs through a few pure operators, as far back from the
-    output as only such nodes stand."""
-    from tensoropt.executor.program import graph_passes as gp
-
-    sinkable: set = set()
-    for n in gm.graph.nodes:
-        if n.op == "call_function" and is_wait_node(n):
-            cone = gp._cone(n, forward=True, writes=True)
-            if cone is not None:
-                sinkable.update([n, *cone])
-    tail: set = set()
-    for n in reversed(gm.graph.nodes):
-        if n.op == "output":
-            continue
-        if n not in sinkable:
-            break
-        tail.add(n)
-    return tail
-
-
-def is_wait_node(n) -> bool:
-    """Whether fx node ``n`` waits for a collective."""
-    from comm_clock import is_wait
-
-    return is_wait(n.target)
 
 
 def match(priced: list[dict], run: list[dict]) -> dict:
