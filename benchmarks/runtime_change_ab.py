@@ -1,11 +1,13 @@
-"""The running statistics' gather-back sunk to the program's end, or waited for at each batch norm, in
-one launch (``graph_passes.sink_waits``, 2026-11-29): the CNN's channel-split plans of
-``benchmarks/fidelity.py``'s plan cache, each traced twice (the pass's input writes off for one),
-their steps interleaved (rotated, reversed every other round); per way the median wall step, wall
-less the main thread's run delay, and main-thread CPU, rank 0.
+"""Two runtime changes of 2026-11-29 (collcount), each on and off in one launch: ``--change sink``,
+the running statistics' gather-back sunk to the program's end or waited for at each batch norm
+(``graph_passes.sink_waits``; the CNN's plans); ``--change carried``, a shard the views carry kept
+through them, or the whole value redistributed before them (``interpreter.carried``; the ViT's
+plans). The plans of ``benchmarks/fidelity.py``'s plan cache, each traced twice (the change off for
+one), their steps interleaved (rotated, reversed every other round); per way the median wall step,
+wall less the main thread's run delay, and main-thread CPU, rank 0.
 
-Usage: ``TENSOROPT_CACHE=... .venv/bin/python benchmarks/sink_ab.py --plan-cache plans.json
-[--plans fast,lean] [--rounds 10] [--steps 4]``.
+Usage: ``TENSOROPT_CACHE=... .venv/bin/python benchmarks/runtime_change_ab.py --plan-cache plans.json
+[--change sink|carried] [--plans fast,lean] [--rounds 10] [--steps 4]``.
 """
 
 from __future__ import annotations
@@ -30,22 +32,25 @@ def worker(options: dict) -> None:
     from runtime import spec_of
 
     from tensoropt.executor.job.plan import ExecPlan
-    from tensoropt.executor.program import graph_passes
+    from tensoropt.executor.program import graph_passes, interpreter
     from tensoropt.executor.state.worker import end_process_group, init_process_group
     from tensoropt.training.trainer import Trainer
 
     init_process_group()
     systems = []
+    model, (module, name, off) = options["model"], {
+        "sink": (graph_passes, "_input_write", lambda n: False),
+        "carried": (interpreter, "carried", lambda current, pre, dim_map: pre)}[options["change"]]
     for label, plan in options["plans"].items():
-        for way in ("sunk", "waited"):
-            trainer = Trainer(spec_of("cnn", 4, MODELS), ExecPlan.from_json(plan), mode="replay")
-            saved = graph_passes._input_write
-            if way == "waited":
-                graph_passes._input_write = lambda n: False
+        for way in ("on", "off"):
+            trainer = Trainer(spec_of(model, 4, MODELS), ExecPlan.from_json(plan), mode="replay")
+            saved = getattr(module, name)
+            if way == "off":
+                setattr(module, name, off)
             try:
                 trainer.train(2, start_step=0)  # traces the program
             finally:
-                graph_passes._input_write = saved
+                setattr(module, name, saved)
             systems.append((f"{label}/{way}", trainer))
     got: dict[str, dict[str, list]] = {}
     for r in range(options["rounds"]):
@@ -66,10 +71,11 @@ def worker(options: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run both ways of the CNN's plans in one launch and print their medians."""
+    """Run both ways of the plans in one launch and print their medians."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--plan-cache", required=True)
+    parser.add_argument("--change", choices=("sink", "carried"), default="sink")
     parser.add_argument("--plans", default="fast,lean")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=4)
@@ -77,12 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     from worker_launch import launch_workers
 
-    cached = json.loads(Path(args.plan_cache).read_text())["cnn"]["plans"]
-    plans = {label: cached[label] for label in args.plans.split(",")}
+    model = {"sink": "cnn", "carried": "vit"}[args.change]
+    cached = json.loads(Path(args.plan_cache).read_text())[model]["plans"]
+    plans = {label: cached[label] for label in args.plans.split(",") if label in cached["run"]}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        got = launch_workers(__file__, {"plans": plans, "rounds": args.rounds, "steps": args.steps},
-                             Path(tmp))
+        got = launch_workers(__file__, {"plans": plans, "rounds": args.rounds, "steps": args.steps,
+                                        "model": model, "change": args.change}, Path(tmp))
     load_after = os.getloadavg()
     print(f"{'plan/way':14} {'wall ms':>8} {'wall-delay':>10} {'CPU ms':>7}  (medians over {args.rounds} x "
           f"{args.steps} steps, rank 0)")
