@@ -300,8 +300,9 @@ def _target_name(target) -> str:
 
 def clocked_steps(trainer, steps: int, start: int) -> dict:
     """Run ``steps`` steps of ``trainer`` with every node of its replayed program timed on the main
-    thread's CPU clock: ``{"ops": {target: [CPU s, calls, output bytes] per step}, "optimizer_s",
-    "step_s", "optimizer_parts"}`` (medians over the steps of the whole step's main-thread CPU seconds
+    thread's CPU clock: ``{"ops": {target: [CPU s, calls, output bytes] per step}, "by_shape":
+    {"target [operand shapes]": [CPU s, calls] per step}, "optimizer_s", "step_s", "optimizer_parts"}``
+    (medians over the steps of the whole step's main-thread CPU seconds
     and of the optimizer's part as the cost model prices it: the gradients handed to the parameters,
     ``optimizer.step()`` with its hooks and ``zero_grad``, each in ``optimizer_parts``:
     :class:`tensoropt.training.optimizer_clock.OptimizerClock`). Empty when the trainer has no
@@ -320,6 +321,7 @@ def clocked_steps(trainer, steps: int, start: int) -> dict:
     if program is None or not program.programs:
         return {}
     acc: dict[str, list[float]] = {}
+    by_shape: dict[str, list[float]] = {}  # "target [operand shapes]" -> [CPU s, calls]
 
     class Clocked(fx.Interpreter):
         def call_function(self, target, args, kwargs):  # the call alone: not the interpreter's lookups
@@ -330,6 +332,10 @@ def clocked_steps(trainer, steps: int, start: int) -> dict:
             row[0] += dt
             row[1] += 1
             row[2] += out.nbytes if isinstance(out, torch.Tensor) else 0  # what it wrote (its output)
+            shapes = [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
+            row = by_shape.setdefault(f"{_target_name(target)} {shapes}", [0.0, 0.0])
+            row[0] += dt
+            row[1] += 1
             return out
 
     saved = dict(program.programs)
@@ -345,6 +351,7 @@ def clocked_steps(trainer, steps: int, start: int) -> dict:
     finally:
         program.programs.update(saved)
     return {"ops": {k: [v[0] / steps, v[1] / steps, v[2] / steps] for k, v in acc.items()},
+            "by_shape": {k: [v[0] / steps, v[1] / steps] for k, v in by_shape.items()},
             "optimizer_s": clock.median("optimizer_s"),
             "optimizer_parts": {p: clock.median(p) for p in PARTS if p != "program_s"},
             "step_s": statistics.median(step_s)}

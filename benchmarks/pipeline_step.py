@@ -1,7 +1,7 @@
 """Measured step time and peak memory per stage of a frontier's pipelined plans against the prediction.
 
     python benchmarks/pipeline_step.py JOB.yaml FRONTIER.json [--nproc 2] [--steps 8] [--eager] [--memory]
-        [--compute]
+        [--compute] [--compiled]
     python benchmarks/pipeline_step.py JOB.yaml --stages 2 --schedules 1F1B --micro-batches 2 4 8 ...
 
 Without FRONTIER.json, the fastest plan of each (``--stages``, schedule, m) pipelined frontier is
@@ -18,6 +18,13 @@ their ratio, and the per-micro-batch schedule overhead that would close the gap,
 ``(measured - predicted) / (m + p - 1)`` plus the device's ``pipeline_microbatch_s`` the plans
 were priced with (:func:`estimators.pipeline.schedule_overhead_s`; the median of the column is what
 ``configs/devices/<device>.yaml`` takes).
+
+``--compiled``: each plan also runs with its stages' programs compiled by Inductor
+(``executor.compile: inductor``) in the same rotation; the table adds its median step, its ratio to
+the uncompiled replay, the stages' compile time (the slowest rank's Inductor seconds, paid on the
+first step) and both runs' median CPU seconds per step (the slowest rank's, every thread of the
+process). Inductor's cache is this process's ``TORCHINDUCTOR_CACHE_DIR`` (a fresh one gives the cold
+compile time).
 
 ``--compute``: after each timed step every rank also runs its stage's forward and backward of the
 step's micro-batches back to back, without the schedule (the worker's ``compute_reference``), timed
@@ -71,6 +78,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--eager", action="store_true", help="also run each plan with eager stages")
     parser.add_argument("--memory", action="store_true", help="measure each stage's peak (a launch per plan)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="also run each plan with its stages compiled by Inductor")
     parser.add_argument("--compute", action="store_true",
                         help="also time each stage's compute without the schedule, under the same load")
     args = parser.parse_args()
@@ -90,13 +99,14 @@ def main() -> None:
                  if not (s == "1F1B" and m < args.stages)]
     if not plans:
         raise SystemExit(f"{args.frontier}: no pipelined plan for {args.nproc} devices")
-    modes = [True, False] if args.eager else [True]
+    modes = ["replay"] + (["inductor"] if args.compiled else []) + (["eager"] if args.eager else [])
     with tempfile.TemporaryDirectory(prefix="pipeline-step-") as tmp:
         tmp = Path(tmp)
-        runs = [{"spec": spec.to_json(), "plan": p, "steps": args.steps, "replay": replay,
-                 "compute_reference": args.compute,
-                 "metrics": str(tmp / f"{p['id']}-{'replay' if replay else 'eager'}.json")}
-                for p in plans for replay in modes]
+        runs = [{"spec": spec.to_json(), "plan": p, "steps": args.steps, "replay": mode != "eager",
+                 "compile": "inductor" if mode == "inductor" else "none",
+                 "compute_reference": args.compute and mode == "replay",
+                 "metrics": str(tmp / f"{p['id']}-{mode}.json")}
+                for p in plans for mode in modes]
         timed = _launch(runs, args.nproc, tmp, "time", interleave=True)
         memory = []
         if args.memory:
@@ -108,17 +118,27 @@ def main() -> None:
           "(what the plans were priced with)")
     header = (f"{'plan':8} {'schedule':8} {'m':>3} {'bubble':>7} {'predicted':>10} {'replayed':>10} "
               f"{'ratio':>6}")
-    print(header + (f" {'eager':>10} {'ratio':>6}" if args.eager else "") + f" {'fit o (ms)':>10}")
+    compiled_header = (f" {'compiled':>10} {'/replay':>7} {'compile s':>9} {'CPU replay':>10} "
+                       f"{'CPU compiled':>12}")
+    print(header + (compiled_header if args.compiled else "")
+          + (f" {'eager':>10} {'ratio':>6}" if args.eager else "") + f" {'fit o (ms)':>10}")
     fits = []
     for i, p in enumerate(plans):
         pipe, detail = p["pipeline"], p.get("pipeline_detail") or {}
         predicted = p["time_s"]
-        replayed = timed[i * len(modes)]["measured"]["time_s"]
+        by_mode = dict(zip(modes, timed[i * len(modes):(i + 1) * len(modes)]))
+        replayed = by_mode["replay"]["measured"]["time_s"]
         line = (f"{p['id']:8} {pipe['schedule']:8} {pipe['micro_batches']:>3} "
                 f"{100 * detail.get('bubble_fraction', 0):>6.0f}% {1e3 * predicted:>8.2f}ms "
                 f"{1e3 * replayed:>8.2f}ms {replayed / predicted:>6.2f}")
+        if args.compiled:
+            compiled = by_mode["inductor"]["measured"]["time_s"]
+            compile_s = max(r["compile_s"] for r in by_mode["inductor"]["measured"]["ranks"])
+            line += (f" {1e3 * compiled:>8.2f}ms {compiled / replayed:>7.2f} {compile_s:>9.1f} "
+                     f"{1e3 * _cpu_per_step(by_mode['replay']):>8.2f}ms "
+                     f"{1e3 * _cpu_per_step(by_mode['inductor']):>10.2f}ms")
         if args.eager:
-            eager = timed[i * len(modes) + 1]["measured"]["time_s"]
+            eager = by_mode["eager"]["measured"]["time_s"]
             line += f" {1e3 * eager:>8.2f}ms {eager / predicted:>6.2f}"
         slots = pipe["micro_batches"] + pipe["stages"] - 1
         fit = (replayed - predicted) / slots + overhead_s
@@ -139,6 +159,12 @@ def main() -> None:
                 print(f"{p['id']:8} {st['stage']:>5} {st['in_flight']:>9} "
                       f"{st['memory_bytes'] / 2**20:>10.2f}Mi {measured / 2**20:>10.2f}Mi "
                       f"{measured / st['memory_bytes']:>6.2f}")
+
+
+def _cpu_per_step(metrics: dict) -> float:
+    """The slowest rank's median CPU seconds per timed step (the first, which traces, left out)."""
+    return max(statistics.median(r["step_cpu_times_s"][1:] or r["step_cpu_times_s"])
+               for r in metrics["measured"]["ranks"])
 
 
 def _compute_table(plans: list[dict], timed: list[dict], overhead_s: float) -> None:

@@ -352,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{' '.join(f'{x:.2f}' for x in load_after)}; {args.rounds} rounds x {args.steps} steps "
           f"(medians over {args.rounds * (args.steps - 1)} steps per system); "
           f"{time.perf_counter() - start:.0f} s")
-    source = (f"benchmarks/runtime.py --steps {args.steps} --rounds {args.rounds}, "
+    source = (f"benchmarks/runtime.py --steps {args.steps} --rounds {args.rounds} "
+              f"--batch-norm {args.batch_norm}, "
               f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
               f"load {load_before[0]:.1f}-{load_after[0]:.1f}")
     print("error on the predicted gain over DP: " + "; ".join(
@@ -409,11 +410,16 @@ def gain_errors(row: dict) -> list[float]:
     return out
 
 
+MAX_SOURCES = 4
+"""Launches a family's ``source`` names (the newest last, ``; ``-joined): its samples come from them."""
+
+
 def write_errors(path: Path, rows: list[dict], cluster: str, source: str):
     """Merge this launch's gain errors per family (:func:`gain_errors`) into the table at ``path``:
     each family keeps its last :data:`estimators.time_errors.MAX_SAMPLES` samples, its error their
-    median; other clusters and families are kept; ``default_error``: the median of every sample in
-    the table. Returns the table.
+    median, and the launches they came from (its ``source``, the last :data:`MAX_SOURCES`); other
+    clusters and families are kept; ``default_error``: the median of every sample in the table.
+    Returns the table.
 
     Example:
         >>> import tempfile
@@ -422,6 +428,9 @@ def write_errors(path: Path, rows: list[dict], cluster: str, source: str):
         >>> t = write_errors(Path(tempfile.mkdtemp()) / "e.yaml", rows, "cpu-local", "test")
         >>> round(t.clusters["cpu-local"]["mlp"].error, 6), t.clusters["cpu-local"]["mlp"].plans
         (0.1, 1)
+        >>> write_errors(Path(t.path), rows, "cpu-local", "again").clusters["cpu-local"]["mlp"].source
+        'test; again'
+
     """
     import yaml
 
@@ -445,8 +454,10 @@ def write_errors(path: Path, rows: list[dict], cluster: str, source: str):
         samples = (tuple(before.samples) if before else ()) + tuple(errs)
         samples = samples[-MAX_SAMPLES:]
         names = tuple(dict.fromkeys((*(before.models if before else ()), *models[family])))
-        clusters.setdefault(cluster, {})[family] = FamilyError(statistics.median(samples), len(samples),
-                                                               names, source, samples)
+        sources = [*(before.source.split("; ") if before and before.source else ()), source]
+        clusters.setdefault(cluster, {})[family] = FamilyError(
+            statistics.median(samples), len(samples), names,
+            "; ".join(list(dict.fromkeys(sources))[-MAX_SOURCES:]), samples)
     every = [x for fams in clusters.values() for e in fams.values() for x in (e.samples or (e.error,))]
     table = TimeErrors(statistics.median(every), clusters, str(path))
     header = ("# The estimator's measured error on a plan's gain over data parallelism, per model family\n"

@@ -11,7 +11,8 @@ channel count over the node's channel split. Each is priced by
 :meth:`estimators.collectives.CommModel.time_s` (latency and bytes; on the 2-process gloo
 profile a small all-reduce is ~1.1 ms, so the toy CNN's two batch norms add ~4.5 ms to a
 data-parallel step). The per-channel arithmetic around the collectives runs as extra program
-nodes: :data:`SYNC_EXTRA_OPERATORS` operators' host overhead (``op_overhead_dtensor_s`` each).
+nodes: :data:`SYNC_EXTRA_OPERATORS` operators' host overhead (``op_overhead_dtensor_s`` each), or, in
+the profiled mode, the executor's whole batch norm timed without its collectives (:data:`SYNC_BATCH_NORM`).
 ``local`` statistics (DDP's per-rank batch norm) cost nothing beyond the op.
 
 A channel split (in either mode) keeps each rank's channels' running statistics; the executor
@@ -30,8 +31,23 @@ BATCH_NORM_STATS = ("synchronized", "local")
 STATS_ITEMSIZE = 8
 """Forward statistics are packed as float64 (their combination cancels in float32)."""
 
+SYNC_BATCH_NORM = "sync_batch_norm"
+"""The :attr:`estimators.compute.LocalOp.variant` of a synchronised batch norm: a profiled timer that
+knows it (``tensoropt.cost_graph`` gives :class:`estimators.profiled.ProfiledCompute` the executor's own
+function, :func:`tensoropt.executor.ops.batch_norm.synchronized_batch_norm_alone`) times every operator
+of it but the all-reduces: the statistics' pass, the packing, the running statistics, the backward's
+correction; then :data:`SYNC_EXTRA_OPERATORS` is not added (it is in the timing)."""
+
+CHANNEL_SPLIT_BATCH_NORM = "channel_split_batch_norm"
+"""The :attr:`estimators.compute.LocalOp.variant` of a training batch norm whose channels are split (and
+whose batch is not synchronised): the executor runs the native kernel without running statistics and
+updates its replicated running statistics apart (new tensors, stacked, gathered back); a profiled timer
+that knows it times that (:func:`tensoropt.executor.ops.batch_norm.channel_split_batch_norm_alone`), the
+gather's all-gather priced as communication (:func:`running_stats_time_s`)."""
+
 SYNC_EXTRA_OPERATORS = 6
-"""Host overhead of the synchronised batch norm's per-channel arithmetic, in graph operators: the
+"""Host overhead of the synchronised batch norm's per-channel arithmetic where its compute is not timed
+as the executor runs it (the roofline, a timer without :data:`SYNC_BATCH_NORM`), in graph operators: the
 replayed program of runtime.py's CNN data-parallel plan has 286 nodes with ``synchronized`` and 178
 with ``local``, 54 more per batch norm (forward: var_mean, shift, pack, all-reduce and wait,
 combine, casts, the fused normalisation, running-statistics updates; backward: the fused local
@@ -73,6 +89,20 @@ def synchronized(node: dict, config, mode: str) -> bool:
     if node.get("kind") != "batch_norm" or not (node.get("attrs") or {}).get("training", True):
         return False
     return mode == "synchronized" and bool(stats_axes(config))
+
+
+def channel_split(node: dict, config) -> bool:
+    """Whether ``node`` is a training batch norm whose channels (its input's dim 1) ``config`` splits.
+
+    Example:
+        >>> from estimators.configuration import Configuration
+        >>> bn = {"kind": "batch_norm", "attrs": {"training": True}, "inputs": [{"shape": (8, 4, 2, 2)}]}
+        >>> channel_split(bn, Configuration("out=2", (("out", (0,)),), (("S(1)",),), (), ("S(1)",)))
+        True
+    """
+    if node.get("kind") != "batch_norm" or not (node.get("attrs") or {}).get("training", True):
+        return False
+    return config is not None and bool(config.inputs) and any(_shard_dim(p) == 1 for p in config.inputs[0])
 
 
 def running_stats_time_s(comm: CommModel, node: dict, config) -> float:

@@ -54,6 +54,12 @@ class LocalOp:
     out_shape: tuple[int, ...]
     has_params: bool
     inputs_need_grad: tuple[bool, ...]
+    variant: str = ""
+    """How the executor runs it where that is not the captured op alone (empty: as captured):
+    ``"sync_batch_norm"``, a batch-split training batch norm with synchronised statistics
+    (:data:`estimators.batch_norm.SYNC_BATCH_NORM`); ``"channel_split_batch_norm"``, one whose
+    channels are split (:data:`estimators.batch_norm.CHANNEL_SPLIT_BATCH_NORM`). A profiled timer that
+    knows the variant times it so (its own cache key); the roofline ignores it."""
 
 
 def op_bytes(op: LocalOp) -> int:

@@ -12,8 +12,10 @@ Node cost c(v, s) (shared/guide/ALGORITHM.md):
 * a cross entropy whose logits' class dim is split: its two blocking forward all-reduces
   (:mod:`estimators.vocab_parallel`);
 * a training batch norm whose batch is split, with synchronised statistics: one all-reduce of
-  its packed per-channel sums per direction; whose channels are split: the all-gather of its
-  updated running statistics (:mod:`estimators.batch_norm`);
+  its packed per-channel sums per direction, and its compute timed as the executor runs it where
+  the profiled timer can (:data:`estimators.batch_norm.SYNC_BATCH_NORM`); whose channels are split:
+  the all-gather of its updated running statistics, and its compute timed as the executor runs it
+  (:data:`estimators.batch_norm.CHANNEL_SPLIT_BATCH_NORM`) (:mod:`estimators.batch_norm`);
 * memory: local parameters x (1 + 1 gradient + optimizer state factor) (in a mixed precision,
   :mod:`tensoropt.precision`: float32 master, gradient and state, plus the compute-dtype copy of
   each parameter the operator keeps for backward, :func:`estimators.memory.keeps_param`), the
@@ -42,6 +44,7 @@ once (:func:`estimators.breakdown.plan_breakdown`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,7 +52,8 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from estimators.batch_norm import SYNC_EXTRA_OPERATORS
+from estimators.batch_norm import CHANNEL_SPLIT_BATCH_NORM, SYNC_BATCH_NORM, SYNC_EXTRA_OPERATORS
+from estimators.batch_norm import channel_split as bn_channel_split
 from estimators.batch_norm import running_stats_time_s as bn_running_stats_time_s
 from estimators.batch_norm import stats_time_s as bn_stats_time_s
 from estimators.batch_norm import synchronized as bn_synchronized
@@ -420,6 +424,11 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
         return Cost(memory_bytes=float((out_bytes if info.output_charged.get(name) else 0)
                                        + shared_copy_bytes(info, name, node, config, mesh)))
     op = local_op(node, config, mesh, info)
+    sync_bn = node["kind"] == "batch_norm" and bn_synchronized(node, config, model.batch_norm_stats)
+    variant = SYNC_BATCH_NORM if sync_bn else \
+        CHANNEL_SPLIT_BATCH_NORM if node["kind"] == "batch_norm" and bn_channel_split(node, config) else ""
+    if variant and variant in (getattr(model.compute_time, "variants", None) or ()):
+        op = dataclasses.replace(op, variant=variant)  # timed as the executor runs it
     timed = model.compute_time(name, node, config, op) if model.compute_time else None
     fwd_s, bwd_s = timed if timed is not None else roofline_time_s(model.cluster.device, op)
     if not info.computes_grad.get(name, True):
@@ -464,7 +473,7 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
         comm_s += bn_stats_time_s(comm, node, config, info.computes_grad.get(name, True),
                                   model.batch_norm_stats, itemsize(out_dtype))
         comm_s += bn_running_stats_time_s(comm, node, config)
-        if bn_synchronized(node, config, model.batch_norm_stats):
+        if sync_bn and (timed is None or not op.variant):  # its arithmetic not timed: counted
             compute_s += SYNC_EXTRA_OPERATORS * device.op_overhead_dtensor_s
     if node["kind"] == "cross_entropy":  # a class split's blocking all-reduces (0 otherwise)
         comm_s += class_split_time_s(comm, node, config.inputs)

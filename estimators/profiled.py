@@ -33,11 +33,13 @@ thread clock have their own cache keys.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from estimators.calibration import summarise_s
@@ -114,7 +116,8 @@ def gemm_shapes(node: dict, op: LocalOp) -> tuple[tuple[tuple[int, ...], ...], t
 def cache_key(device_name: str, node: dict, op: LocalOp, co_runners: int = 0, clock: str = "wall") -> str:
     """Stable key of one timing: device, aten op, local shapes and dtypes, attributes, what needs grad
     (and the co-running ranks, when there are any; the clock, when it is not the wall clock:
-    :func:`timing_clock`). A linear's shapes are keyed as the GEMM it computes (:func:`gemm_shapes`).
+    :func:`timing_clock`; the op's ``variant``, when it has one). A linear's shapes are keyed as the
+    GEMM it computes (:func:`gemm_shapes`).
 
     Example:
         >>> op = LocalOp("elementwise", "float32", 8.0, ((8,),), ("float32",), (), (8,), False, (True,))
@@ -139,7 +142,8 @@ def cache_key(device_name: str, node: dict, op: LocalOp, co_runners: int = 0, cl
             node.get("attrs") or {},
         ]
         + ([f"co-runners={co_runners}"] if co_runners else [])
-        + ([f"clock={clock}"] if clock != "wall" else []),
+        + ([f"clock={clock}"] if clock != "wall" else [])
+        + ([f"variant={op.variant}"] if op.variant else []),
         sort_keys=True,
         default=str,
     )
@@ -155,6 +159,10 @@ class ProfiledCompute:
             falls back to the roofline.
         cache_dir: where the cache file lives (default :func:`default_cache_dir`).
         repeats: timed repetitions per shape (their mean, the slowest 10 % left out, is kept).
+        variants: ``LocalOp.variant`` -> a callable taking the captured op's arguments that runs the op
+            as the executor runs that variant (timed in the op's place; e.g. the synchronised batch
+            norm, :func:`tensoropt.executor.ops.batch_norm.synchronized_batch_norm_alone`). An op whose
+            variant is not here is timed as captured.
 
     Example:
         >>> from estimators.profiles import load_device
@@ -166,9 +174,10 @@ class ProfiledCompute:
 
     def __init__(
         self, device: Device, program=None, cache_dir: str | os.PathLike | None = None, repeats: int = 10,
-        co_runners: int = 0, clock: str | None = None,
+        co_runners: int = 0, clock: str | None = None, variants: dict[str, Callable] | None = None,
     ):
         self.device, self.program, self.repeats = device, program, repeats
+        self.variants = dict(variants or {})
         self.co_runners = co_runners if device.kind == "cpu" else 0
         self.clock = clock or timing_clock(device.kind)
         if self.clock not in ("thread", "wall"):
@@ -180,6 +189,9 @@ class ProfiledCompute:
 
     def __call__(self, name: str, node: dict, config, op: LocalOp) -> tuple[float, float] | None:
         """(forward, backward) seconds of the local shard, or None to use the roofline."""
+        target = self.variants.get(op.variant) if op.variant else None
+        if op.variant and target is None:  # a variant this timer cannot run: the captured op
+            op = dataclasses.replace(op, variant="")
         key = cache_key(self.device.name, node, op, self.co_runners, self.clock)
         if key in self.cache:
             self.hits += 1
@@ -190,7 +202,8 @@ class ProfiledCompute:
             return None
         walls: dict[str, list[float]] = {}
         try:
-            fwd, bwd = time_local_op(fx_node, node, op, self.repeats, self.co_runners, self.clock, walls)
+            fwd, bwd = time_local_op(fx_node, node, op, self.repeats, self.co_runners, self.clock, walls,
+                                     target)
         except Exception:  # arguments that do not fit the local shapes: the roofline answers
             self.fallbacks += 1
             return None
@@ -231,13 +244,37 @@ def local_constant_shape(shape: tuple[int, ...], node: dict, op: LocalOp) -> tup
     return tuple(out)
 
 
+def local_buffer_shape(shape: tuple[int, ...], node: dict, op: LocalOp) -> tuple[int, ...]:
+    """A buffer or constant operand's shape at the node's local shard: one shaped as a parameter of the
+    node (a batch norm's running statistics beside its weight) takes that parameter's local shape, as
+    the executor lays it out (:func:`estimators.measure.local_buffer`'s rule); any other,
+    :func:`local_constant_shape`. Before, a channel-split batch norm was timed with its whole running
+    statistics beside its half of the channels: the op raised and the node fell back to the roofline
+    (the CNN's leanest plan: its 7 batch norms priced 0.49 ms a step, their kernels clocked 1.73 ms in
+    the replayed step, docs/results.md ``cnnprice``).
+
+    Example:
+        >>> op = LocalOp("batch_norm", "float32", 0.0, ((8, 2, 4, 4),), ("float32",), ((2,), (2,)),
+        ...              (8, 2, 4, 4), True, (True,))
+        >>> node = {"params": {"weight": (4,), "bias": (4,)}, "inputs": [{"shape": (8, 4, 4, 4)}]}
+        >>> local_buffer_shape((4,), node, op)
+        (2,)
+    """
+    for full, local in zip((node.get("params") or {}).values(), op.param_shapes):
+        if tuple(full) == tuple(shape):
+            return tuple(local)
+    return local_constant_shape(shape, node, op)
+
+
 def time_local_op(
     fx_node, node: dict, op: LocalOp, repeats: int = 10, co_runners: int = 0, clock: str = "wall",
-    walls: dict | None = None,
+    walls: dict | None = None, target: Callable | None = None,
 ) -> tuple[float, float]:
     """Run the aten op of ``fx_node`` at ``op``'s local shapes; mean forward and backward seconds,
     on the ``clock`` of :func:`timing_clock` (``"thread"``: the timing thread's CPU seconds).
-    ``walls``, when given, receives ``"wall"``: the same runs' means on the wall clock.
+    ``walls``, when given, receives ``"wall"``: the same runs' means on the wall clock. ``target``:
+    what is run with the node's arguments (default the node's aten op; a variant's callable,
+    :class:`ProfiledCompute`).
 
     The mean leaves the slowest 10 % of the repetitions out (:func:`estimators.calibration.summarise_s`);
     on the CPU the op runs on :func:`worker_threads` threads, as it will in a worker, while
@@ -261,6 +298,7 @@ def time_local_op(
     dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     now = time.thread_time if clock == "thread" and dev.type == "cpu" else time.perf_counter
+    call = target or fx_node.target
     params = iter(())
     inputs = list(zip(op.in_shapes, op.in_dtypes, op.inputs_need_grad))
 
@@ -276,7 +314,7 @@ def time_local_op(
         if entry["role"] == "param":
             return torch.randn(next(params), dtype=getattr(torch, op.dtype), device=dev, requires_grad=True)
         val = arg.meta.get("val")
-        return torch.ones(local_constant_shape(tuple(val.shape), node, op), dtype=val.dtype, device=dev)
+        return torch.ones(local_buffer_shape(tuple(val.shape), node, op), dtype=val.dtype, device=dev)
 
     lock = threading.Lock()  # the argument builder walks one parameter-shape iterator
 
@@ -294,7 +332,7 @@ def time_local_op(
         args, kwargs, leaves = arguments()
         sync()
         w0, t0 = time.perf_counter(), now()
-        out = fx_node.target(*args, **kwargs)
+        out = call(*args, **kwargs)
         out = out[0] if isinstance(out, (tuple, list)) else out
         sync()
         w1, t1 = time.perf_counter(), now()
@@ -311,7 +349,7 @@ def time_local_op(
         try:
             args, kwargs, leaves = arguments()
             while not stop.is_set():
-                out = fx_node.target(*args, **kwargs)
+                out = call(*args, **kwargs)
                 out = out[0] if isinstance(out, (tuple, list)) else out
                 if leaves and out.requires_grad:
                     out.backward(torch.ones_like(out))

@@ -118,6 +118,29 @@ def step_peak_moments(layers: Iterable[Mapping], redistributions: Iterable[Mappi
     return moments
 
 
+def backward_excess_bytes(layers: Iterable[Mapping], backward_transients: Mapping[str, float]) -> float:
+    """The most one backward adds above the activations it starts with: the largest
+    ``backward`` moment of :func:`step_peak_moments` less every row's saved bytes, that is at row ``j``
+    ``backward_transient_j + sum(G_i, i >= j) - sum(saved_i, i > j)`` (the activation gradients of
+    ``j``, the parameter gradients made so far, less the saved tensors already freed: those of the
+    rows after ``j``). Rows hold ``node``, ``activation_bytes`` and ``grad_bytes`` only (the state alive
+    throughout is the caller's). What a pipeline stage's backward adds to what it holds
+    (:mod:`tensoropt.pipeline.stage_walk`).
+
+    Example:
+        >>> rows = [{"node": "fc1", "activation_bytes": 1, "grad_bytes": 1},
+        ...         {"node": "gelu", "activation_bytes": 4},
+        ...         {"node": "fc2", "activation_bytes": 4, "grad_bytes": 1}]
+        >>> # at gelu: its output's and input's gradients (8) + fc2's gradient (1) - fc2's saved (4)
+        >>> backward_excess_bytes(rows, {"fc1": 5, "gelu": 8, "fc2": 4})
+        5.0
+    """
+    rows = list(layers)
+    saved = sum(_f(r, "activation_bytes") for r in rows)
+    moments = step_peak_moments(rows, backward_transients=backward_transients)
+    return max((b for label, b in moments if label.startswith("backward ")), default=saved) - saved
+
+
 def step_peak_bytes(layers: Iterable[Mapping], redistributions: Iterable[Mapping] = (), **terms) -> float:
     """The step's tensor peak on one process: the largest of :func:`step_peak_moments` (keyword
     arguments as there).

@@ -81,7 +81,7 @@ class FamilyError:
     models: tuple[str, ...] = ()
     """The models they belong to."""
     source: str = ""
-    """Which command measured it last, when, at what load."""
+    """Which launches measured its samples (command, when, at what load; ``; ``-joined, newest last)."""
     samples: tuple[float, ...] = ()
     """The errors measured, most recent last."""
 

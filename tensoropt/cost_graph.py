@@ -219,8 +219,17 @@ def cost_graph(
 
         # on a CPU host the other ranks compute at the same time, sharing caches and memory bandwidth
         co_runners = min(num_devices, cl.devices_per_node) - 1
+        from estimators.batch_norm import CHANNEL_SPLIT_BATCH_NORM, SYNC_BATCH_NORM
+        from tensoropt.executor.ops.batch_norm import (
+            channel_split_batch_norm_alone,
+            synchronized_batch_norm_alone,
+        )
+
+        # batch norms timed as the executor runs them (estimators/batch_norm.py)
+        variants = {SYNC_BATCH_NORM: synchronized_batch_norm_alone,
+                    CHANNEL_SPLIT_BATCH_NORM: channel_split_batch_norm_alone}
         timer = ProfiledCompute(cl.device, program=getattr(graph, "program", None), cache_dir=cache_dir,
-                                co_runners=co_runners, clock=profile_clock)
+                                co_runners=co_runners, clock=profile_clock, variants=variants)
     if batch_norm == "auto":
         batch_norm = "native"
     rules = SavingRules(cl.device.kind, sdpa_backend, batch_norm)

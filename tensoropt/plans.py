@@ -216,15 +216,18 @@ class Plan:
     peak_tensor_bytes: float | None = None
     """Its tensors' peak per device walked in step order
     (:func:`tensoropt.peak_transients.plan_tensor_peak_bytes`, the figure the executor predicts as
-    ``predicted.peak_tensor_bytes``); None where the planner did not compute it (several micro-batches,
-    a recompute chain, pipelined plans, older files)."""
+    ``predicted.peak_tensor_bytes``); for a pipelined plan its largest rank's peak
+    (``pipeline_detail.rank_peak_bytes``: a stage's held memory plus its largest transient, its
+    backward walked in order, :mod:`tensoropt.pipeline.stage_memory`); None where the planner did not
+    compute it (several micro-batches, a recompute chain, older files)."""
     """For a pipelined plan: ``bubble_fraction``, ``stage_mesh``/``stage_mesh_levels`` (each stage's
     mesh; ``ops`` labels are prefixed ``pp<p>:``), ``block_names`` and ``stages`` (per stage its
     blocks, rank, device range, in-flight micro-batches, time per micro-batch, once-per-step time,
     memory held, and its parts and tensor peak: ``state_bytes``, ``activation_bytes`` per in-flight
     micro-batch, ``buffer_bytes``, ``transient_bytes``, ``peak_bytes``;
-    :mod:`tensoropt.pipeline.stage_memory`); ``rank_memory_bytes`` and ``virtual_stages_per_rank``
-    (interleaved: a rank's memory is the sum of its virtual stages')."""
+    :mod:`tensoropt.pipeline.stage_memory`); ``rank_memory_bytes``, ``rank_peak_bytes``
+    (:func:`tensoropt.pipeline.search.rank_peak_bytes`) and ``virtual_stages_per_rank`` (interleaved:
+    a rank's memory is the sum of its virtual stages')."""
 
     @property
     def largest_transient_bytes(self) -> float:

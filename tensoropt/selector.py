@@ -279,7 +279,10 @@ def frontier_margin(frontier_file: FrontierFile) -> Margin:
     family = model_family(row[1] for row in nodes if isinstance(row, (list, tuple)) and len(row) > 1)
     cluster = cluster_name(frontier_file.job.get("cluster"))
     found = load_time_errors().error(cluster, family)
-    return Margin(found.error, family, cluster, found.source)
+    launches = [s for s in found.source.split("; ") if s]
+    source = (found.source if len(launches) < 2 else
+              f"{found.plans} plans over {len(launches)} launches, the newest {launches[-1]}")
+    return Margin(found.error, family, cluster, source)
 
 
 def cluster_name(cluster) -> str:

@@ -151,6 +151,10 @@ def memory_table(plan_file: PlanFile) -> str:
     step_line = ("" if step_order is None else
                  f"\nits tensors' peak in step order (what select checks against a budget, the executor's "
                  f"predicted.peak_tensor_bytes): {format_size(step_order)} (tensoropt/peak_transients.py)")
+    if step_order is not None and plan_file.plan.pipeline:
+        step_line = (f"\nits largest pipeline rank's tensor peak (what select checks against a budget): "
+                     f"{format_size(step_order)} (pipeline_detail.rank_peak_bytes, "
+                     "tensoropt/pipeline/stage_memory.py)")
     return (f"memory per device by layer:\n{table}\n"
             f"memory {format_size(total.memory_bytes)} + the largest transient "
             f"{format_size(peak.largest_transient_bytes)} ({peak.layer}) = "

@@ -290,7 +290,8 @@ def _run_trainer(args, job, spec, plan: dict | None, nproc: int, executor: dict,
     out_dir.mkdir(parents=True, exist_ok=True)
     run = {"job": spec.job, "plan": plan, "select": entry.get("select"), "out_dir": str(out_dir),
            "steps": spec.steps,
-           "mode": executor.get("mode", "replay"), "checkpoint_every": args.checkpoint_every,
+           "mode": executor.get("mode", "replay"), "compile": executor.get("compile", "none"),
+           "checkpoint_every": args.checkpoint_every,
            "keep_checkpoints": args.keep_checkpoints,
            "checkpoint_dir": str(Path(args.checkpoint_dir).resolve()) if args.checkpoint_dir else None}
     chosen = (f"plan {plan['id']} ({plan.get('micro_batches', 1)} micro-batches" if plan is not None

@@ -2,7 +2,8 @@
 
 ``tensoropt run`` hands a pipelined plan here (``commands/run.py`` dispatches on
 ``plan["pipeline"]``). Each stage's forward and backward replay programs traced once
-(:mod:`tensoropt.pipeline_runtime.replay`), data parallel inside each stage; the plan's intra-stage
+(:mod:`tensoropt.pipeline_runtime.replay`; ``--compile inductor`` or the job's ``executor.compile``
+compiles them with Inductor), data parallel inside each stage; the plan's intra-stage
 layouts (tensor splits, memory options) are not run yet. The job's trainer keys (optimizer groups,
 learning-rate schedule, clipping, metrics, validation, export) run through
 :class:`tensoropt.training.pipelined.StageTrainer`. ``--checkpoint-dir DIR`` resumes from DIR's
@@ -25,6 +26,11 @@ UNSUPPORTED_FLAGS: tuple[tuple[str, str], ...] = ()
 loop, which hands a pipelined plan to :func:`tensoropt.training.pipelined.train_pipelined`)."""
 
 
+PIPELINED_COMPILE_BACKENDS: tuple[str, ...] = ("none", "inductor")
+"""``executor.compile`` backends the pipelined runtime compiles its stages with (``--compile``); any
+other is refused before a worker starts."""
+
+
 def pipelined_problems(args, trainer_keys: list[str], executor: dict, selected: bool = False) -> list[str]:
     """What of this command line a pipelined run cannot honour yet (empty: it runs), each problem
     naming the option (or the job's key) and the way out. ``selected``: the plan is selected at each
@@ -32,25 +38,29 @@ def pipelined_problems(args, trainer_keys: list[str], executor: dict, selected: 
 
     Example:
         >>> import argparse
-        >>> problems = pipelined_problems(argparse.Namespace(elastic=False, compile="inductor"),
+        >>> pipelined_problems(argparse.Namespace(elastic=False, compile="inductor"),
         ...     ["validation", "lr_scheduler"], {"mode": "replay", "compile": "inductor"})
+        []
+        >>> problems = pipelined_problems(argparse.Namespace(elastic=False, compile=None),
+        ...     [], {"mode": "replay", "compile": "tvm"})
         >>> [p.split(" is refused")[0] for p in problems]
-        ['--compile inductor']
+        ["the job's executor.compile: tvm"]
     """
     from tensoropt.training.pipelined import UNSUPPORTED_KEYS
 
     problems = [f"{flag}: not run with a pipelined plan yet" for attr, flag in UNSUPPORTED_FLAGS
                 if getattr(args, attr, None)]
     backend = executor.get("compile", "none")
-    if backend != "none":
+    if backend not in PIPELINED_COMPILE_BACKENDS:
         source = (f"--compile {backend}" if getattr(args, "compile", None) else
                   f"the job's executor.compile: {backend}")
         way_out = ("keep pipelined plans out of the selection: plan the job with planner.pipeline: off, so "
                    "its frontier file lists none" if selected else
                    "select a plan without a pipeline (`tensoropt select`) for --plan")
-        problems.append(f"{source} is refused: the pipelined runtime does not compile its stages (compiling "
-                        f"them is not implemented). Pass --compile none to train with the stages' traced "
-                        f"programs replayed uncompiled, or {way_out}")
+        problems.append(f"{source} is refused: the pipelined runtime does not compile its stages with "
+                        f"{backend} (executor.compile: {' | '.join(PIPELINED_COMPILE_BACKENDS)} with a "
+                        f"pipelined plan). Pass --compile none to train with the stages' traced programs "
+                        f"replayed uncompiled, or {way_out}")
     for key in (k for k in trainer_keys if k in UNSUPPORTED_KEYS):
         problems.append(f"trainer key {key}: not run with a pipelined plan yet (drop it, or select a plan "
                         "without a pipeline)")
@@ -98,7 +108,8 @@ def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], e
         raise CommandError(f"plan {plan.get('id')} is pipelined: " + "; ".join(problems))
     pipe = plan["pipeline"]
     check_stages(args.job, spec, plan)
-    entry = {"spec": spec.to_json(), "plan": plan, "total_steps": spec.steps, "steps": spec.steps}
+    entry = {"spec": spec.to_json(), "plan": plan, "total_steps": spec.steps, "steps": spec.steps,
+             "compile": executor.get("compile", "none")}
     if args.metrics:
         entry["metrics"] = str(Path(args.metrics).resolve())
     if trainer_keys:
@@ -117,7 +128,9 @@ def run_pipelined(args, spec, plan: dict, nproc: int, trainer_keys: list[str], e
     print(f"tensoropt run: {spec.model} for {spec.steps} steps on {nproc} process(es), "
           f"plan {plan.get('id')}: "
           f"{pipe['stages']} stages, {pipe['schedule']}, {pipe['micro_batches']} micro-batches, blocks "
-          f"{pipe['blocks']} (replayed stages, data parallel inside each stage)"
+          f"{pipe['blocks']} (replayed stages"
+          + (f", compiled by {entry['compile']}" if entry["compile"] != "none" else "")
+          + ", data parallel inside each stage)"
           + (f"; trainer keys: {', '.join(trainer_keys)}" if trainer_keys else ""), flush=True)
     config = {"runs": [entry]}
     if args.timeout_s:

@@ -64,6 +64,7 @@ from tensoropt.pipeline.chain_stages import ChainSettings, StageChain
 from tensoropt.pipeline.in_flight_memory import split_memory
 from tensoropt.pipeline.schedules import in_flight_micro_batches, stages_per_rank
 from tensoropt.pipeline.stage_memory import StageMemory, stage_memory
+from tensoropt.pipeline.stage_walk import backward_excess_bytes
 from tensoropt.pipeline.stages import Blocks, block_order
 from tensoropt.pipeline.tied_stages import StageTie, add_tied_terms, stage_ties
 
@@ -237,6 +238,7 @@ class StageSolver:
         self._canonical: dict[tuple[int, int], list[str]] = {}
         self._block_orders: dict[int, list[str]] = {}
         self._reads: dict[tuple, tuple] = {}
+        self._walked: dict[tuple, StageMemory] = {}
         self._config_json: dict[tuple[str, int], dict] = {}
         self.solves = 0
         self.chain = StageChain(self, chain) if chain is not None and StageChain.applies(self) else None
@@ -421,8 +423,35 @@ class StageSolver:
 
     def memory(self, first: int, last: int, in_flight: int, assignment: dict[str, int]) -> StageMemory:
         """The stage ``[first, last]``'s memory by part under ``assignment``, ``in_flight`` micro-batches
-        kept (:mod:`tensoropt.pipeline.stage_memory`)."""
-        return self._read(first, last, in_flight, assignment)[3]
+        kept (:mod:`tensoropt.pipeline.stage_memory`), its backward transient walked in backward order
+        (:meth:`backward_excess_bytes`; the frontier search's sums carry only the held bytes), once
+        per (stage, ``k``, configuration vector) over :meth:`canonical` (the kept plans share stage
+        options)."""
+        if list(assignment) != self.canonical(first, last):
+            return self._sums(first, last, in_flight, assignment, walk=True)[3]
+        key = (first, last, in_flight, tuple(assignment.values()))
+        if key not in self._walked:
+            self._walked[key] = self._sums(first, last, in_flight, assignment, walk=True)[3]
+        return self._walked[key]
+
+    def backward_excess_bytes(self, first: int, last: int, assignment: dict[str, int],
+                              grads_of: nx.DiGraph | None = None) -> float:
+        """What one micro-batch's backward adds to what the stage ``[first, last]`` holds under
+        ``assignment``, walked over its operators in backward order (the reverse of
+        :meth:`canonical`'s, a topological one): :func:`tensoropt.pipeline.stage_walk.backward_excess_bytes`.
+        ``grads_of``: the graph whose ``grad_bytes`` to read (a stage graph with a tied copy's
+        gradient, :mod:`tensoropt.pipeline.tied_stages`), else the cost graph.
+
+        Example:
+            >>> # tests/pipeline_runtime/test_stage_walk.py: against a stage's measured backward
+            >>> True
+            True
+        """
+        b = self.blocks
+        received = b.boundary.get(b.names[first - 1]) if first > 0 else None
+        sent = b.boundary.get(b.names[last]) if last < b.count - 1 else None
+        return backward_excess_bytes(self.G, self.canonical(first, last), assignment, self.out_bytes,
+                                     received, sent, grads_of, self.g)
 
     def _cost(self, first: int, last: int, in_flight: int,
               assignment: dict[str, int]) -> tuple[float, float, float]:
@@ -442,14 +471,16 @@ class StageSolver:
             self._reads[key] = self._sums(first, last, k, assignment)
         return self._reads[key]
 
-    def _sums(self, first: int, last: int, k: int, assignment: dict[str, int]
+    def _sums(self, first: int, last: int, k: int, assignment: dict[str, int], walk: bool = False
               ) -> tuple[float, float, float, StageMemory]:
         """(time, once-per-step time, memory, memory by part) of an assignment of the stage ``[first,
         last]`` at ``k`` in flight: the sums of its stage graph's entries (:meth:`_stage_graph`; time
         and memory as its frontier solve counts them), read off the cost graph entry by entry, no
         stage graph built (the options of every stage and the breakdown of every kept plan read
         them); a stage holding one user of a tied weight builds its stage graph
-        (:mod:`tensoropt.pipeline.tied_stages`)."""
+        (:mod:`tensoropt.pipeline.tied_stages`). ``walk``: the backward transient walked in order
+        (:meth:`backward_excess_bytes`), else bounded by twice the largest output (the search reads
+        only the held bytes)."""
         if self.ties(first, last):
             H = self._stage_graph(first, last, k)
             time_s = step_s = 0.0
@@ -460,7 +491,8 @@ class StageSolver:
                 time_s += float(e["cost"][assignment[u], assignment[v], 0])
             total = float(sum(H.nodes[n]["cost"][c, 1] for n, c in assignment.items())
                           + sum(e["cost"][assignment[u], assignment[v], 1] for u, v, e in H.edges(data=True)))
-            return time_s, step_s, total, self._memory(H, assignment)
+            backward = self.backward_excess_bytes(first, last, assignment, grads_of=H) if walk else None
+            return time_s, step_s, total, self._memory(H, assignment, backward)
         G, b = self.G, self.blocks
         received = b.boundary.get(b.names[first - 1]) if first > 0 else None
         sent = b.boundary.get(b.names[last]) if last < b.count - 1 else None
@@ -493,13 +525,16 @@ class StageSolver:
                     total += k * float(cost[1])
                     if u == received:
                         received_saved += k * float(cost[1])
+        backward = self.backward_excess_bytes(first, last, assignment) if walk else None
         memory = self._parts(assignment, received, sent, k, total, state, grads, largest_param, largest_out,
-                             received_saved)
+                             received_saved, backward)
         return time_s, step_s, total, memory
 
-    def _memory(self, H: nx.DiGraph, assignment: dict[str, int]) -> StageMemory:
+    def _memory(self, H: nx.DiGraph, assignment: dict[str, int], backward_bytes: float | None = None
+                ) -> StageMemory:
         """:func:`tensoropt.pipeline.stage_memory.stage_memory` of an assignment on ``H``: the stage
-        graph's memory (state + k x saved activations) split into its parts."""
+        graph's memory (state + k x saved activations) split into its parts (``backward_bytes``:
+        :meth:`backward_excess_bytes`, where walked)."""
         received, sent, k = H.graph["pipeline_stage"]
         total = state = grads = largest_param = largest_out = received_saved = 0.0
         for n, c in assignment.items():
@@ -517,14 +552,15 @@ class StageSolver:
             if u == received:
                 received_saved += mem
         return self._parts(assignment, received, sent, k, total, state, grads, largest_param, largest_out,
-                           received_saved)
+                           received_saved, backward_bytes)
 
     def _parts(self, assignment: dict[str, int], received: str | None, sent: str | None, k: int,
                total: float, state: float, grads: float, largest_param: float, largest_out: float,
-               received_saved: float) -> StageMemory:
+               received_saved: float, backward_bytes: float | None = None) -> StageMemory:
         """:func:`tensoropt.pipeline.stage_memory.stage_memory` from a stage's sums: its memory
-        ``total`` (state + ``k`` x activations), state, gradients, largest parameter and output, and
-        the saved bytes of the received tensor (``k`` micro-batches of it)."""
+        ``total`` (state + ``k`` x activations), state, gradients, largest parameter and output, the
+        saved bytes of the received tensor (``k`` micro-batches of it) and, where walked, its backward
+        transient (:meth:`backward_excess_bytes`)."""
         k = max(int(k), 1)
         return stage_memory(
             state, (total - state) / k, k, self.m,
@@ -532,7 +568,7 @@ class StageSolver:
             received_saved_bytes=received_saved / k,
             sent_bytes=float(self.boundary_bytes[sent][assignment[sent]]) if sent else 0.0,
             largest_output_bytes=largest_out, grad_bytes=grads, largest_param_bytes=largest_param,
-            data_parallel=self.devices)
+            data_parallel=self.devices, backward_bytes=backward_bytes)
 
 
 def pipelined_frontier(
@@ -632,6 +668,7 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
     stage_rows = pp.stages_json(devices)
     for row, ((first, last), option), k in zip(stage_rows, zip(pp.point.blocks, pp.options), pp.in_flight):
         row.update(solver.memory(first, last, k, option.assignment).to_json())
+    rank_peaks = rank_peak_bytes(stage_rows, pp.stages)
     detail = {
         "bubble_fraction": pp.bubble,
         "stage_mesh": list(mesh.shape),
@@ -643,6 +680,7 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
         "step_s": pp.point.max_d,
         "virtual_stages_per_rank": pp.chunks,
         "rank_memory_bytes": pp.rank_memory_bytes(),
+        "rank_peak_bytes": rank_peaks,
     }
     plan = Plan(
         id="",
@@ -657,7 +695,29 @@ def to_plan(pp: PipelinedPlan, solver: StageSolver, devices: int, global_batch_s
         micro_batches=pp.micro_batches,
         pipeline_detail=detail,
     )
+    # what a memory budget is checked against (Plan.peak_memory_bytes): the largest rank's peak, never
+    # below the held memory plus the rows' largest transient (a communication buffer)
+    plan.peak_tensor_bytes = float(max(max(rank_peaks), plan.memory_bytes + plan.largest_transient_bytes))
     return plan, configurations
+
+
+def rank_peak_bytes(stages: list[dict], ranks: int) -> list[float]:
+    """Each pipeline rank's tensor peak per device from its (virtual) stages' rows of
+    ``pipeline_detail.stages`` (``memory_bytes`` held, ``transient_bytes``): rank ``r`` holds stages
+    ``r, r + ranks, ...``; their held bytes summed plus the largest of their transients (one
+    backward, gradient sync or optimizer step at a time). One stage per rank: its ``peak_bytes``.
+
+    Example:
+        >>> rows = [{"memory_bytes": 10, "transient_bytes": 2}, {"memory_bytes": 8, "transient_bytes": 5},
+        ...         {"memory_bytes": 1, "transient_bytes": 1}, {"memory_bytes": 1, "transient_bytes": 0}]
+        >>> rank_peak_bytes(rows, 2)  # interleaved: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3
+        [13.0, 14.0]
+    """
+    held, transient = [0.0] * ranks, [0.0] * ranks
+    for s, row in enumerate(stages):
+        held[s % ranks] += float(row["memory_bytes"])
+        transient[s % ranks] = max(transient[s % ranks], float(row["transient_bytes"]))
+    return [h + t for h, t in zip(held, transient)]
 
 
 def stages_text(plan) -> str:

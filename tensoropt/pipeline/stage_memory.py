@@ -19,12 +19,21 @@ A stage ``s`` of ``p``, running ``m`` micro-batches of which it keeps ``k_s`` in
   them: they scale with ``m``, not with ``k_s``.
 * ``transient_s``: the largest of what is alive for a moment beside the held tensors:
 
-  - the backward's activation gradients: twice the stage's largest local operator output (a cross
-    entropy's backward holds the gradients of the log-probabilities and of the logits beside the
-    saved log-probabilities; :mod:`estimators.peak`), at the first backward, all ``k_s`` in flight;
-  - the micro-batch's fresh parameter gradients: the replayed backward returns them all at once
-    before they are added into ``.grad`` (:mod:`tensoropt.pipeline_runtime.replay`), when that
-    micro-batch's activations are freed: ``G_s - A_s`` above the held;
+  - the backward of one micro-batch (at the first backward, all ``k_s`` in flight), walked over
+    the stage's operators in backward order (:mod:`tensoropt.pipeline.stage_walk`): at each
+    operator the gradients of its output and of its activation operands (a cross entropy's: twice
+    its logits), plus the parameter gradients made so far (the replayed backward returns them at its
+    end, :mod:`tensoropt.pipeline_runtime.replay`), less that micro-batch's saved tensors already
+    freed; where not walked (the frontier search's sums, which read only the held bytes), bounded by
+    twice the stage's largest local operator output. In a steady state (``m > k_s``, 1F1B: a
+    backward that follows a later forward, ``k_s`` in flight) torch's ``Schedule1F1B`` still holds
+    sent tensors of finished micro-batches beside it: the gradient the previous backward sent back
+    (``b_in``: its send ops are kept until the next backward's are made), and the output of the
+    warm-up's second-to-last forward (``b_out``: its send work is kept to the cool-down; finished
+    by a backward with ``k_s`` in flight where ``k_s >= 2`` and ``m >= 2 k_s - 1``), measured in
+    the live sets (docs/results.md);
+  - the micro-batch's fresh parameter gradients once its activations are freed, before they are
+    added into ``.grad``: ``G_s - A_s`` above the held;
   - the gradient synchronisation over ``dp > 1`` replicas (one flat copy of the gradients) and
     the optimizer step (twice the largest operator's parameters, AdamW's temporaries), both after
     every activation is freed: ``G_s - k_s A_s`` and ``2 P_max - k_s A_s``.
@@ -95,6 +104,7 @@ def stage_memory(
     grad_bytes: float = 0.0,
     largest_param_bytes: float = 0.0,
     data_parallel: int = 1,
+    backward_bytes: float | None = None,
 ) -> StageMemory:
     """A stage's :class:`StageMemory` from what its cost graph prices (see the module docstring).
 
@@ -112,18 +122,25 @@ def stage_memory(
         grad_bytes: the stage's parameter gradients per device (one micro-batch's fresh ones).
         largest_param_bytes: the largest operator's local parameters (the optimizer's temporaries).
         data_parallel: replicas of the stage (a flat gradient copy is synchronised when > 1).
+        backward_bytes: what one micro-batch's backward adds to the held, walked in backward order
+            (:mod:`tensoropt.pipeline.stage_walk`); None: bounded by ``2 x largest_output_bytes``.
 
     Example:
         >>> mem = stage_memory(100, 20, in_flight=2, micro_batches=4, received_bytes=4,
         ...                    received_saved_bytes=4, sent_bytes=4, largest_output_bytes=6)
-        >>> mem.activation_bytes, mem.buffer_bytes, mem.transient_bytes
-        (20, 32, 12)
+        >>> mem.activation_bytes, mem.buffer_bytes, mem.transient_bytes  # 2 x 6 + the 2 kept sends
+        (20, 32, 20)
+        >>> stage_memory(100, 20, 2, 4, largest_output_bytes=6, backward_bytes=5).transient_bytes
+        5.0
     """
     k = int(in_flight)
     activation = saved_bytes - min(received_saved_bytes, received_bytes) + sent_bytes
     in_flight_bytes = k * activation
+    backward = 2 * largest_output_bytes if backward_bytes is None else backward_bytes
+    if micro_batches > k:  # a steady state: the sends torch's schedule still holds (module docstring)
+        backward += received_bytes + (sent_bytes if k >= 2 and micro_batches >= 2 * k - 1 else 0.0)
     transients = [
-        2 * largest_output_bytes,
+        backward,
         grad_bytes - activation,
         2 * largest_param_bytes - in_flight_bytes,
         (grad_bytes - in_flight_bytes) if data_parallel > 1 else 0.0,

@@ -85,10 +85,12 @@ class PipelineRuntime:
         replay: run the stage as traced forward and backward programs (default), else eagerly
             (autograd through each operator: the reference).
         timeout_s: the limit of the collectives of the process groups it makes (tied weights').
+        compile: ``"none"`` or ``"inductor"``: the replayed programs compiled by Inductor
+            (:class:`~tensoropt.pipeline_runtime.replay.ReplayedStage`; needs ``replay``).
     """
 
     def __init__(self, spec, plan: dict, device: torch.device | None = None, replay: bool = True,
-                 timeout_s: float = 120.0):
+                 timeout_s: float = 120.0, compile: str = "none"):
         pipe = plan.get("pipeline")
         if not pipe:
             raise PipelineError(f"plan {plan.get('id')}: \"pipeline\" is null; "
@@ -107,6 +109,13 @@ class PipelineRuntime:
             device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
                 else torch.device("cpu")
         self.device = device
+        from tensoropt.executor.program.replay import check_compile_backend
+
+        check_compile_backend(compile, device.type)
+        if compile != "none" and not replay:
+            raise PipelineError(f"executor.compile: {compile} compiles the replayed stages: it needs "
+                                "replay (the run entry's replay: true)")
+        self.compile = compile
         from torch.distributed.device_mesh import init_device_mesh
 
         self.mesh = init_device_mesh(device.type, (self.num_stages, self.dp), mesh_dim_names=("pp", "dp"))
@@ -132,7 +141,7 @@ class PipelineRuntime:
         for v in self.virtual_stages:
             module = loaded[v]
             own = stages.input_names[v]
-            wrapped = ReplayedStage(module, own, received=v > 0) if replay else module
+            wrapped = ReplayedStage(module, own, received=v > 0, compile=compile) if replay else module
             modules.append(module)
             self.stage_modules.append(wrapped)
             names += [n for n in own if n not in names]

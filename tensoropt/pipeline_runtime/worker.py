@@ -10,14 +10,23 @@ stage, parameter bytes and measured peak above its level before the stage was bu
 ``stage-S.pt``, under the model's names), ``checkpoint_dir`` (a DCP checkpoint of the model and
 the optimizer, under the model's names, written after the last step) and ``resume_from`` (a DCP
 checkpoint to start from: any stage count or process count wrote it), ``replay`` (default true: each
-stage's forward and backward replay traced programs; false: eager autograd); ``timeout_s`` (every
+stage's forward and backward replay traced programs; false: eager autograd); ``compile`` (``"none"``,
+the default, or ``"inductor"``: the replayed programs compiled by Inductor on the first step; each
+rank's ``trace_s``, ``compile_s`` and ``saved_bytes``, what its forward program saves for backward
+per micro-batch, go into the metrics); ``timeout_s`` (every
 collective's limit; default 120 s); ``interleave`` (true: the runs are built together and
 stepped in turn, for timing ratios under the same load); and ``tensor_peak`` (true: the second
 step, the stage traced and the optimizer's state made by the first, is measured for its tensor peak,
 :class:`tensoropt.pipeline_runtime.stage_peak.StepPeak`; each rank's ``peak_tensor_bytes``,
 ``resident_tensor_bytes``, ``before_bytes`` (alive before the run was built), the ``phase`` the
-peak was reached in and the resident parts go into the metrics; that step's time is left out of
-the median); ``compute_reference`` (true: after each timed step, the stage's own forward and
+peak was reached in and the resident parts go into the metrics, and beside them the same step's
+peak read from the allocator's events, ``allocated_peak_bytes`` and ``allocated_phase``
+(:class:`~tensoropt.pipeline_runtime.stage_peak.AllocationPeak`: it sees the buffers a compiled
+stage allocates in its own code, which ``peak_tensor_bytes`` does not); that step's time is left out of
+the median; with ``trace_peak`` also ``peak_live``: the largest storages alive at the peak, made
+during the step, as ``[bytes, op, shape, label]``, the label the schedule's phase and, in backward,
+the autograd node, and ``peak_live_bytes`` / ``peak_live_storages`` of all of them);
+``compute_reference`` (true: after each timed step, the stage's own forward and
 backward of every micro-batch run back to back without the schedule, timed: each rank's
 ``compute_times_s``, the stages' compute under the same load).
 
@@ -56,6 +65,9 @@ from tensoropt.pipeline_runtime.checkpoint import (
 )
 from tensoropt.pipeline_runtime.runtime import PipelineRuntime
 
+TRACED_STORAGES = 60
+"""The largest storages of the live set at the peak a ``trace_peak`` run writes (``peak_live``)."""
+
 
 class PlanRun:
     """One run of RUN.json on this rank: its runtime built (and resumed), then :meth:`step` per step,
@@ -81,7 +93,8 @@ class PlanRun:
             self.before_bytes = live_tensor_bytes()
         self.peak = PeakMemory(device)  # the level before the stage is built (as the executor's worker)
         self.rt = PipelineRuntime(spec, config["plan"], device, replay=config.get("replay", True),
-                                  timeout_s=float(config.get("timeout_s", 120)))
+                                  timeout_s=float(config.get("timeout_s", 120)),
+                                  compile=config.get("compile", "none"))
         self.peak.start()
         self.start = 0
         self.steps = int(config["steps"])
@@ -108,6 +121,8 @@ class PlanRun:
             self.trainer.start(self.start, self.start + self.steps)
         self.losses: list[float | None] = []
         self.times: list[float] = []
+        self.cpu_times: list[float] = []
+        """This process's CPU seconds (every thread) of each timed step."""
         self.compute_times: list[float] = []
         self.tensor_peak: dict | None = None
         self.measure_step = 1 if config.get("tensor_peak") else None
@@ -124,10 +139,11 @@ class PlanRun:
             self.times.append(float("nan"))
             return
         lr = self.trainer.lr if self.trainer is not None else None
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         hook = self.trainer.before_update if self.trainer is not None else None
         self.losses.append(self.rt.train_step(step, before_update=hook))
         self.times.append(time.perf_counter() - t0)
+        self.cpu_times.append(time.process_time() - c0)
         if self.trainer is not None:
             self.trainer.after_step(step, self.losses[-1], lr, self.times[-1])
         every = int(self.config.get("checkpoint_every") or 0)
@@ -169,7 +185,12 @@ class PlanRun:
 
     def _measured_step(self, step: int) -> dict:
         """Run ``step`` under a tensor peak, each forward and backward of the schedule labelled."""
-        from tensoropt.pipeline_runtime.stage_peak import StepPeak, stage_resident_parts
+        from tensoropt.pipeline_runtime.stage_peak import (
+            PHASE_PREFIX,
+            AllocationPeak,
+            StepPeak,
+            stage_resident_parts,
+        )
 
         rt = self.rt
         stage = rt.stage
@@ -180,21 +201,29 @@ class PlanRun:
             def call(chunk, *args, **kwargs):
                 peak.phase = f"{kind}{chunk}"
                 try:
-                    return run(chunk, *args, **kwargs)
+                    with torch.profiler.record_function(f"{PHASE_PREFIX}{kind}{chunk}"):
+                        return run(chunk, *args, **kwargs)
                 finally:
                     peak.phase = f"after {kind}{chunk}"
             return call
 
         stage.forward_one_chunk = labelled(forward, "F")
         stage.backward_one_chunk = labelled(backward, "B")
+        trace = bool(self.config.get("trace_peak"))
         try:
-            with StepPeak() as peak:
+            with AllocationPeak() as allocated, StepPeak(trace=trace) as peak:
                 self.losses.append(rt.train_step(step))
         finally:
             del stage.forward_one_chunk, stage.backward_one_chunk
+        live = ({"peak_live": [[nbytes, op, list(shape), label]
+                               for nbytes, op, shape, label, _ in peak.peak_live[:TRACED_STORAGES]],
+                 "peak_live_bytes": sum(r[0] for r in peak.peak_live),
+                 "peak_live_storages": len(peak.peak_live)}
+                if trace else {})
         return {"peak_tensor_bytes": peak.peak_bytes, "resident_tensor_bytes": peak.resident_bytes,
                 "before_bytes": self.before_bytes,
-                "phase": peak.peak_phase, "resident_parts": parts}
+                "phase": peak.peak_phase, "resident_parts": parts,
+                "allocated_peak_bytes": allocated.peak_bytes, "allocated_phase": allocated.peak_phase, **live}
 
     def finish(self) -> dict | None:
         """Write what the run's config asks for; rank 0 returns the metrics (others None)."""
@@ -207,6 +236,10 @@ class PlanRun:
             "peak_bytes": peak_bytes,
             "peak_method": self.peak.method, **(self.tensor_peak or {}),
             "compute_times_s": self.compute_times,
+            "step_cpu_times_s": self.cpu_times,
+            "trace_s": sum(getattr(m, "trace_s", 0.0) for m in rt.stage_modules),
+            "compile_s": sum(getattr(m, "compile_s", 0.0) for m in rt.stage_modules),
+            "saved_bytes": sum(getattr(m, "saved_bytes", 0) for m in rt.stage_modules),
             "parameter_bytes": sum(p.numel() * p.element_size() for p in rt.module.parameters())})
         if config.get("params_dir") and rt.dp_index == 0:
             out = Path(config["params_dir"])
@@ -232,6 +265,7 @@ class PlanRun:
             "records": self.trainer.records if self.trainer is not None else None,
             "runtime": "stages run by torch.distributed.pipelining, data parallel inside each stage",
             "stage_mode": getattr(rt.stage_module, "mode", "eager"),
+            "stage_compile": rt.compile,
         }
 
 

@@ -221,7 +221,7 @@ def load_checkpoint(folder: Path, pm, optimizer, scheduler) -> int:
 def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int | None = None,
           stream=None, mode: str = "replay", checkpoint_dir: str | Path | None = None,
           checkpoint_every: int = 0, keep_checkpoints: int = 2, stop_after: int | None = None,
-          hold_after: int | None = None) -> list[dict]:
+          hold_after: int | None = None, compile: str = "none") -> list[dict]:
     """Train ``job`` with ``plan`` on this rank (under torchrun, or one process); returns the metrics
     records of every step (rank 0 also writes them, every ``log_every`` steps).
 
@@ -240,6 +240,7 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
         stop_after: end after this step as if killed there (tests of resume).
         hold_after: after this step (and its checkpoint, when one is due) wait to be killed: a test
             kills the processes there, at a known step (:data:`HOLD_MAX_S` at most, then an error).
+        compile: ``"none"`` or ``"inductor"`` (``executor.compile``: the replayed program compiled).
     """
     from tensoropt.job_model import resolve_job, tokens_per_sample
     from tensoropt.parallel import micro_batches, parallelize, save_model
@@ -248,7 +249,7 @@ def train(job: Job, plan: dict | str | Path, *, out_dir: str | Path, steps: int 
     job = resolve_job(job)
     total = int(steps if steps is not None else job.training.steps)
     m = int(plan.get("micro_batches", 1))
-    pm = parallelize(user_model_on_meta(job), plan, mode=mode)
+    pm = parallelize(user_model_on_meta(job), plan, mode=mode, compile=compile)
     optimizer = build_optimizer(pm.named_parameters(), effective_optimizer(job))
     scheduler = make_scheduler(optimizer, job.lr_scheduler, total)
     batches = GlobalBatches(job)
@@ -361,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m tensoropt.training.loop RUN.json`` under torchrun: RUN.json holds ``job`` (the
     job's dict), ``plan`` (plan.json's content or path; null: ``select``, the options of
     :func:`tensoropt.executor.state.restart.resolve_plan`, choose it for this start's world size),
-    ``out_dir``, optional ``steps``, ``mode``, ``checkpoint_dir``, ``checkpoint_every``,
+    ``out_dir``, optional ``steps``, ``mode``, ``compile`` (``executor.compile``, for either runtime),
+    ``checkpoint_dir``, ``checkpoint_every``,
     ``keep_checkpoints`` (default 2), ``stop_after``, ``hold_after`` and ``records`` (a path: rank 0
     writes every step's record there as JSON). A plan whose ``"pipeline"`` is set (an elastic start
     with ``select``'s ``pipelined`` may select one) trains on the pipelined runtime with the same keys
@@ -385,13 +387,14 @@ def main(argv: list[str] | None = None) -> int:
             records = train_pipelined(Job.from_dict(config["job"]), plan, out_dir=config["out_dir"],
                                       steps=config.get("steps"), checkpoint_dir=config.get("checkpoint_dir"),
                                       checkpoint_every=int(config.get("checkpoint_every", 0)),
-                                      keep_checkpoints=keep)
+                                      keep_checkpoints=keep, compile=config.get("compile", "none"))
         else:
             records = train(Job.from_dict(config["job"]), plan, out_dir=config["out_dir"],
                             steps=config.get("steps"), mode=config.get("mode", "replay"),
                             checkpoint_dir=config.get("checkpoint_dir"),
                             checkpoint_every=int(config.get("checkpoint_every", 0)), keep_checkpoints=keep,
-                            stop_after=config.get("stop_after"), hold_after=config.get("hold_after"))
+                            stop_after=config.get("stop_after"), hold_after=config.get("hold_after"),
+                            compile=config.get("compile", "none"))
         if _rank() == 0 and config.get("records"):
             Path(config["records"]).write_text(json.dumps(records))
         return 0

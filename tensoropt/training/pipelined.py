@@ -250,14 +250,16 @@ def _user_key(key: str, names: list[str]) -> str:
 
 def train_pipelined(job: Job, plan: dict, *, out_dir: str | Path, steps: int | None = None,
                     checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0,
-                    keep_checkpoints: int = 2) -> list[dict]:
+                    keep_checkpoints: int = 2, compile: str = "none") -> list[dict]:
     """Train ``job`` with the pipelined ``plan`` on this rank (the process group exists), as
     :func:`tensoropt.training.loop.train` trains a plan without stages: resume from
     ``checkpoint_dir``'s newest checkpoint (either runtime, any device count wrote it), train to
     ``steps`` (default ``training.steps``) with the job's trainer keys (:class:`StageTrainer`),
     checkpoint every ``checkpoint_every`` steps and after the last, keeping the newest
     ``keep_checkpoints`` (0: all), and append this start's line to ``elastic-log.jsonl`` there, as
-    the loop does (:func:`tensoropt.executor.state.restart.record_start`); returns rank 0's metrics records
+    the loop does (:func:`tensoropt.executor.state.restart.record_start`), with the stages' programs
+    compiled by ``compile`` (``"none"`` or ``"inductor"``, the job's ``executor.compile`` or
+    ``--compile``); returns rank 0's metrics records
     of the steps this start ran ([] on the other ranks). The trainer's loop hands a pipelined plan
     here (an elastic start that selected one).
 
@@ -277,7 +279,7 @@ def train_pipelined(job: Job, plan: dict, *, out_dir: str | Path, steps: int | N
     spec = TrainSpec.from_job(job, steps=total)
     timeout_s = float(os.environ.get("TENSOROPT_COLLECTIVE_TIMEOUT_S", "120"))
     entry = {"spec": spec.to_json(), "plan": plan, "steps": total, "total_steps": total, "job": job.to_dict(),
-             "out_dir": str(out_dir), "timeout_s": timeout_s}
+             "out_dir": str(out_dir), "timeout_s": timeout_s, "compile": compile}
     if checkpoint_dir:
         entry.update(checkpoint_dir=str(checkpoint_dir), checkpoint_every=int(checkpoint_every or 0),
                      keep_checkpoints=int(keep_checkpoints))

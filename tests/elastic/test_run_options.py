@@ -96,16 +96,19 @@ def test_an_elastic_start_that_may_select_a_pipelined_plan_runs_the_loop(tmp_pat
 
 
 @pytest.mark.parametrize("where", ["flag", "job"])
-def test_compile_with_a_pipelined_plan_is_refused_with_the_way_out(tmp_path, monkeypatch, capsys, where):
+def test_compile_reaches_the_loop_of_a_start_that_may_select_a_pipelined_plan(tmp_path, monkeypatch, capsys,
+                                                                              where):
     """An elastic start that may select a pipelined plan and a compile backend (the flag, or the
-    job's executor.compile): refused before launch, naming where the backend comes from and the two
-    ways out (no compile; no pipelined plan in the selection)."""
+    job's executor.compile): the loop's RUN.json carries it to whichever runtime a start picks (the
+    pipelined runtime compiles its stages); a backend the pipelined runtime does not take (none
+    today: the list is narrowed here) is refused before launch, naming its source and the two ways
+    out (no compile; no pipelined plan in the selection)."""
     from tensoropt.cli import main
     from tensoropt.config import Job
 
     launched = []
     monkeypatch.setattr("tensoropt.commands.run.launch_run",
-                        lambda module, *rest: launched.append(module) or 0)
+                        lambda module, config, *rest: launched.append((module, config)) or 0)
     job = tmp_path / "job.yaml"
     extra = {"executor": {"compile": "inductor"}} if where == "job" else {}
     job.write_text(Job.from_dict({"model": {"name": "mlp"}, "cluster": "cpu-local", "devices": [1, 2],
@@ -115,10 +118,18 @@ def test_compile_with_a_pipelined_plan_is_refused_with_the_way_out(tmp_path, mon
     argv = ["run", str(job), "--elastic", "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-endpoint",
             "127.0.0.1:1", "--checkpoint-dir", str(tmp_path / "ck"), "--frontier", str(frontier),
             "--metrics", str(tmp_path / "metrics.json")]
+    assert main([*argv, *flag]) == 0, capsys.readouterr().err
+    [(module, config)] = launched
+    assert module == "tensoropt.training.loop" and config["compile"] == "inductor"
+    assert config["select"]["pipelined"]
+    launched.clear()
+    monkeypatch.setattr("tensoropt.commands.run_pipelined.PIPELINED_COMPILE_BACKENDS", ("none",))
     rc = main([*argv, *flag])
     err = capsys.readouterr().err
     assert rc == 1 and not launched, err
     source = "--compile inductor is refused" if where == "flag" else "the job's executor.compile: inductor"
-    for part in (source, "does not compile its stages", "Pass --compile none", "planner.pipeline: off"):
+    for part in (source, "does not compile its stages with inductor", "Pass --compile none",
+                 "planner.pipeline: off"):
         assert part in err, err
-    assert main([*argv, "--compile", "none"]) == 0 and launched == ["tensoropt.training.loop"]  # the way out
+    assert main([*argv, "--compile", "none"]) == 0  # the way out
+    assert [(m, c["compile"]) for m, c in launched] == [("tensoropt.training.loop", "none")]

@@ -72,9 +72,9 @@ def test_calibrate_command_measures_gloo(tmp_path):
             "--sizes",
             "4096,262144,4194304",
             "--iters",
-            "3",
+            "5",
             "--statistic",
-            "median",
+            "fastest",  # the least disturbed of 5: the fit's error under another job's load is the load's
             "--timeout-s",
             "200",
         ],
@@ -95,7 +95,7 @@ def test_calibrate_command_measures_gloo(tmp_path):
         for line in proc.stdout.splitlines()
         if line.split() and line.split()[0] in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
     ]
-    assert len(errors) == 12 and statistics.median(errors) < 30  # noisy shared machine: median, loosely
+    assert len(errors) == 12 and statistics.median(errors) < 30  # a shared machine: the median, loosely
 
 
 def test_timings_are_summarised_as_asked():

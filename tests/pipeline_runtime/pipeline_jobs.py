@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import torch
 import yaml
 
 from tensoropt.config import Job
@@ -117,3 +118,35 @@ def launch_worlds(out: Path, worlds: tuple[int, ...], runs_of_world) -> tuple[di
                                      LaunchOptions(world, timeout_s=400))
         runs.update({name: (key, run) for name, key, run in chosen})
     return codes, runs
+
+
+def slices(run: dict) -> int:
+    """Slices of the global batch a run sums: replicas x micro-batches."""
+    pipe = run["plan"]["pipeline"]
+    return run["plan"]["devices"] // pipe["stages"] * pipe["micro_batches"]
+
+
+def parity_errors(name: str, run: dict, reference, first: int = 0) -> list[str]:
+    """What differs between a run's outputs (its metrics' losses, its ``params_dir``'s stage files)
+    and the 1-process ``reference`` (losses, parameters) from step ``first`` on: each loss within
+    1e-5 relative, each parameter within 1e-5 of its largest magnitude (empty: parity holds)."""
+    ref_losses, ref_params = reference
+    metrics = json.loads(Path(run["metrics"]).read_text())
+    errors = []
+    expected = ref_losses[first:]
+    if metrics["first_step"] != first or len(metrics["losses"]) != len(expected):
+        errors.append(f"{name}: {len(metrics['losses'])} losses from step {metrics['first_step']}")
+    for i, (a, b) in enumerate(zip(metrics["losses"], expected)):
+        if abs(a - b) > 1e-5 * abs(b):
+            errors.append(f"{name}: loss at step {first + i} is {a}, 1 process gives {b}")
+    params = {}
+    for f in sorted(Path(run["params_dir"]).glob("stage-*.pt")):
+        params.update({k: v for k, v in torch.load(f).items() if k in ref_params})
+    if set(params) != set(ref_params):
+        errors.append(f"{name}: parameters {sorted(set(ref_params) ^ set(params))} missing or extra")
+    for key, ref in ref_params.items():
+        if key in params:
+            diff, scale = float((params[key] - ref).abs().max()), float(ref.abs().max())
+            if diff > 1e-5 * scale:
+                errors.append(f"{name}: parameter {key} differs by {diff:.3g} (scale {scale:.3g})")
+    return errors

@@ -14,8 +14,16 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from pipeline_jobs import gpt_spec, launch_worlds, llama_spec, padded_llama_spec, plan, run_entries
+from pipeline_jobs import (
+    gpt_spec,
+    launch_worlds,
+    llama_spec,
+    padded_llama_spec,
+    parity_errors,
+    plan,
+    run_entries,
+    slices,
+)
 
 from tensoropt.pipeline_runtime.reference import reference_run
 
@@ -76,42 +84,12 @@ def references():
     return {w: reference_run(specs[w[0]], w[2], w[1]) for w in wanted}
 
 
-def _slices(run: dict) -> int:
-    """Slices of the global batch a run sums: replicas x micro-batches."""
-    pipe = run["plan"]["pipeline"]
-    return run["plan"]["devices"] // pipe["stages"] * pipe["micro_batches"]
-
-
-def _errors(name: str, run: dict, reference, first: int = 0) -> list[str]:
-    """What differs between a run's outputs and the 1-process reference (empty: parity holds)."""
-    ref_losses, ref_params = reference
-    metrics = json.loads(Path(run["metrics"]).read_text())
-    errors = []
-    expected = ref_losses[first:]
-    if metrics["first_step"] != first or len(metrics["losses"]) != len(expected):
-        errors.append(f"{name}: {len(metrics['losses'])} losses from step {metrics['first_step']}")
-    for i, (a, b) in enumerate(zip(metrics["losses"], expected)):
-        if abs(a - b) > 1e-5 * abs(b):
-            errors.append(f"{name}: loss at step {first + i} is {a}, 1 process gives {b}")
-    params = {}
-    for f in sorted(Path(run["params_dir"]).glob("stage-*.pt")):
-        params.update({k: v for k, v in torch.load(f).items() if k in ref_params})
-    if set(params) != set(ref_params):
-        errors.append(f"{name}: parameters {sorted(set(ref_params) ^ set(params))} missing or extra")
-    for key, ref in ref_params.items():
-        if key in params:
-            diff, scale = float((params[key] - ref).abs().max()), float(ref.abs().max())
-            if diff > 1e-5 * scale:
-                errors.append(f"{name}: parameter {key} differs by {diff:.3g} (scale {scale:.3g})")
-    return errors
-
-
 @pytest.mark.parametrize("name", ["gpt-1f1b", "gpt-1f1b-eager", "gpt-gpipe", "gpt-adamw-1f1b", "llama-1f1b",
                                   "llama-gpipe"])
 def test_two_stages_on_two_processes_match_one_process(launched, references, name):
     out, codes, runs = launched
     key, run = runs[name]
-    errors = _errors(name, run, references[key, _slices(run), STEPS])
+    errors = parity_errors(name, run, references[key, slices(run), STEPS])
     assert not errors, "\n".join(errors)
     whole = references[key, 1, STEPS][0]  # the losses match the whole batch's too
     metrics = json.loads(Path(run["metrics"]).read_text())
@@ -128,9 +106,9 @@ def test_token_mean_losses_scale_by_the_global_token_count(launched, references,
     that sums the same slices, each times 1/m, is off by more than the tolerance)."""
     out, codes, runs = launched
     key, run = runs[name]
-    errors = _errors(name, run, references[key, 1, STEPS])
+    errors = parity_errors(name, run, references[key, 1, STEPS])
     assert not errors, "\n".join(errors)
-    sliced, whole = references[key, _slices(run), STEPS][0], references[key, 1, STEPS][0]
+    sliced, whole = references[key, slices(run), STEPS][0], references[key, 1, STEPS][0]
     assert max(abs(a - b) / abs(b) for a, b in zip(sliced, whole)) > 1e-4
     assert codes[2] == 0 and codes[4] == 0
 
@@ -139,7 +117,7 @@ def test_token_mean_losses_scale_by_the_global_token_count(launched, references,
 def test_two_stages_times_two_replicas_on_four_processes_match_one_process(launched, references, name):
     out, codes, runs = launched
     key, run = runs[name]
-    errors = _errors(name, run, references[key, _slices(run), STEPS])
+    errors = parity_errors(name, run, references[key, slices(run), STEPS])
     assert not errors, "\n".join(errors)
     assert codes[4] == 0
 
@@ -149,7 +127,7 @@ def test_a_checkpoint_written_at_two_stages_resumes_on_one_process(launched, ref
     read by one process holding every block: it continues the 1-process run's losses."""
     out, codes, runs = launched
     _, run = runs["llama-resumed"]
-    errors = _errors("llama-resumed", run, references["llama-long", 2, STEPS + RESUMED_STEPS],
+    errors = parity_errors("llama-resumed", run, references["llama-long", 2, STEPS + RESUMED_STEPS],
                      first=STEPS)
     assert not errors, "\n".join(errors)
     assert codes[1] == 0

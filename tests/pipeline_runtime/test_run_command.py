@@ -41,11 +41,30 @@ def test_run_trains_a_pipelined_plan_as_one_process_would(planned, capsys):
     assert "step time measured" in capsys.readouterr().out
 
 
-def test_run_refuses_what_a_pipelined_plan_does_not_take_yet(planned, capsys):
+def test_run_refuses_a_compile_backend_the_stages_cannot_take_before_any_worker(planned, capsys,
+                                                                                 monkeypatch, tmp_path):
+    """``--compile inductor`` with a pipelined plan: without a C++ compiler, refused before launch (as
+    for a plan without stages); a backend the pipelined runtime does not compile with (none exists
+    today, so the list is narrowed here), refused naming the way out."""
+    from tensoropt import launch
+
     out, job_path, plan_path = planned
-    rc = main(["run", str(job_path), "--plan", str(plan_path), "--nproc", "2", "--compile", "inductor"])
-    assert rc == 1
-    assert "does not compile its stages" in capsys.readouterr().err
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("a worker was launched")
+
+    monkeypatch.setattr(launch, "launch_workers", no_launch)
+    argv = ["run", str(job_path), "--plan", str(plan_path), "--nproc", "2", "--compile", "inductor"]
+    with monkeypatch.context() as m:
+        m.setenv("PATH", str(tmp_path))  # no C++ compiler on it
+        m.delenv("CXX", raising=False)
+        assert main(argv) == 1
+    assert "needs a C++ compiler" in capsys.readouterr().err
+    monkeypatch.setattr("tensoropt.commands.run_pipelined.PIPELINED_COMPILE_BACKENDS", ("none",))
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    for part in ("--compile inductor is refused", "Pass --compile none", "select a plan without a pipeline"):
+        assert part in err, err
 
 
 def test_run_trains_weights_tied_across_stages_as_one_process_would(planned, capsys):

@@ -23,9 +23,11 @@ from tensoropt.pipeline_candidate import candidate_plans
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(900)]
 
-TOLERANCE = 0.05
-"""Measured within 5 % of the predicted stage peak (benchmarks/pipeline_memory.py: 0.974-1.012 on
-the width-256 GPT, docs/results.md)."""
+TOLERANCE = 0.02
+"""Measured within 2 % of the predicted stage peak (here 1.001-1.003 with the backward walked in
+order, :mod:`tensoropt.pipeline.stage_walk`; the ``2 x largest output`` bound it replaced put GPipe's
+stage 0 at 0.976; benchmarks/pipeline_memory.py: 1.001-1.006 over 48 stage rows of the width-256
+GPT, docs/results.md 2026-11-29). Tensor bytes do not move with the machine's load."""
 
 JOB = {"model": {"name": "gpt", "kwargs": {"layers": 2, "width": 128, "heads": 4, "seq_len": 64,
                                            "vocab_size": 512, "dropout": 0.0, "tie_weights": False}},

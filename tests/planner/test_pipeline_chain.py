@@ -134,7 +134,11 @@ def test_stage_costs_read_off_the_cost_graph_equal_the_stage_graphs_sums():
                     e["cost"][a[u], a[v], 1] for u, v, e in H.edges(data=True))
                 assert solver._read(first, last, k, a)[::2] == pytest.approx((time_s, memory), rel=1e-9)
                 assert solver._cost(first, last, k, a) == pytest.approx(solver._price(H, a), rel=1e-9)
-                direct = solver.memory(first, last, k, a).to_json()
-                assert direct == pytest.approx(solver._memory(H, a).to_json(), rel=1e-9)
+                direct = solver._read(first, last, k, a)[3]
+                assert direct.to_json() == pytest.approx(solver._memory(H, a).to_json(), rel=1e-9)
+                walked = solver.memory(first, last, k, a)  # the kept plans' breakdown: the walk's transient
+                assert walked.held_bytes == pytest.approx(direct.held_bytes, rel=1e-9)
+                assert walked.to_json() == pytest.approx(
+                    solver._memory(H, a, solver.backward_excess_bytes(first, last, a)).to_json(), rel=1e-9)
                 checked += 1
     assert checked >= 10

@@ -5,7 +5,8 @@ per channel, over the whole global batch when the job's ``training.batch_norm`` 
 ``synchronized`` (the default: the model one process trains), as ``torch.nn.SyncBatchNorm``
 does, with one all-reduce per statistics axis in each direction:
 
-    forward:   each rank: n_i, mean_i, var_i = var_mean of its rows (per channel, numerically stable)
+    forward:   each rank: n_i, mean_i, var_i = its rows' per-channel mean and (biased) variance
+               (``batch_norm_update_stats``: the native kernel's statistics pass, two-pass stable)
                all-reduce [n_i (mean_i - K), n_i var_i + n_i (mean_i - K)^2]      (2 C numbers)
                mean = K + S1 / N,  var = S2 / N - (S1 / N)^2                       (N: global count)
                out = (x - mean) / sqrt(var + eps) * weight + bias                  (one fused kernel)
@@ -34,7 +35,8 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
 from tensoropt.config import BATCH_NORM_MODES
 
-__all__ = ["BATCH_NORM_MODES", "UnsupportedBatchNorm", "batch_norm", "synchronized_batch_norm"]
+__all__ = ["BATCH_NORM_MODES", "UnsupportedBatchNorm", "batch_norm", "channel_split_batch_norm_alone",
+           "synchronized_batch_norm", "synchronized_batch_norm_alone"]
 
 _NO_TRAINING = torch.ops.aten._native_batch_norm_legit_no_training.default
 _BACKWARD = torch.ops.aten.native_batch_norm_backward.default
@@ -59,14 +61,15 @@ class _SyncBatchNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, shift, momentum, eps, count, groups):
-        dims = [0] + list(range(2, x.dim()))
         channels = x.shape[1]
         wide = torch.float64
         shift = shift.detach().to(wide) if shift is not None else \
             torch.zeros(channels, dtype=wide, device=x.device)
         n_local = x.numel() // max(channels, 1)
-        if n_local:
-            var_l, mean_l = torch.var_mean(x, dims, correction=0)
+        if n_local:  # this rank's per-channel mean and biased variance in the fused kernel's one pass
+            # (torch.var_mean over dims 0, 2, ... took ~3.5x as long on the CPU: 394 against 111 us at
+            # 4 x 256 x 8 x 8, docs/results.md cnnprice)
+            mean_l, var_l = torch.batch_norm_update_stats(x, None, None, 0.0)
             d = mean_l.to(wide) - shift
             packed = torch.cat([d * n_local, (var_l.to(wide) + d * d) * n_local])
         else:  # an empty shard (uneven batch split) still takes part in the collective
@@ -132,6 +135,67 @@ def synchronized_batch_norm(x: torch.Tensor, weight, bias, running_mean, running
     out, mean, var = _SyncBatchNorm.apply(x, weight, bias, running_mean, momentum, eps, count, groups)
     _running_update(running_mean, mean, momentum, in_place=True)
     _running_update(running_var, var * (count / max(count - 1, 1)), momentum, in_place=True)
+    return out
+
+
+def synchronized_batch_norm_alone(x: torch.Tensor, weight, bias, running_mean, running_var, training=True,
+                                  momentum: float = 0.1, eps: float = 1e-5, *_rest) -> torch.Tensor:
+    """A captured training batch norm's arguments (``aten.batch_norm``, ``native_batch_norm``,
+    ``_native_batch_norm_legit_functional``: input, weight, bias, running mean, running variance,
+    training, momentum, eps) run as :func:`batch_norm` runs a batch-split one with synchronised
+    statistics, on this rank's rows alone: every operator of its forward and backward but the two
+    all-reduces (no group), whose time the cost model prices as communication
+    (:mod:`estimators.batch_norm`). The profiled compute times a synchronised batch norm with it
+    (:class:`estimators.profiled.ProfiledCompute`'s ``variants``): the statistics' own pass
+    (``var_mean``), the float64 packing and combination, the running statistics' update and the
+    backward's per-channel correction, which the fused kernel the captured op names does not have.
+
+    Example:
+        >>> x = torch.randn(4, 3, 2, 2)
+        >>> out = synchronized_batch_norm_alone(x, None, None, None, None, True, 0.1, 1e-5)
+        >>> torch.allclose(out, torch.nn.functional.batch_norm(x, None, None, training=True), atol=1e-5)
+        True
+    """
+    count = x.numel() // max(x.shape[1], 1)
+    return synchronized_batch_norm(x, weight, bias, running_mean, running_var, momentum, eps, count, [])
+
+
+def _rank_statistics(xl: torch.Tensor, w, b, momentum: float, eps: float):
+    """Batch norm of this rank's rows and channels without running statistics (the buffers are updated
+    apart, :func:`batch_norm`): (output, per-channel mean, biased variance, elements per channel)."""
+    out, mean, invstd = torch.ops.aten.native_batch_norm.default(xl, w, b, None, None, True, momentum, eps)
+    n = xl.numel() // max(xl.shape[1], 1)
+    return out, mean.detach(), invstd.detach().reciprocal().square() - eps, n
+
+
+def channel_split_batch_norm_alone(x: torch.Tensor, weight, bias, running_mean, running_var, training=True,
+                                   momentum: float = 0.1, eps: float = 1e-5, *_rest) -> torch.Tensor:
+    """A captured training batch norm's arguments (as :func:`synchronized_batch_norm_alone`) run as
+    :func:`batch_norm` runs one whose channels are split while its running statistics are replicated
+    (the executor's layout of buffers), on this rank's channels alone: the native kernel without running
+    statistics, the running statistics' update as new tensors, stacked and copied back as the gather
+    does (its all-gather is the cost model's communication,
+    :func:`estimators.batch_norm.running_stats_time_s`).
+    The profiled compute times a channel-split batch norm with it
+    (:data:`estimators.batch_norm.CHANNEL_SPLIT_BATCH_NORM`).
+
+    Example:
+        >>> x, rm, rv = torch.randn(4, 3, 2, 2), torch.zeros(3), torch.ones(3)
+        >>> out = channel_split_batch_norm_alone(x, None, None, rm, rv, True, 0.1, 1e-5)
+        >>> ref_rm, ref_rv = torch.zeros(3), torch.ones(3)
+        >>> ref = torch.nn.functional.batch_norm(x, ref_rm, ref_rv, None, None, True, 0.1, 1e-5)
+        >>> torch.allclose(out, ref, atol=1e-5), torch.allclose(rm, ref_rm), torch.allclose(rv, ref_rv)
+        (True, True, True)
+    """
+    out, mean, var, n = _rank_statistics(x, weight, bias, momentum, eps)
+    new = [_running_update(running_mean, mean, momentum, in_place=False),
+           _running_update(running_var, var * (n / max(n - 1, 1)), momentum, in_place=False)]
+    buffers = [t for t in (running_mean, running_var) if t is not None]
+    if buffers:  # _gather_back's local part: one stack, each row copied into its buffer
+        stacked = torch.stack([t for t in new if t is not None])
+        with torch.no_grad():
+            for row, t in enumerate(buffers):
+                t.copy_(stacked[row])
     return out
 
 
@@ -226,10 +290,7 @@ def batch_norm(node_name: str, x, weight, bias, running_mean, running_var, train
         out = torch.ops.aten.batch_norm.default(xl, w, b, rm, rv, True, momentum, eps, False)  # in place
         return DTensor.from_local(out, mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
     if stats == "local" or not stat_axes:
-        out, mean, invstd = torch.ops.aten.native_batch_norm.default(xl, w, b, None, None, True, momentum,
-                                                                     eps)
-        n = xl.numel() // max(xl.shape[1], 1)
-        mean, var = mean.detach(), invstd.detach().reciprocal().square() - eps
+        out, mean, var, n = _rank_statistics(xl, w, b, momentum, eps)
     else:
         n = x.numel() // x.shape[1]
         out, mean, var = _SyncBatchNorm.apply(xl, w, b, rm, momentum, eps, n,
