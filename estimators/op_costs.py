@@ -27,7 +27,9 @@ Edge cost c(u, v, s_u, s_v), summed over the operands of v that read u:
 
 * time: redistribution from u's output layout (carried through the folded views; a shard on a
   dim a view mixes is all-gathered first) to the operand layout v computes with, forward and
-  backward (:func:`estimators.redistribution.edge_time_s`);
+  backward (:func:`estimators.redistribution.edge_time_s`); each collective blocking (a sync
+  point), except the backward of an operand whose gradient only u's parameters read (an
+  embedding: :func:`_leaf`), which runs beside the rest of backward, at its fit;
 * memory: the operand tensor v saves, when v saves it. Same layout as u's output -> the same
   storage: charged here only when nothing else charges that storage (u does not save its
   output and v is its only saving consumer), else 0. Different layout -> a new storage (DTensor
@@ -514,15 +516,17 @@ def node_cost(model: CostModel, info: GraphInfo, name: str, node: dict, config: 
                 optimizer_bytes=float(own_param_bytes * factor), step_compute_s=step_s, step_comm_s=sync_s)
 
 
-def _operand_move(model: CostModel, out_shape, size, src, dim_map, shape, dst, split_axes, grad):
-    """(seconds forward + backward, largest buffer bytes, whether the data moves) of one operand."""
+def _operand_move(model: CostModel, out_shape, size, src, dim_map, shape, dst, split_axes, grad,
+                  leaf: bool = False):
+    """(seconds forward + backward, largest buffer bytes, whether the data moves) of one operand.
+    ``leaf``: only the producer's parameter gradients read the operand's gradient (:func:`_leaf`)."""
     comm = model.comm
     gathered, translated = through_view(src, list(dim_map) if dim_map is not None else None, len(out_shape))
     moved = gathered != src or translated != dst
     t = 0.0
     if gathered != src:
         t += redistribution_time_s(comm, out_shape, size, src, gathered)
-    fwd, bwd = edge_time_s(comm, shape, size, translated, dst, split_axes, grad)
+    fwd, bwd = edge_time_s(comm, shape, size, translated, dst, split_axes, grad, gradient_waited=not leaf)
     redistributions = (gathered != src) + (translated != dst)
     t += model.cluster.device.redistribute_overhead_s * redistributions * (1 + bool(grad))
     if model.layout_copies:  # the local copies around the collectives, forward and backward
@@ -539,6 +543,16 @@ def _operand_move(model: CostModel, out_shape, size, src, dim_map, shape, dst, s
             [0.0] + [n for _, n, _ in redistribution_steps(shape, size, translated, dst, model.mesh.shape)]
         )
     return t + fwd + bwd, buf, moved
+
+
+def _leaf(info: GraphInfo, du: dict) -> bool:
+    """Whether only the producer's own parameter gradients read its output's gradient (none of its
+    operands needs one: an embedding of token ids, a position embedding). Its gradient's
+    redistribution is then waited for only where the parameter's gradient is made, at the end of
+    backward (the replayed program defers each wait to its first reader), or, a partial sum, is
+    summed by the gradient all-reduce itself: not a sync point (``benchmarks/collective_match.py``:
+    the position embeddings of GPT-2's and BERT's data-parallel plans, 2026-11-29)."""
+    return bool(du["params"]) and not any(info.needs_grad.get(e["source"], False) for e in du["inputs"])
 
 
 def edge_cost(
@@ -619,13 +633,14 @@ def edge_cost_table(
         dtype = entry.get("dtype", "float32")
         shape = tuple(entry["shape"])
         grad = info.needs_grad.get(u, False) and str(dtype).startswith(FLOATING)
+        leaf = grad and _leaf(info, du)
         dsts, iv = _unique([(tuple(c.inputs[i]), _split_axes(c)) for c in confs_v])
         t = np.zeros((len(srcs), len(dsts)))
         buf = np.zeros_like(t)
         moved = np.zeros(t.shape, dtype=bool)
         for a, src in enumerate(srcs):
             for b, (dst, split_axes) in enumerate(dsts):
-                key = (out_shape, size, src, dim_map, shape, dst, split_axes, grad)
+                key = (out_shape, size, src, dim_map, shape, dst, split_axes, grad, leaf)
                 if key not in model.operand_cache:
                     model.operand_cache[key] = _operand_move(model, *key)
                 t[a, b], buf[a, b], moved[a, b] = model.operand_cache[key]

@@ -93,10 +93,11 @@ def redistribution_steps(
 
 
 def redistribution_time_s(
-    comm: CommModel, shape: tuple[int, ...], itemsize: int, src: Layout, dst: Layout
+    comm: CommModel, shape: tuple[int, ...], itemsize: int, src: Layout, dst: Layout, blocking: bool = True
 ) -> float:
     """Seconds to redistribute a tensor from ``src`` to ``dst`` (one direction): each collective a
-    blocking one (:meth:`CommModel.blocking_time_s`: the consumer waits for it, with its sync point).
+    blocking one (:meth:`CommModel.blocking_time_s`: the consumer waits for it, with its sync point),
+    or with ``blocking=False`` one that runs beside the step's other work (its fit, :meth:`CommModel.time_s`).
 
     Example:
         >>> from estimators.profiles import load_cluster
@@ -105,12 +106,13 @@ def redistribution_time_s(
         >>> redistribution_time_s(cm, (4, 4), 4, ("S(0)",), ("S(0)",))
         0.0
     """
-    key = (tuple(shape), itemsize, tuple(src), tuple(dst))
+    key = (tuple(shape), itemsize, tuple(src), tuple(dst), blocking)
     if key in comm.memo:
         return comm.memo[key]
+    price = comm.blocking_time_s if blocking else comm.time_s
     comm.memo[key] = total = sum(
         (
-            comm.blocking_time_s(kind, nbytes, (axis,))
+            price(kind, nbytes, (axis,))
             for kind, nbytes, axis in redistribution_steps(
                 tuple(shape), itemsize, tuple(src), tuple(dst), comm.mesh.shape
             )
@@ -141,6 +143,7 @@ def edge_time_s(
     dst: Layout,
     consumer_split_axes: set[int] | frozenset[int],
     needs_grad: bool,
+    gradient_waited: bool = True,
 ) -> tuple[float, float]:
     """(forward, backward) seconds to move a tensor from producer layout ``src`` to consumer ``dst``.
 
@@ -152,6 +155,9 @@ def edge_time_s(
         dst: layout the consumer computes with.
         consumer_split_axes: mesh axes on which the consumer splits any parallel dim.
         needs_grad: whether a gradient flows back along this tensor.
+        gradient_waited: whether the producer's backward waits for the gradient's redistribution at
+            once (False where only the producer's parameter gradients read it, at the end of
+            backward: an embedding's; its collectives are then priced at their fit, no sync point).
 
     Example:
         >>> from estimators.profiles import load_cluster
@@ -164,7 +170,8 @@ def edge_time_s(
     fwd = redistribution_time_s(comm, shape, itemsize, src, dst)
     bwd = 0.0
     if needs_grad:
-        bwd = redistribution_time_s(comm, shape, itemsize, gradient_layout(dst, consumer_split_axes), src)
+        bwd = redistribution_time_s(comm, shape, itemsize, gradient_layout(dst, consumer_split_axes), src,
+                                    blocking=gradient_waited)
     return fwd, bwd
 
 

@@ -39,6 +39,8 @@ SPECS = {
                      optimizer="momentum", lr=0.05),
     "gpt": TrainSpec("toy_models:GPT", (InputSpec((4,), "int64", 16), InputSpec((4,), "int64", 16)), 4,
                      optimizer="momentum", lr=0.1),
+    "cls": TrainSpec("toy_models:CLSHead", (InputSpec((6, 8)), InputSpec((), "int64", 4)), 8,
+                     optimizer="momentum", lr=0.1),
 }
 
 
@@ -158,6 +160,17 @@ def _gpt_tp():
           "linear_4": cfg([R], S2, [("head.weight", S0)]),
           "cross_entropy_loss": cfg([S1, R], R)}
     return plan("gpt-tp", (2,), pl)
+
+
+def cls_plans() -> list[dict]:
+    """The CLS head's body batch-split, its head replicated: the first token's rows gathered (2 devices)."""
+    S0, R = ["S(0)"], ["R"]
+    return [plan("cls-dp-head", (2,), {
+        "x": cfg([], S0), "y": cfg([], R),
+        "linear": cfg([S0], S0, [("body.weight", R), ("body.bias", R)], sync=[("body.weight", (0,)),
+                                                                             ("body.bias", (0,))]),
+        "linear_1": cfg([R], R, [("head.weight", R), ("head.bias", R)]),
+        "cross_entropy_loss": cfg([R, R], R)})]
 
 
 def all_plans(n: int) -> list[tuple[str, dict]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -15,7 +16,10 @@ from tensoropt.launch import LaunchOptions, launch_workers
 from tensoropt.training.trainer import Trainer
 
 HERE = Path(__file__).resolve().parent
-ENV = {"PYTHONPATH": str(HERE), "TENSOROPT_COLLECTIVE_TIMEOUT_S": "60"}
+ROOT = HERE.parents[1]
+ENV = {"PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]), "TENSOROPT_COLLECTIVE_TIMEOUT_S": "60"}
+"""The workers' environment: this folder (the probes' modules) and the checkout under test, ahead of
+an editable install of another checkout (a git worktree's tests then run the worktree's code)."""
 STEPS = 3
 
 

@@ -77,3 +77,16 @@ def mlp_dataset_ignored(step: int, global_batch_size: int, seed: int):
     x, y = mlp_dataset(step, global_batch_size, seed)
     y[: global_batch_size // 4] = -100
     return x, y
+
+
+class CLSHead(nn.Module):
+    """linear over (batch, tokens, features) -> the first token's row -> linear -> cross entropy (a ViT's
+    classifier head: the head reads one row of each sample)."""
+
+    def __init__(self, features: int = 8, num_classes: int = 4):
+        super().__init__()
+        self.body = nn.Linear(features, features)
+        self.head = nn.Linear(features, num_classes)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.head(self.body(x)[:, 0]), y)
