@@ -14,8 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pipeline_jobs import gpt_spec, launch_worlds, llama_spec, plan, run_entries
-from test_pipeline_runs import _errors, _slices
+from pipeline_jobs import gpt_spec, launch_worlds, llama_spec, parity_errors, plan, run_entries, slices
 
 from tensoropt.pipeline_runtime.reference import reference_run
 
@@ -65,7 +64,7 @@ def test_interleaved_four_virtual_stages_on_two_processes_match_one_process(laun
     out, codes, runs = launched
     assert codes[2] == 0
     key, run = runs[name]
-    errors = _errors(name, run, references[key, _slices(run), STEPS])
+    errors = parity_errors(name, run, references[key, slices(run), STEPS])
     assert not errors, "\n".join(errors)
     metrics = json.loads(Path(run["metrics"]).read_text())
     assert metrics["losses"] == pytest.approx(references[key, 1, STEPS][0], rel=1e-5)
@@ -80,6 +79,7 @@ def test_an_interleaved_checkpoint_resumes_on_one_process(launched, references):
     stages' keys, the model's names), read by one process holding every block."""
     out, codes, runs = launched
     _, run = runs["llama-il-resumed"]
-    errors = _errors("llama-il-resumed", run, references["llama-long", 2, STEPS + RESUMED_STEPS], first=STEPS)
+    errors = parity_errors("llama-il-resumed", run, references["llama-long", 2, STEPS + RESUMED_STEPS],
+                           first=STEPS)
     assert not errors, "\n".join(errors)
     assert codes[1] == 0
