@@ -105,9 +105,12 @@ def test_a_synchronised_batch_norm_is_priced_as_the_executor_runs_it(tmp_path, m
     shape = (4, 64, 16, 16)  # this rank's rows
     native = _measured_s(_native, shape)
     synced = _measured_s(synchronized_batch_norm_alone, shape)
-    extra = synced - native  # what the executor's synchronised batch norm costs beyond the fused kernel
-    assert extra > 1e-4, (synced, native)  # 0.25 ms at load 6 (4 x 64 x 16 x 16); priced 46 us before
-    # the profile times beside a co-running rank's thread, 10 repetitions: within a factor 2 on this
-    # loaded 2-core machine (0.24-0.32 ms priced against 0.25 ms measured at load 6)
-    ratio = (priced["synchronized"] - priced["local"]) / extra
-    assert 0.5 < ratio < 2.0, (priced, synced, native)
+    # what the executor's synchronised batch norm costs over the fused kernel: 2.2x on an idle machine
+    assert synced > 1.3 * native, (synced, native)
+    # the profile times beside a co-running rank's thread (1.6-2x this thread alone on an idle 2-core
+    # machine, less under load), so prices and this measurement are set against each other as ratios to
+    # the fused kernel timed the same way: priced 2.65x, measured 2.15x in the fresh-clone CI of
+    # 2026-11-29 (the absolute extra there: 0.53 ms priced, 0.23 ms measured); the old price, the fused
+    # kernel plus six operators' host overhead (46 us), gives 1.14x and fails
+    ratio = (priced["synchronized"] / priced["local"]) / (synced / native)
+    assert 0.67 < ratio < 1.5, (priced, synced, native)
